@@ -1,0 +1,286 @@
+//! The `iceberg-exec` command line: SQL on an Iceberg warehouse, an interactive shell, a demo.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::sql::parser::DFParser;
+use iceberg_exec::{parse_size, IcebergSession, WarehouseConfig};
+
+#[derive(Parser, Debug)]
+#[command(name = "iceberg-exec", version, about = "SQL on Apache Iceberg tables, powered by Apache DataFusion")]
+struct Cli {
+    /// Warehouse directory (table data; holds the default SQLite catalog).
+    #[arg(long, global = true, default_value = "./warehouse")]
+    warehouse: PathBuf,
+    /// Catalog database URI (default: sqlite://<warehouse>/catalog.db). SQLAlchemy forms work:
+    /// sqlite:////abs/path/catalog.db, sqlite:///relative.db, postgresql://user@host/db.
+    #[arg(long, global = true)]
+    catalog_uri: Option<String>,
+    /// Catalog name (the catalog_name column of the catalog tables).
+    #[arg(long, global = true, default_value = "default")]
+    catalog_name: String,
+    /// Memory limit for query execution, e.g. 64MiB, 1GiB or bytes (default: unlimited).
+    #[arg(long, global = true)]
+    memory_limit: Option<String>,
+    /// Output format of query results.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run SQL statements separated by ';' (without statements: an interactive shell).
+    Sql {
+        /// The statements, e.g. "CREATE SCHEMA ns; SELECT 1".
+        statements: Option<String>,
+    },
+    /// Build a sample warehouse (a partitioned, sorted table) and run a few timed queries.
+    Demo {
+        /// Rows in the sample table.
+        #[arg(long, default_value_t = 3_000_000)]
+        rows: u64,
+    },
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// Aligned text table.
+    Table,
+    /// Header line, then one line per row.
+    Csv,
+    /// One JSON object per row.
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                print!("{e}");
+                return ExitCode::SUCCESS;
+            }
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            eprintln!("{first} (see iceberg-exec --help)");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error as a single line (causes joined).
+fn one_line(e: &DataFusionError) -> String {
+    let text = e.to_string();
+    text.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ")
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let memory_limit = cli.memory_limit.as_deref().map(parse_size).transpose()?;
+    let config = WarehouseConfig {
+        warehouse: cli.warehouse.clone(),
+        catalog_uri: cli.catalog_uri.clone(),
+        catalog_name: cli.catalog_name.clone(),
+        memory_limit,
+    };
+    let session = IcebergSession::open(config).await?;
+    match cli.command {
+        Some(Command::Sql { statements: Some(sql) }) => run_statements(&session, &sql, cli.format).await,
+        Some(Command::Sql { statements: None }) | None => shell(&session, cli.format).await,
+        Some(Command::Demo { rows }) => demo(&session, rows).await,
+    }
+}
+
+/// Runs each statement of `sql` in order, printing each result.
+async fn run_statements(session: &IcebergSession, sql: &str, format: Format) -> Result<()> {
+    let ctx = session.context();
+    let statements = DFParser::parse_sql(sql)?;
+    if statements.is_empty() {
+        return Err(DataFusionError::Plan("no SQL statement given".into()));
+    }
+    for statement in statements {
+        let plan = ctx.state().statement_to_plan(statement).await?;
+        let df = ctx.execute_logical_plan(plan).await?;
+        let schema = df.schema().inner().clone();
+        let batches = df.collect().await?;
+        print_batches(&schema, &batches, format)?;
+    }
+    Ok(())
+}
+
+fn print_batches(
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+    format: Format,
+) -> Result<()> {
+    if schema.fields().is_empty() {
+        return Ok(()); // DDL
+    }
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Table => {
+            let text = datafusion::arrow::util::pretty::pretty_format_batches(batches)?;
+            if batches.iter().all(|b| b.num_rows() == 0) {
+                let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                writeln!(out, "({}) 0 rows", header.join(", "))?;
+            } else {
+                writeln!(out, "{text}")?;
+            }
+        }
+        Format::Csv => {
+            let mut w = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(&mut out);
+            if batches.is_empty() {
+                w.write(&RecordBatch::new_empty(schema.clone()))?;
+            }
+            for b in batches {
+                w.write(b)?;
+            }
+        }
+        Format::Json => {
+            let mut w = datafusion::arrow::json::LineDelimitedWriter::new(&mut out);
+            for b in batches {
+                w.write(b)?;
+            }
+            w.finish()?;
+        }
+    }
+    Ok(())
+}
+
+/// An interactive shell: statements end with ';'. History is kept in ~/.iceberg_exec_history.
+async fn shell(session: &IcebergSession, format: Format) -> Result<()> {
+    use rustyline::error::ReadlineError;
+    let mut editor = rustyline::DefaultEditor::new()
+        .map_err(|e| DataFusionError::Execution(format!("cannot open the shell: {e}")))?;
+    let history = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".iceberg_exec_history"));
+    if let Some(h) = &history {
+        let _ = editor.load_history(h);
+    }
+    println!("iceberg-exec {} — end statements with ';', \\q to quit", env!("CARGO_PKG_VERSION"));
+    let mut buffer = String::new();
+    loop {
+        let prompt = if buffer.is_empty() { "iceberg> " } else { "     ..> " };
+        match editor.readline(prompt) {
+            Ok(line) => {
+                let trimmed = line.trim();
+                if buffer.is_empty() && matches!(trimmed, "\\q" | "quit" | "exit") {
+                    break;
+                }
+                buffer.push_str(&line);
+                buffer.push('\n');
+                if trimmed.ends_with(';') {
+                    let sql = std::mem::take(&mut buffer);
+                    let _ = editor.add_history_entry(sql.trim());
+                    let started = Instant::now();
+                    match run_statements(session, &sql, format).await {
+                        Ok(()) => println!("({:.3}s)", started.elapsed().as_secs_f64()),
+                        Err(e) => eprintln!("error: {}", one_line(&e)),
+                    }
+                }
+            }
+            Err(ReadlineError::Interrupted) => buffer.clear(),
+            Err(ReadlineError::Eof) => break,
+            Err(e) => return Err(DataFusionError::Execution(format!("shell: {e}"))),
+        }
+    }
+    if let Some(h) = &history {
+        let _ = editor.save_history(h);
+    }
+    Ok(())
+}
+
+/// Builds `demo.trips` (partitioned by day and region, sorted by pickup time) and runs queries.
+async fn demo(session: &IcebergSession, rows: u64) -> Result<()> {
+    let ctx = session.context();
+    let exists = ctx.table_exist("demo.trips")?;
+    if !exists {
+        println!("Building demo.trips with {rows} rows in {} ...", session.catalog().warehouse());
+        ctx.sql("CREATE SCHEMA IF NOT EXISTS demo").await?.collect().await?;
+        ctx.sql(
+            "CREATE EXTERNAL TABLE demo.trips (
+                id BIGINT NOT NULL, pickup_ts TIMESTAMP, region VARCHAR,
+                fare DOUBLE, distance_km DOUBLE, passengers INT)
+             STORED AS ICEBERG LOCATION ''
+             PARTITIONED BY (region)
+             OPTIONS ('partitioning' 'month(pickup_ts)', 'sort-order' 'pickup_ts ASC NULLS LAST')",
+        )
+        .await?
+        .collect()
+        .await?;
+        let chunks = rows.div_ceil(500_000).max(1);
+        let bar = if std::io::stderr().is_terminal() {
+            let b = indicatif::ProgressBar::new(rows);
+            b.set_style(
+                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} rows  {elapsed}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            Some(b)
+        } else {
+            None
+        };
+        let started = Instant::now();
+        for chunk in 0..chunks {
+            let lo = chunk * rows / chunks + 1;
+            let hi = (chunk + 1) * rows / chunks;
+            let sql = format!(
+                "INSERT INTO demo.trips
+                 SELECT value AS id,
+                        TIMESTAMP '2025-01-01 00:00:00' + (value * 7919 % 31536000) * INTERVAL '1 second' AS pickup_ts,
+                        CASE value % 4 WHEN 0 THEN 'north' WHEN 1 THEN 'south' WHEN 2 THEN 'east' ELSE 'west' END AS region,
+                        CAST(value * 37 % 9000 AS DOUBLE) / 100.0 + 3.0 AS fare,
+                        CAST(value * 13 % 4000 AS DOUBLE) / 100.0 AS distance_km,
+                        CAST(value % 4 + 1 AS INT) AS passengers
+                 FROM generate_series({lo}, {hi})"
+            );
+            ctx.sql(&sql).await?.collect().await?;
+            if let Some(b) = &bar {
+                b.set_position(hi);
+            }
+        }
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        println!("built in {:.2}s", started.elapsed().as_secs_f64());
+    } else {
+        println!("demo.trips exists; running queries on it");
+    }
+    let queries = [
+        "SELECT count(*) AS trips FROM demo.trips",
+        "SELECT region, count(*) AS trips, round(avg(fare), 2) AS avg_fare FROM demo.trips GROUP BY region ORDER BY region",
+        "SELECT date_trunc('month', pickup_ts) AS month, round(sum(fare), 2) AS revenue FROM demo.trips GROUP BY 1 ORDER BY 1 LIMIT 3",
+        "SELECT id, pickup_ts, fare FROM demo.trips WHERE region = 'east' AND fare > 92.9 ORDER BY fare DESC, id LIMIT 5",
+    ];
+    for q in queries {
+        println!("\n{q}");
+        let started = Instant::now();
+        let df = ctx.sql(q).await?;
+        let schema = df.schema().inner().clone();
+        let batches = df.collect().await?;
+        print_batches(&schema, &batches, Format::Table)?;
+        println!("({:.3}s)", started.elapsed().as_secs_f64());
+    }
+    Ok(())
+}

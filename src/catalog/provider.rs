@@ -1,0 +1,262 @@
+//! DataFusion's catalog traits over the SQL catalog: namespaces are schemas, Iceberg tables are
+//! tables. DDL that DataFusion runs itself (`CREATE SCHEMA`, `CREATE TABLE`, `CREATE TABLE AS`,
+//! `DROP TABLE`, `DROP SCHEMA`) lands here and creates or drops Iceberg objects.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, SchemaProvider};
+use datafusion::datasource::TableProvider;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::dml::InsertOp;
+use iceberg::{NamespaceIdent, TableIdent};
+
+use super::{MetadataStore, SqlCatalog};
+use crate::io_runtime;
+use crate::table::{IcebergTableProvider, TableDefinition};
+
+fn namespace(name: &str) -> Result<NamespaceIdent> {
+    NamespaceIdent::from_strs(name.split('.')).map_err(|e| DataFusionError::External(Box::new(e)))
+}
+
+/// A DataFusion catalog backed by an Iceberg [`SqlCatalog`].
+#[derive(Debug, Clone)]
+pub struct IcebergCatalogProvider {
+    catalog: Arc<SqlCatalog>,
+}
+
+impl IcebergCatalogProvider {
+    /// Wraps a catalog.
+    pub fn new(catalog: Arc<SqlCatalog>) -> Self {
+        Self { catalog }
+    }
+
+    /// The underlying catalog.
+    pub fn catalog(&self) -> &Arc<SqlCatalog> {
+        &self.catalog
+    }
+}
+
+impl CatalogProvider for IcebergCatalogProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema_names(&self) -> Vec<String> {
+        let catalog = Arc::clone(&self.catalog);
+        match io_runtime::block_on(async move { catalog.list_namespaces().await }) {
+            Ok(list) => list.iter().map(|ns| ns.as_ref().join(".")).collect(),
+            Err(e) => {
+                log::error!("listing namespaces failed: {e}");
+                vec![]
+            }
+        }
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        let ns = namespace(name).ok()?;
+        let catalog = Arc::clone(&self.catalog);
+        let probe = ns.clone();
+        match io_runtime::block_on(async move { catalog.namespace_exists(&probe).await }) {
+            Ok(true) => Some(Arc::new(IcebergSchemaProvider::new(
+                Arc::clone(&self.catalog),
+                ns,
+            ))),
+            Ok(false) => None,
+            Err(e) => {
+                log::error!("looking up namespace '{name}' failed: {e}");
+                None
+            }
+        }
+    }
+
+    fn register_schema(
+        &self,
+        name: &str,
+        schema: Arc<dyn SchemaProvider>,
+    ) -> Result<Option<Arc<dyn SchemaProvider>>> {
+        if !schema.table_names().is_empty() {
+            return Err(DataFusionError::NotImplemented(
+                "registering a schema that already holds tables in an Iceberg catalog".into(),
+            ));
+        }
+        let ns = namespace(name)?;
+        let catalog = Arc::clone(&self.catalog);
+        io_runtime::block_on(async move { catalog.create_namespace(&ns, HashMap::new()).await })?;
+        Ok(None)
+    }
+
+    fn deregister_schema(
+        &self,
+        name: &str,
+        cascade: bool,
+    ) -> Result<Option<Arc<dyn SchemaProvider>>> {
+        let ns = namespace(name)?;
+        let catalog = Arc::clone(&self.catalog);
+        let target = ns.clone();
+        io_runtime::block_on(async move {
+            if cascade {
+                for t in catalog.list_tables(&target).await? {
+                    catalog.drop_table(&t).await?;
+                }
+            }
+            catalog.drop_namespace(&target).await
+        })?;
+        Ok(Some(Arc::new(IcebergSchemaProvider::new(
+            Arc::clone(&self.catalog),
+            ns,
+        ))))
+    }
+}
+
+/// The tables of one Iceberg namespace, as a DataFusion schema.
+#[derive(Debug, Clone)]
+pub struct IcebergSchemaProvider {
+    catalog: Arc<SqlCatalog>,
+    namespace: NamespaceIdent,
+}
+
+impl IcebergSchemaProvider {
+    /// The schema for `namespace` of `catalog`.
+    pub fn new(catalog: Arc<SqlCatalog>, namespace: NamespaceIdent) -> Self {
+        Self { catalog, namespace }
+    }
+
+    fn ident(&self, name: &str) -> TableIdent {
+        TableIdent::new(self.namespace.clone(), name.to_string())
+    }
+}
+
+/// Creates an Iceberg table shaped like `source` and appends `source`'s rows (plain DataFusion
+/// `CREATE TABLE` / `CREATE TABLE AS`, which hand over an in-memory table).
+async fn create_from_provider(
+    catalog: Arc<SqlCatalog>,
+    ident: TableIdent,
+    source: Arc<dyn TableProvider>,
+) -> Result<()> {
+    let def = TableDefinition::new(source.schema());
+    let table = catalog
+        .create_table(ident.namespace(), def.to_creation(ident.name())?)
+        .await?;
+    let store: Arc<dyn MetadataStore> = catalog.clone();
+    let provider = IcebergTableProvider::try_new(table, Some(store))?;
+    let ctx = SessionContext::new();
+    let state = ctx.state();
+    let input = source.scan(&state, None, &[], None).await?;
+    let has_rows = !matches!(
+        input.partition_statistics(None)?.num_rows.get_value(),
+        Some(0)
+    );
+    if has_rows {
+        let plan = provider.insert_into(&state, input, InsertOp::Append).await?;
+        let optimized = optimize(&state, plan)?;
+        let result = datafusion::physical_plan::collect(optimized, ctx.task_ctx()).await;
+        if let Err(e) = result {
+            // The table was created but not filled: remove it so the statement has no effect.
+            let _ = catalog.drop_table(&ident).await;
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Runs DataFusion's physical optimizer over a hand-built plan (to add sorts and coalescing).
+fn optimize(
+    state: &datafusion::execution::SessionState,
+    plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    let mut plan = plan;
+    for rule in state.physical_optimizers() {
+        plan = rule.optimize(plan, state.config_options())?;
+    }
+    Ok(plan)
+}
+
+#[async_trait]
+impl SchemaProvider for IcebergSchemaProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        let catalog = Arc::clone(&self.catalog);
+        let ns = self.namespace.clone();
+        match io_runtime::block_on(async move { catalog.list_tables(&ns).await }) {
+            Ok(list) => list.into_iter().map(|t| t.name().to_string()).collect(),
+            Err(e) => {
+                log::error!("listing tables failed: {e}");
+                vec![]
+            }
+        }
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let ident = self.ident(name);
+        if !self.catalog.table_exists(&ident).await? {
+            return Ok(None);
+        }
+        let table = self.catalog.load_table(&ident).await?;
+        let store: Arc<dyn MetadataStore> = self.catalog.clone();
+        Ok(Some(Arc::new(IcebergTableProvider::try_new(
+            table,
+            Some(store),
+        )?)))
+    }
+
+    fn register_table(
+        &self,
+        name: String,
+        table: Arc<dyn TableProvider>,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        let ident = self.ident(&name);
+        if let Some(iceberg) = table.as_any().downcast_ref::<IcebergTableProvider>() {
+            // Created by `CREATE EXTERNAL TABLE ... STORED AS ICEBERG`: already in the catalog.
+            if iceberg.table().identifier() == &ident {
+                return Ok(None);
+            }
+            return Err(DataFusionError::NotImplemented(
+                "registering an Iceberg table under another name".into(),
+            ));
+        }
+        if table.table_type() != datafusion::datasource::TableType::Base {
+            return Err(DataFusionError::NotImplemented(format!(
+                "an Iceberg catalog holds tables only; cannot register a {} named '{name}'",
+                table.table_type()
+            )));
+        }
+        let catalog = Arc::clone(&self.catalog);
+        io_runtime::block_on(create_from_provider(catalog, ident, table))?;
+        Ok(None)
+    }
+
+    fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let ident = self.ident(name);
+        let catalog = Arc::clone(&self.catalog);
+        io_runtime::block_on(async move {
+            if !catalog.table_exists(&ident).await? {
+                return Ok(None);
+            }
+            let table = catalog.load_table(&ident).await?;
+            catalog.drop_table(&ident).await?;
+            let store: Arc<dyn MetadataStore> = catalog.clone();
+            let provider: Arc<dyn TableProvider> =
+                Arc::new(IcebergTableProvider::try_new(table, Some(store))?);
+            Ok(Some(provider))
+        })
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        let ident = self.ident(name);
+        let catalog = Arc::clone(&self.catalog);
+        match io_runtime::block_on(async move { catalog.table_exists(&ident).await }) {
+            Ok(b) => b,
+            Err(e) => {
+                log::error!("looking up table '{name}' failed: {e}");
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! # iceberg-exec
+//!
+//! Apache Iceberg tables as first-class citizens of Apache DataFusion: an Iceberg catalog you
+//! register in a [`SessionContext`](datafusion::prelude::SessionContext), scans on DataFusion's
+//! parquet engine, and writes (`INSERT`, `CREATE TABLE AS`) through this crate's own snapshot
+//! producer and compare-and-swap commit, in bounded memory.
+//!
+//! ```no_run
+//! use iceberg_exec::{IcebergSession, WarehouseConfig};
+//!
+//! # async fn demo() -> datafusion::error::Result<()> {
+//! let session = IcebergSession::open(WarehouseConfig::local("./warehouse")).await?;
+//! let ctx = session.context();
+//! ctx.sql("CREATE SCHEMA IF NOT EXISTS ns").await?.collect().await?;
+//! ctx.sql("CREATE TABLE ns.t (id BIGINT NOT NULL, name VARCHAR)").await?.collect().await?;
+//! ctx.sql("INSERT INTO ns.t VALUES (1, 'a'), (2, 'b')").await?.collect().await?;
+//! ctx.sql("SELECT * FROM ns.t").await?.show().await?;
+//! # Ok(()) }
+//! ```
+
+pub mod catalog;
+mod error;
+mod io_runtime;
+mod location;
+pub mod physical_plan;
+pub mod scan;
+mod session;
+pub mod snapshot;
+pub mod table;
+
+pub use catalog::{
+    CatalogUri, IcebergCatalogProvider, IcebergSchemaProvider, MetadataStore, SqlCatalog,
+    SqlCatalogConfig,
+};
+pub use session::{parse_size, IcebergSession, WarehouseConfig};
+pub use table::{IcebergTableFactory, IcebergTableProvider, TableDefinition};
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

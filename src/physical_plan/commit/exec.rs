@@ -1,0 +1,192 @@
+//! [`CommitExec`]: collects data files from its input and commits them as one snapshot.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{Distribution, EquivalenceProperties};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use iceberg::io::FileIO;
+use iceberg::TableIdent;
+
+use crate::catalog::MetadataStore;
+use crate::physical_plan::write::{decode_data_files, WrittenFiles};
+use crate::snapshot::{commit, SnapshotChanges};
+
+/// Commits the data files produced by its input as one append snapshot and returns one row,
+/// `count`: the number of rows added.
+///
+/// # Algorithm
+/// Reads every row of its (single) input partition, decoding data files; then commits them
+/// through the compare-and-swap commit path, which retries on conflicts. If the input fails or
+/// the commit finally fails, every file the statement wrote is deleted and the table is left as
+/// it was.
+#[derive(Debug)]
+pub struct CommitExec {
+    input: Arc<dyn ExecutionPlan>,
+    store: Arc<dyn MetadataStore>,
+    ident: TableIdent,
+    written: WrittenFiles,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
+}
+
+impl CommitExec {
+    /// A commit of `input`'s files to table `ident` in `store`.
+    pub fn new(
+        input: Arc<dyn ExecutionPlan>,
+        store: Arc<dyn MetadataStore>,
+        ident: TableIdent,
+        written: WrittenFiles,
+    ) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(count_schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self {
+            input,
+            store,
+            ident,
+            written,
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for CommitExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "CommitExec: table={}, operation=append", self.ident)
+    }
+}
+
+async fn delete_all(file_io: &FileIO, files: Vec<String>) {
+    for f in files {
+        // Best effort: a file that cannot be removed is an orphan, not a correctness problem.
+        if let Err(e) = file_io.delete(&f).await {
+            log::warn!("could not remove {f} after a failed write: {e}");
+        }
+    }
+}
+
+impl ExecutionPlan for CommitExec {
+    fn name(&self) -> &str {
+        "CommitExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::SinglePartition]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input] = <[_; 1]>::try_from(children).map_err(|_| {
+            DataFusionError::Internal("CommitExec takes exactly one child".into())
+        })?;
+        Ok(Arc::new(Self::new(
+            input,
+            Arc::clone(&self.store),
+            self.ident.clone(),
+            self.written.clone(),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "CommitExec has one partition, asked for {partition}"
+            )));
+        }
+        let mut input = self.input.execute(0, context)?;
+        let store = Arc::clone(&self.store);
+        let ident = self.ident.clone();
+        let written = self.written.clone();
+        let files_metric = MetricBuilder::new(&self.metrics).counter("files_committed", 0);
+        let attempts_metric = MetricBuilder::new(&self.metrics).counter("commit_attempts", 0);
+        let fut = async move {
+            let file_io = store.file_io().clone();
+            let table = Arc::clone(&store).load(&ident).await?;
+            let mut files = vec![];
+            while let Some(batch) = input.next().await {
+                match batch.and_then(|b| decode_data_files(&b, table.metadata())) {
+                    Ok(mut f) => files.append(&mut f),
+                    Err(e) => {
+                        drop(input);
+                        delete_all(&file_io, written.take()).await;
+                        return Err(e);
+                    }
+                }
+            }
+            let changes = SnapshotChanges::append(files);
+            let rows = changes.added_records();
+            files_metric.add(changes.added_data_files.len());
+            let committed = if changes.added_data_files.is_empty() {
+                // Nothing written (no input rows): no snapshot.
+                Ok(None)
+            } else {
+                commit(Arc::clone(&store), &ident, changes).await.map(Some)
+            };
+            match committed {
+                Ok(outcome) => {
+                    if let Some(o) = outcome {
+                        attempts_metric.add(o.attempts as usize);
+                    }
+                    written.take();
+                    let array = Arc::new(UInt64Array::from(vec![rows])) as ArrayRef;
+                    Ok(RecordBatch::try_new(count_schema(), vec![array])?)
+                }
+                Err(e) => {
+                    delete_all(&file_io, written.take()).await;
+                    Err(e)
+                }
+            }
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            count_schema(),
+            futures::stream::once(fut),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}

@@ -1,0 +1,5 @@
+//! Committing written files: [`CommitExec`] gathers the writers' files and commits one snapshot.
+
+mod exec;
+
+pub use exec::CommitExec;

@@ -1,0 +1,4 @@
+//! Our physical operators, one folder per family.
+
+pub mod commit;
+pub mod write;

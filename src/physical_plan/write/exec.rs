@@ -1,0 +1,183 @@
+//! [`DataFileWriterExec`]: the plan node that writes Iceberg data files.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use datafusion::error::Result;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, LexRequirement, OrderingRequirements};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties, SendableRecordBatchStream,
+};
+use iceberg::table::Table;
+
+use super::writer::{data_files_schema, write_partition, WriterCounters};
+
+/// Locations of every file a write handed out, shared by the writer and commit nodes of one
+/// statement so that a failed statement can remove what it wrote.
+#[derive(Debug, Clone, Default)]
+pub struct WrittenFiles(Arc<Mutex<Vec<String>>>);
+
+impl WrittenFiles {
+    pub(crate) fn record(&self, location: String) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(location);
+        }
+    }
+
+    /// Takes the recorded locations, leaving none.
+    pub fn take(&self) -> Vec<String> {
+        self.0.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
+    }
+}
+
+/// Writes its input as Iceberg data files, one writer per input partition.
+///
+/// # Algorithm
+/// Each input partition is written by its own writer: batches are cast onto the table schema
+/// (with field ids), split by partition value (fan-out, one open file per partition value), and
+/// written as parquet files that roll over at `write.target-file-size-bytes`. When the table has
+/// a sort order the node requires its input sorted by it; DataFusion's `EnforceSorting` then puts
+/// a `SortExec` below, which spills under memory pressure, so every file is sorted.
+///
+/// ```text
+///   input partition i ──► [SortExec (spilling)] ──► cast ──► split by partition ──► rolling
+///                                                                    parquet files ──► rows
+///   output partition i: one row per file (spec_id, data_file JSON)
+/// ```
+#[derive(Debug)]
+pub struct DataFileWriterExec {
+    input: Arc<dyn ExecutionPlan>,
+    table: Table,
+    sort: Option<LexRequirement>,
+    written: WrittenFiles,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl DataFileWriterExec {
+    /// A writer of `input` into `table`, requiring `sort` order when given.
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        table: Table,
+        sort: Option<LexRequirement>,
+        written: WrittenFiles,
+    ) -> Result<Self> {
+        let properties = Arc::new(Self::compute_properties(&input));
+        Ok(Self {
+            input,
+            table,
+            sort,
+            written,
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        })
+    }
+
+    fn compute_properties(input: &Arc<dyn ExecutionPlan>) -> PlanProperties {
+        PlanProperties::new(
+            EquivalenceProperties::new(data_files_schema()),
+            Partitioning::UnknownPartitioning(input.output_partitioning().partition_count()),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        )
+    }
+
+    /// The table written to.
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+}
+
+impl DisplayAs for DataFileWriterExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let metadata = self.table.metadata();
+        write!(
+            f,
+            "DataFileWriterExec: table={}, spec_id={}",
+            self.table.identifier(),
+            metadata.default_partition_spec_id()
+        )?;
+        if let Some(sort) = &self.sort {
+            let keys: Vec<String> = sort.iter().map(|r| r.to_string()).collect();
+            write!(f, ", sort=[{}]", keys.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for DataFileWriterExec {
+    fn name(&self) -> &str {
+        "DataFileWriterExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
+        vec![self.sort.clone().map(OrderingRequirements::new)]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input] = <[_; 1]>::try_from(children).map_err(|_| {
+            datafusion::error::DataFusionError::Internal(
+                "DataFileWriterExec takes exactly one child".into(),
+            )
+        })?;
+        Ok(Arc::new(Self::try_new(
+            input,
+            self.table.clone(),
+            self.sort.clone(),
+            self.written.clone(),
+        )?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let counters = WriterCounters {
+            rows: MetricBuilder::new(&self.metrics).counter("rows_written", partition),
+            files: MetricBuilder::new(&self.metrics).counter("files_written", partition),
+            bytes: MetricBuilder::new(&self.metrics).counter("bytes_written", partition),
+        };
+        let table = self.table.clone();
+        let written = self.written.clone();
+        let fut = write_partition(input, table, partition, written, counters);
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            data_files_schema(),
+            futures::stream::once(fut),
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}

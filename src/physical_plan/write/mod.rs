@@ -1,0 +1,11 @@
+//! Writing data files: [`DataFileWriterExec`] turns record batches into Iceberg data files,
+//! partitioned by the table's spec, rolled at the target file size, sorted by the table's sort
+//! order (DataFusion inserts a spilling sort below it to meet its ordering requirement).
+
+mod exec;
+mod sort_order;
+mod writer;
+
+pub use exec::{DataFileWriterExec, WrittenFiles};
+pub use sort_order::sort_requirement;
+pub(crate) use writer::{data_files_schema, decode_data_files};

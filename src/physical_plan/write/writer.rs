@@ -1,0 +1,225 @@
+//! The work of one writer partition: align batches to the table schema, split them by partition
+//! value, write rolling parquet files with full column metrics, and describe them as manifest
+//! entries (JSON) for the commit node.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_plan::metrics::Count;
+use datafusion::physical_plan::SendableRecordBatchStream;
+use futures::StreamExt;
+use iceberg::arrow::{schema_to_arrow_schema, RecordBatchPartitionSplitter};
+use iceberg::spec::{
+    deserialize_data_file_from_json, serialize_data_file_to_json, DataFile, DataFileFormat,
+    PartitionKey, TableMetadata,
+};
+use iceberg::table::Table;
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator, LocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use super::exec::WrittenFiles;
+use crate::error::IcebergResultExt;
+use crate::snapshot::NewFile;
+
+/// Schema of the writer's output: one row per data file written.
+pub(crate) fn data_files_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("spec_id", DataType::Int32, false),
+        Field::new("data_file", DataType::Utf8, false),
+    ]))
+}
+
+/// Parses the writer's output rows back into data files.
+pub(crate) fn decode_data_files(batch: &RecordBatch, metadata: &TableMetadata) -> Result<Vec<NewFile>> {
+    let bad = || DataFusionError::Internal("unexpected data file batch layout".into());
+    let spec_ids = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<Int32Array>()
+        .ok_or_else(bad)?;
+    let jsons = batch
+        .column(1)
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(bad)?;
+    let schema = metadata.current_schema();
+    (0..batch.num_rows())
+        .map(|i| {
+            let spec_id = spec_ids.value(i);
+            let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
+                DataFusionError::Internal(format!("unknown partition spec {spec_id}"))
+            })?;
+            let partition_type = spec.partition_type(schema).df()?;
+            let file =
+                deserialize_data_file_from_json(jsons.value(i), spec_id, &partition_type, schema)
+                    .df()?;
+            Ok(NewFile { spec_id, file })
+        })
+        .collect()
+}
+
+/// Remembers every location handed out, so files of a failed write can be removed.
+#[derive(Clone)]
+struct RecordingLocations {
+    inner: DefaultLocationGenerator,
+    written: WrittenFiles,
+}
+
+impl LocationGenerator for RecordingLocations {
+    fn generate_location(&self, key: Option<&PartitionKey>, file_name: &str) -> String {
+        let location = self.inner.generate_location(key, file_name);
+        self.written.record(location.clone());
+        location
+    }
+}
+
+/// Parquet writer properties from the table's `write.parquet.*` properties.
+fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
+    let props = metadata.properties();
+    let codec = props
+        .get("write.parquet.compression-codec")
+        .map(|s| s.to_ascii_lowercase())
+        .unwrap_or_else(|| "zstd".to_string());
+    let level: Option<i32> = props
+        .get("write.parquet.compression-level")
+        .map(|l| {
+            l.parse::<i32>().map_err(|_| {
+                DataFusionError::Configuration(format!(
+                    "write.parquet.compression-level must be an integer, got '{l}'"
+                ))
+            })
+        })
+        .transpose()?;
+    let compression = match codec.as_str() {
+        "zstd" => Compression::ZSTD(ZstdLevel::try_new(level.unwrap_or(3))?),
+        "gzip" => Compression::GZIP(GzipLevel::try_new(level.unwrap_or(6) as u32)?),
+        "snappy" => Compression::SNAPPY,
+        "lz4" => Compression::LZ4_RAW,
+        "uncompressed" | "none" => Compression::UNCOMPRESSED,
+        other => {
+            return Err(DataFusionError::Configuration(format!(
+                "unsupported write.parquet.compression-codec '{other}'"
+            )))
+        }
+    };
+    Ok(WriterProperties::builder()
+        .set_compression(compression)
+        .set_created_by(concat!("iceberg-exec version ", env!("CARGO_PKG_VERSION")).to_string())
+        .build())
+}
+
+/// Casts `batch` onto the table's Arrow schema (with field ids), checking required columns.
+fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    if batch.num_columns() != target.fields().len() {
+        return Err(DataFusionError::Plan(format!(
+            "INSERT gives {} columns, the table has {}",
+            batch.num_columns(),
+            target.fields().len()
+        )));
+    }
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+    for (field, column) in target.fields().iter().zip(batch.columns()) {
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(DataFusionError::Execution(format!(
+                "column '{}' is required (NOT NULL) but the inserted rows hold NULL",
+                field.name()
+            )));
+        }
+        let column = if column.data_type() == field.data_type() {
+            Arc::clone(column)
+        } else {
+            arrow::compute::cast(column, field.data_type())?
+        };
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(Arc::clone(target), columns)?)
+}
+
+/// Counters of one writer partition.
+#[derive(Debug, Clone)]
+pub(crate) struct WriterCounters {
+    pub rows: Count,
+    pub files: Count,
+    pub bytes: Count,
+}
+
+/// Writes one input partition and returns the batch describing the files written.
+pub(crate) async fn write_partition(
+    mut input: SendableRecordBatchStream,
+    table: Table,
+    partition: usize,
+    written: WrittenFiles,
+    counters: WriterCounters,
+) -> Result<RecordBatch> {
+    let metadata = table.metadata();
+    let schema = metadata.current_schema().clone();
+    let spec = metadata.default_partition_spec().clone();
+    let target = Arc::new(schema_to_arrow_schema(&schema).df()?);
+    let target_file_size = metadata.table_properties().df()?.write_target_file_size_bytes;
+
+    let parquet = ParquetWriterBuilder::new(writer_properties(metadata)?, schema.clone());
+    let locations = RecordingLocations {
+        inner: DefaultLocationGenerator::new(metadata).df()?,
+        written,
+    };
+    let names = DefaultFileNameGenerator::new(
+        format!("{partition:05}-{}", uuid::Uuid::new_v4()),
+        None,
+        DataFileFormat::Parquet,
+    );
+    let rolling = RollingFileWriterBuilder::new(
+        parquet,
+        target_file_size,
+        table.file_io().clone(),
+        locations,
+        names,
+    );
+    let builder = DataFileWriterBuilder::new(rolling);
+
+    let files: Vec<DataFile> = if spec.is_unpartitioned() {
+        let mut writer = builder.build(None).await.df()?;
+        while let Some(batch) = input.next().await {
+            let batch = align_batch(&batch?, &target)?;
+            counters.rows.add(batch.num_rows());
+            writer.write(batch).await.df()?;
+        }
+        writer.close().await.df()?
+    } else {
+        let splitter =
+            RecordBatchPartitionSplitter::try_new_with_computed_values(schema.clone(), spec.clone())
+                .df()?;
+        let mut writer = FanoutWriter::new(builder);
+        while let Some(batch) = input.next().await {
+            let batch = align_batch(&batch?, &target)?;
+            counters.rows.add(batch.num_rows());
+            for (key, part) in splitter.split(&batch).df()? {
+                writer.write(key, part).await.df()?;
+            }
+        }
+        writer.close().await.df()?
+    };
+
+    let partition_type = spec.partition_type(&schema).df()?;
+    let mut jsons = Vec::with_capacity(files.len());
+    for file in files {
+        counters.files.add(1);
+        counters.bytes.add(file.file_size_in_bytes() as usize);
+        jsons.push(serialize_data_file_to_json(file, &partition_type, metadata.format_version()).df()?);
+    }
+    let spec_ids = Int32Array::from(vec![spec.spec_id(); jsons.len()]);
+    Ok(RecordBatch::try_new(
+        data_files_schema(),
+        vec![Arc::new(spec_ids), Arc::new(StringArray::from(jsons))],
+    )?)
+}

@@ -1,0 +1,167 @@
+//! A ready-to-use DataFusion session over an Iceberg warehouse: the SQL catalog registered as the
+//! default catalog, `STORED AS ICEBERG` enabled, and an optional memory limit.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::prelude::SessionConfig;
+
+use crate::catalog::{CatalogUri, IcebergCatalogProvider, SqlCatalog, SqlCatalogConfig};
+use crate::table::IcebergTableFactory;
+
+/// Where the warehouse and its catalog live, and how much memory queries may use.
+#[derive(Debug, Clone)]
+pub struct WarehouseConfig {
+    /// Directory holding table data (created if missing).
+    pub warehouse: PathBuf,
+    /// Catalog database URI; `sqlite://<warehouse>/catalog.db` when `None`.
+    pub catalog_uri: Option<String>,
+    /// Catalog name (the `catalog_name` column, and the DataFusion catalog).
+    pub catalog_name: String,
+    /// Memory limit for query execution in bytes; unlimited when `None`.
+    pub memory_limit: Option<usize>,
+}
+
+impl WarehouseConfig {
+    /// A local warehouse in `dir` with the default SQLite catalog named `default`.
+    pub fn local(dir: impl AsRef<Path>) -> Self {
+        Self {
+            warehouse: dir.as_ref().to_path_buf(),
+            catalog_uri: None,
+            catalog_name: "default".to_string(),
+            memory_limit: None,
+        }
+    }
+
+    /// The catalog URI in effect.
+    pub fn effective_catalog_uri(&self) -> String {
+        self.catalog_uri
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}/catalog.db", self.warehouse.display()))
+    }
+}
+
+/// Parses a memory size: plain bytes (`1048576`) or with a unit (`64MiB`, `1GiB`, `512KiB`,
+/// `64MB`, `1G`).
+pub fn parse_size(text: &str) -> Result<usize> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || {
+        DataFusionError::Configuration(format!(
+            "invalid size '{text}': expected bytes or a number with KiB/MiB/GiB/TiB (or KB/MB/GB/TB)"
+        ))
+    };
+    let value: f64 = num.parse().map_err(|_| bad())?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" | "kib" => 1024.0,
+        "m" | "mb" | "mib" => 1024.0 * 1024.0,
+        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(bad()),
+    };
+    let bytes = value * mult;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(bad());
+    }
+    Ok(bytes as usize)
+}
+
+/// A DataFusion session over an Iceberg warehouse.
+#[derive(Clone)]
+pub struct IcebergSession {
+    ctx: SessionContext,
+    catalog: Arc<SqlCatalog>,
+    pool: Arc<dyn MemoryPool>,
+}
+
+impl std::fmt::Debug for IcebergSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcebergSession")
+            .field("catalog", &self.catalog)
+            .finish()
+    }
+}
+
+impl IcebergSession {
+    /// Connects to the catalog and builds the session.
+    pub async fn open(config: WarehouseConfig) -> Result<Self> {
+        let uri = CatalogUri::parse(&config.effective_catalog_uri())?;
+        let catalog = SqlCatalog::connect(SqlCatalogConfig {
+            name: config.catalog_name.clone(),
+            uri,
+            warehouse: config.warehouse.display().to_string(),
+        })
+        .await?;
+        Self::with_catalog(catalog, config.memory_limit)
+    }
+
+    /// Builds a session around an existing catalog.
+    pub fn with_catalog(catalog: Arc<SqlCatalog>, memory_limit: Option<usize>) -> Result<Self> {
+        let pool: Arc<dyn MemoryPool> = match memory_limit {
+            Some(limit) => Arc::new(TrackConsumersPool::new(
+                FairSpillPool::new(limit),
+                std::num::NonZeroUsize::new(5).unwrap_or(std::num::NonZeroUsize::MIN),
+            )),
+            None => Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default()),
+        };
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::clone(&pool))
+            .build_arc()?;
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_create_default_catalog_and_schema(false)
+            .with_default_catalog_and_schema(catalog.name(), "default");
+        let mut state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime)
+            .with_default_features()
+            .build();
+        state
+            .table_factories_mut()
+            .insert("ICEBERG".to_string(), Arc::new(IcebergTableFactory));
+        let ctx = SessionContext::new_with_state(state);
+        ctx.register_catalog(
+            catalog.name(),
+            Arc::new(IcebergCatalogProvider::new(Arc::clone(&catalog))),
+        );
+        Ok(Self { ctx, catalog, pool })
+    }
+
+    /// The DataFusion context: run SQL or DataFrames here.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The Iceberg catalog.
+    pub fn catalog(&self) -> &Arc<SqlCatalog> {
+        &self.catalog
+    }
+
+    /// The memory pool queries reserve from.
+    pub fn memory_pool(&self) -> &Arc<dyn MemoryPool> {
+        &self.pool
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_size("16mb").unwrap(), 16 << 20);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("12XB").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}

@@ -1,0 +1,9 @@
+//! Our own snapshot producer and commit path: manifests, manifest lists, snapshot summaries,
+//! sequence numbers and refs, committed by compare-and-swap with retries.
+
+mod commit;
+pub(crate) mod metadata_file;
+mod producer;
+
+pub use commit::{commit, CommitOutcome};
+pub use producer::{NewFile, SnapshotChanges, SnapshotProducer, MAIN_BRANCH};

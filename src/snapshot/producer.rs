@@ -1,0 +1,454 @@
+//! The snapshot producer: turns a set of file changes into manifests, a manifest list and a new
+//! snapshot on top of a base table version.
+//!
+//! ```text
+//!  changes (added data files, added delete files, removed data files)
+//!     │  written once per producer      ┌────────────────────────────────────┐
+//!     ├──────────────────────────────►  │ new manifests (entries inherit the │
+//!     │                                 │ snapshot's sequence number)        │
+//!     │  per attempt, on the base       └────────────────────────────────────┘
+//!     └─► parent manifests: kept as they are, or rewritten when they list a removed file
+//!         ─► manifest list (snap-<id>-<attempt>-<uuid>.avro) ─► snapshot + `main` ref
+//! ```
+//! A retry after a conflict re-applies the same changes on the newer base: new manifests are
+//! reused, the manifest list and metadata are rebuilt.
+
+use std::collections::{HashMap, HashSet};
+
+use datafusion::error::{DataFusionError, Result};
+use iceberg::io::FileIO;
+use iceberg::spec::{
+    DataContentType, DataFile, FormatVersion, ManifestContentType, ManifestFile,
+    ManifestListWriter, ManifestStatus, ManifestWriterBuilder, Operation, Snapshot,
+    SnapshotSummaryCollector, Summary, TableMetadata,
+};
+use iceberg::table::Table;
+use uuid::Uuid;
+
+use crate::error::IcebergResultExt;
+
+/// The branch every write goes to.
+pub const MAIN_BRANCH: &str = "main";
+
+/// A file added by a snapshot, with the partition spec it was written for.
+#[derive(Debug, Clone)]
+pub struct NewFile {
+    /// The partition spec id of `file.partition`.
+    pub spec_id: i32,
+    /// The file's manifest description.
+    pub file: DataFile,
+}
+
+/// What a snapshot changes in a table.
+#[derive(Debug, Default, Clone)]
+pub struct SnapshotChanges {
+    /// The snapshot operation recorded in the summary.
+    pub operation: Operation,
+    /// New data files (content = data).
+    pub added_data_files: Vec<NewFile>,
+    /// New position or equality delete files.
+    pub added_delete_files: Vec<NewFile>,
+    /// Paths of data or delete files that this snapshot removes from the table.
+    pub removed_files: HashSet<String>,
+    /// Extra summary properties (e.g. the engine that wrote the snapshot).
+    pub summary_properties: HashMap<String, String>,
+}
+
+impl SnapshotChanges {
+    /// An append of `files`.
+    pub fn append(files: Vec<NewFile>) -> Self {
+        Self {
+            operation: Operation::Append,
+            added_data_files: files,
+            ..Default::default()
+        }
+    }
+
+    /// Rows added by this change.
+    pub fn added_records(&self) -> u64 {
+        self.added_data_files.iter().map(|f| f.file.record_count()).sum()
+    }
+}
+
+/// Builds snapshots for one set of changes, possibly several times (one per commit attempt).
+#[derive(Debug)]
+pub struct SnapshotProducer {
+    changes: SnapshotChanges,
+    commit_uuid: Uuid,
+    snapshot_id: Option<i64>,
+    /// Manifests of added files, written at the first attempt and reused afterwards.
+    new_manifests: Option<Vec<ManifestFile>>,
+    /// Files written for the current attempt (manifest list, rewritten manifests).
+    attempt_files: Vec<String>,
+    /// Files written once for all attempts.
+    shared_files: Vec<String>,
+}
+
+impl SnapshotProducer {
+    /// A producer for `changes`.
+    pub fn new(changes: SnapshotChanges) -> Self {
+        Self {
+            changes,
+            commit_uuid: Uuid::new_v4(),
+            snapshot_id: None,
+            new_manifests: None,
+            attempt_files: vec![],
+            shared_files: vec![],
+        }
+    }
+
+    /// The changes this producer commits.
+    pub fn changes(&self) -> &SnapshotChanges {
+        &self.changes
+    }
+
+    /// The id of the snapshot being produced (after the first `apply`).
+    pub fn snapshot_id(&self) -> Option<i64> {
+        self.snapshot_id
+    }
+
+    fn metadata_path(&self, base: &TableMetadata, file: &str) -> String {
+        format!("{}/metadata/{file}", base.location().trim_end_matches('/'))
+    }
+
+    /// Builds the new table metadata on top of `base`, writing manifests and a manifest list.
+    pub async fn apply(&mut self, base: &Table, attempt: u32) -> Result<TableMetadata> {
+        let metadata = base.metadata();
+        let file_io = base.file_io();
+        self.attempt_files.clear();
+
+        let snapshot_id = match self.snapshot_id {
+            Some(id) if metadata.snapshot_by_id(id).is_none() => id,
+            _ => {
+                let id = new_snapshot_id(metadata);
+                self.snapshot_id = Some(id);
+                id
+            }
+        };
+        let parent = metadata.snapshot_for_ref(MAIN_BRANCH).cloned();
+        let format_version = metadata.format_version();
+        let sequence_number = match format_version {
+            FormatVersion::V1 => 0,
+            _ => metadata.next_sequence_number(),
+        };
+
+        if self.new_manifests.is_none() {
+            let manifests = self.write_new_manifests(base, snapshot_id).await?;
+            self.new_manifests = Some(manifests);
+        }
+        let mut manifests: Vec<ManifestFile> = self.new_manifests.clone().unwrap_or_default();
+
+        // Carry the parent's manifests over, rewriting those that list removed files.
+        let mut summary = SnapshotSummaryCollector::default();
+        let mut found_removed: HashSet<String> = HashSet::new();
+        if let Some(parent) = &parent {
+            let list = base.manifest_list_reader(parent).load().await.df()?;
+            for (i, manifest) in list.consume_entries().into_iter().enumerate() {
+                if self.changes.removed_files.is_empty() {
+                    manifests.push(manifest);
+                    continue;
+                }
+                let rewritten = self
+                    .rewrite_manifest(base, &manifest, snapshot_id, attempt, i, &mut summary, &mut found_removed)
+                    .await?;
+                manifests.push(rewritten.unwrap_or(manifest));
+            }
+        }
+        let missing: Vec<&String> = self
+            .changes
+            .removed_files
+            .iter()
+            .filter(|p| !found_removed.contains(*p))
+            .collect();
+        if !missing.is_empty() {
+            return Err(DataFusionError::Execution(format!(
+                "commit conflict: {} file(s) to remove are no longer in the table (e.g. {})",
+                missing.len(),
+                missing[0]
+            )));
+        }
+
+        for new in self
+            .changes
+            .added_data_files
+            .iter()
+            .chain(self.changes.added_delete_files.iter())
+        {
+            let spec = metadata.partition_spec_by_id(new.spec_id).ok_or_else(|| {
+                DataFusionError::Internal(format!("unknown partition spec {}", new.spec_id))
+            })?;
+            summary.add_file(&new.file, metadata.current_schema().clone(), spec.clone());
+        }
+
+        let list_path = self.metadata_path(
+            metadata,
+            &format!("snap-{snapshot_id}-{attempt}-{}.avro", self.commit_uuid),
+        );
+        let out = file_io.new_output(&list_path).df()?;
+        self.attempt_files.push(list_path.clone());
+        let writer = out.writer().await.df()?;
+        let parent_id = parent.as_ref().map(|p| p.snapshot_id());
+        let mut list_writer = match format_version {
+            FormatVersion::V1 => ManifestListWriter::v1(writer, snapshot_id, parent_id),
+            FormatVersion::V2 => {
+                ManifestListWriter::v2(writer, snapshot_id, parent_id, sequence_number)
+            }
+            FormatVersion::V3 => ManifestListWriter::v3(
+                writer,
+                snapshot_id,
+                parent_id,
+                sequence_number,
+                Some(metadata.next_row_id()),
+            ),
+        };
+        list_writer.add_manifests(manifests.into_iter()).df()?;
+        let next_row_id = list_writer.next_row_id();
+        list_writer.close().await.df()?;
+
+        let mut props = summary.build();
+        props.extend(self.changes.summary_properties.clone());
+        add_totals(&mut props, parent.as_ref().map(|p| p.summary()));
+        let summary = Summary {
+            operation: self.changes.operation.clone(),
+            additional_properties: props,
+        };
+        let timestamp_ms = chrono::Utc::now()
+            .timestamp_millis()
+            .max(metadata.last_updated_ms() + 1);
+        let snapshot = Snapshot::builder()
+            .with_snapshot_id(snapshot_id)
+            .with_parent_snapshot_id(parent_id)
+            .with_sequence_number(sequence_number)
+            .with_timestamp_ms(timestamp_ms)
+            .with_manifest_list(list_path)
+            .with_summary(summary)
+            .with_schema_id(metadata.current_schema_id());
+        let snapshot = match (format_version, next_row_id) {
+            (FormatVersion::V3, Some(next)) => {
+                let first = metadata.next_row_id();
+                snapshot.with_row_range(first, next.saturating_sub(first)).build()
+            }
+            _ => snapshot.build(),
+        };
+        let location = base.metadata_location().map(str::to_string);
+        let result = metadata
+            .clone()
+            .into_builder(location)
+            .set_branch_snapshot(snapshot, MAIN_BRANCH)
+            .df()?
+            .build()
+            .df()?;
+        Ok(result.metadata)
+    }
+
+    async fn write_new_manifests(&mut self, base: &Table, snapshot_id: i64) -> Result<Vec<ManifestFile>> {
+        let metadata = base.metadata();
+        let mut groups: HashMap<(i32, bool), Vec<DataFile>> = HashMap::new();
+        for f in &self.changes.added_data_files {
+            if f.file.content_type() != DataContentType::Data {
+                return Err(DataFusionError::Internal(
+                    "a delete file was given as an added data file".into(),
+                ));
+            }
+            groups.entry((f.spec_id, false)).or_default().push(f.file.clone());
+        }
+        for f in &self.changes.added_delete_files {
+            if f.file.content_type() == DataContentType::Data {
+                return Err(DataFusionError::Internal(
+                    "a data file was given as an added delete file".into(),
+                ));
+            }
+            groups.entry((f.spec_id, true)).or_default().push(f.file.clone());
+        }
+        if metadata.format_version() == FormatVersion::V1 && groups.keys().any(|(_, d)| *d) {
+            return Err(DataFusionError::Plan(
+                "format v1 tables cannot hold delete files".into(),
+            ));
+        }
+        let mut keys: Vec<_> = groups.keys().cloned().collect();
+        keys.sort();
+        let mut out = vec![];
+        for (n, key) in keys.into_iter().enumerate() {
+            let files = groups.remove(&key).unwrap_or_default();
+            let path = self.metadata_path(metadata, &format!("{}-m{n}.avro", self.commit_uuid));
+            self.shared_files.push(path.clone());
+            let mut writer = manifest_writer(base, &path, snapshot_id, key.0, key.1)?;
+            for f in files {
+                writer.add_file(f, -1).df()?;
+            }
+            out.push(writer.write_manifest_file().await.df()?);
+        }
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn rewrite_manifest(
+        &mut self,
+        base: &Table,
+        manifest: &ManifestFile,
+        snapshot_id: i64,
+        attempt: u32,
+        index: usize,
+        summary: &mut SnapshotSummaryCollector,
+        found: &mut HashSet<String>,
+    ) -> Result<Option<ManifestFile>> {
+        let loaded = manifest.load_manifest(base.file_io()).await.df()?;
+        let hits = loaded
+            .entries()
+            .iter()
+            .any(|e| e.is_alive() && self.changes.removed_files.contains(e.file_path()));
+        if !hits {
+            return Ok(None);
+        }
+        let metadata = base.metadata();
+        let spec = metadata
+            .partition_spec_by_id(manifest.partition_spec_id)
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "unknown partition spec {}",
+                    manifest.partition_spec_id
+                ))
+            })?
+            .clone();
+        let path = self.metadata_path(
+            metadata,
+            &format!("{}-r{attempt}-{index}.avro", self.commit_uuid),
+        );
+        self.attempt_files.push(path.clone());
+        let deletes = manifest.content == ManifestContentType::Deletes;
+        let mut writer = manifest_writer(base, &path, snapshot_id, manifest.partition_spec_id, deletes)?;
+        for entry in loaded.entries() {
+            if !entry.is_alive() {
+                continue;
+            }
+            let seq = entry.sequence_number().ok_or_else(|| {
+                DataFusionError::Internal("manifest entry without sequence number".into())
+            })?;
+            let file_seq = entry.file_sequence_number.or(Some(seq));
+            if self.changes.removed_files.contains(entry.file_path()) {
+                found.insert(entry.file_path().to_string());
+                summary.remove_file(entry.data_file(), metadata.current_schema().clone(), spec.clone());
+                writer
+                    .add_delete_file(entry.data_file().clone(), seq, file_seq)
+                    .df()?;
+            } else {
+                let sid = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
+                let status_ok = matches!(entry.status(), ManifestStatus::Added | ManifestStatus::Existing);
+                debug_assert!(status_ok);
+                writer
+                    .add_existing_file(entry.data_file().clone(), sid, seq, file_seq)
+                    .df()?;
+            }
+        }
+        Ok(Some(writer.write_manifest_file().await.df()?))
+    }
+
+    /// Deletes the files written for the last attempt (after a lost compare-and-swap).
+    pub async fn cleanup_attempt(&mut self, file_io: &FileIO) {
+        for f in self.attempt_files.drain(..) {
+            let _ = file_io.delete(&f).await;
+        }
+    }
+
+    /// Deletes every file this producer wrote (after the commit finally failed).
+    pub async fn cleanup_all(&mut self, file_io: &FileIO) {
+        self.cleanup_attempt(file_io).await;
+        for f in self.shared_files.drain(..) {
+            let _ = file_io.delete(&f).await;
+        }
+        self.new_manifests = None;
+    }
+}
+
+fn manifest_writer(
+    base: &Table,
+    path: &str,
+    snapshot_id: i64,
+    spec_id: i32,
+    deletes: bool,
+) -> Result<iceberg::spec::ManifestWriter> {
+    let metadata = base.metadata();
+    let spec = metadata
+        .partition_spec_by_id(spec_id)
+        .ok_or_else(|| DataFusionError::Internal(format!("unknown partition spec {spec_id}")))?;
+    let out = base.file_io().new_output(path).df()?;
+    let builder = ManifestWriterBuilder::new(
+        out,
+        Some(snapshot_id),
+        metadata.current_schema().clone(),
+        spec.as_ref().clone(),
+    );
+    Ok(match (metadata.format_version(), deletes) {
+        (FormatVersion::V1, _) => builder.build_v1(),
+        (FormatVersion::V2, false) => builder.build_v2_data(),
+        (FormatVersion::V2, true) => builder.build_v2_deletes(),
+        (FormatVersion::V3, false) => builder.build_v3_data(),
+        (FormatVersion::V3, true) => builder.build_v3_deletes(),
+    })
+}
+
+/// A fresh positive snapshot id not used by the table.
+fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
+    loop {
+        let id = (rand::random::<u64>() >> 1) as i64;
+        if id != 0 && metadata.snapshot_by_id(id).is_none() {
+            return id;
+        }
+    }
+}
+
+/// Adds `total-*` properties: the parent's totals plus what this snapshot added, minus what it
+/// removed. Totals are left out when the parent does not carry them (they would be wrong).
+fn add_totals(props: &mut HashMap<String, String>, previous: Option<&Summary>) {
+    const TOTALS: [(&str, &str, &str); 6] = [
+        ("total-records", "added-records", "deleted-records"),
+        ("total-files-size", "added-files-size", "removed-files-size"),
+        ("total-data-files", "added-data-files", "deleted-data-files"),
+        ("total-delete-files", "added-delete-files", "removed-delete-files"),
+        ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
+        ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
+    ];
+    let get = |p: &HashMap<String, String>, k: &str| -> Option<u64> {
+        p.get(k).and_then(|v| v.parse::<u64>().ok())
+    };
+    for (total, added, removed) in TOTALS {
+        let prev = match previous {
+            None => Some(0),
+            Some(s) => get(&s.additional_properties, total),
+        };
+        if let Some(prev) = prev {
+            let value = (prev + get(props, added).unwrap_or(0))
+                .saturating_sub(get(props, removed).unwrap_or(0));
+            props.insert(total.to_string(), value.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_accumulate_and_skip_unknown() {
+        let mut props = HashMap::from([
+            ("added-records".to_string(), "10".to_string()),
+            ("added-data-files".to_string(), "2".to_string()),
+        ]);
+        let prev = Summary {
+            operation: Operation::Append,
+            additional_properties: HashMap::from([
+                ("total-records".to_string(), "5".to_string()),
+                ("total-data-files".to_string(), "1".to_string()),
+            ]),
+        };
+        add_totals(&mut props, Some(&prev));
+        assert_eq!(props["total-records"], "15");
+        assert_eq!(props["total-data-files"], "3");
+        assert!(!props.contains_key("total-files-size"));
+
+        let mut first = HashMap::from([("added-records".to_string(), "4".to_string())]);
+        add_totals(&mut first, None);
+        assert_eq!(first["total-records"], "4");
+        assert_eq!(first["total-delete-files"], "0");
+    }
+}

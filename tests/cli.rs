@@ -1,0 +1,137 @@
+//! The `iceberg-exec` command-line contract.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn cli(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iceberg-exec"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run iceberg-exec")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn sql_statements_and_output_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = cli(
+        dir.path(),
+        &["sql", "CREATE SCHEMA ns; CREATE TABLE ns.t (id BIGINT, name VARCHAR); INSERT INTO ns.t VALUES (1, 'a;b'), (2, NULL)"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The default warehouse and catalog live under ./warehouse.
+    assert!(dir.path().join("warehouse/catalog.db").exists());
+    assert!(dir.path().join("warehouse/ns/t/metadata").is_dir());
+
+    let o = cli(dir.path(), &["--format", "csv", "sql", "SELECT id, name FROM ns.t ORDER BY id"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "id,name\n1,a;b\n2,\n");
+
+    let o = cli(dir.path(), &["--format", "json", "sql", "SELECT id, name FROM ns.t ORDER BY id"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "{\"id\":1,\"name\":\"a;b\"}\n{\"id\":2}\n");
+
+    let o = cli(dir.path(), &["sql", "SELECT count(*) AS n FROM ns.t"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    assert!(text.contains("| n |") && text.contains("| 2 |"), "{text}");
+}
+
+#[test]
+fn catalog_uri_forms_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let abs = dir.path().join("cat/my.db");
+    let uri = format!("sqlite:///{}", abs.display()); // SQLAlchemy absolute form: 4 slashes
+    let wh = dir.path().join("wh");
+    let args = |sql: &'static str| -> Vec<String> {
+        vec![
+            "--warehouse".into(),
+            wh.display().to_string(),
+            "--catalog-uri".into(),
+            uri.clone(),
+            "--catalog-name".into(),
+            "prod".into(),
+            "--memory-limit".into(),
+            "64MiB".into(),
+            "--format".into(),
+            "csv".into(),
+            "sql".into(),
+            sql.into(),
+        ]
+    };
+    let run = |a: Vec<String>| {
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        cli(dir.path(), &refs)
+    };
+    let o = run(args("CREATE SCHEMA x; CREATE TABLE x.t AS SELECT 7 AS v"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(abs.exists(), "catalog at the SQLAlchemy path");
+    let o = run(args("SELECT v FROM prod.x.t"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "v\n7\n");
+
+    // Relative SQLAlchemy form resolves against the working directory.
+    let o = cli(dir.path(), &["--catalog-uri", "sqlite:///rel.db", "sql", "CREATE SCHEMA r"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.path().join("rel.db").exists());
+}
+
+#[test]
+fn errors_are_one_line_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = cli(dir.path(), &["sql", "CREATE SCHEMA ns; CREATE TABLE ns.t (id INT)"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["sql", "SELECT * FROM ns.nope"], "nope"),
+        (vec!["sql", "SELECT * FROM nons.t"], "nons"),
+        (vec!["sql", "SELEKT 1"], "SELEKT"),
+        (vec!["--bogus-flag", "sql", "SELECT 1"], "--bogus-flag"),
+        (vec!["--memory-limit", "lots", "sql", "SELECT 1"], "invalid size 'lots'"),
+        (vec!["--format", "xml", "sql", "SELECT 1"], "xml"),
+        (vec!["--catalog-uri", "mysql://h/db", "sql", "SELECT 1"], "unsupported scheme 'mysql'"),
+        (vec!["--catalog-uri", "sqlite:////dev/null/x/catalog.db", "sql", "SELECT 1"], "catalog directory"),
+        (vec!["sql", "INSERT INTO ns.t VALUES (1); SELECT * FROM ns.nope"], "nope"),
+    ];
+    for (args, needle) in cases {
+        let o = cli(dir.path(), &args);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{args:?} should fail");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
+        assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    }
+    // The failing multi-statement run committed its first statement (statements run in order),
+    // the failed ones changed nothing else.
+    let o = cli(dir.path(), &["--format", "csv", "sql", "SELECT count(*) AS n FROM ns.t"]);
+    assert_eq!(stdout(&o), "n\n1\n");
+}
+
+#[test]
+fn metadata_file_that_is_not_json_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = cli(dir.path(), &["sql", "CREATE SCHEMA ns; CREATE TABLE ns.t (id INT)"]);
+    assert!(ok.status.success());
+    let meta_dir = dir.path().join("warehouse/ns/t/metadata");
+    let meta = std::fs::read_dir(&meta_dir).unwrap().flatten().next().unwrap().path();
+    let original = std::fs::read(&meta).unwrap();
+    std::fs::write(&meta, b"this is not json").unwrap();
+    let o = cli(dir.path(), &["sql", "SELECT * FROM ns.t"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("metadata") && err.contains(&meta.file_name().unwrap().to_string_lossy().to_string()), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let o = cli(dir.path(), &["sql", "INSERT INTO ns.t VALUES (1)"]);
+    assert!(!o.status.success());
+    assert_eq!(std::fs::read(&meta).unwrap(), b"this is not json", "nothing rewritten");
+    std::fs::write(&meta, original).unwrap();
+    let o = cli(dir.path(), &["--format", "csv", "sql", "SELECT count(*) AS n FROM ns.t"]);
+    assert_eq!(stdout(&o), "n\n0\n", "{}", stderr(&o));
+}

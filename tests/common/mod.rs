@@ -1,0 +1,83 @@
+//! Shared helpers for integration tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use datafusion::error::Result;
+use iceberg_exec::{IcebergSession, WarehouseConfig};
+
+/// A session on a fresh warehouse in `dir`.
+pub async fn session(dir: &Path) -> IcebergSession {
+    IcebergSession::open(WarehouseConfig::local(dir))
+        .await
+        .expect("open session")
+}
+
+/// A session with a memory limit.
+pub async fn session_with_limit(dir: &Path, limit: usize) -> IcebergSession {
+    let mut config = WarehouseConfig::local(dir);
+    config.memory_limit = Some(limit);
+    IcebergSession::open(config).await.expect("open session")
+}
+
+/// Runs SQL and collects the result.
+pub async fn sql(session: &IcebergSession, sql: &str) -> Result<Vec<RecordBatch>> {
+    session.context().sql(sql).await?.collect().await
+}
+
+/// Runs SQL and renders the result as text lines (header and rows, without borders).
+pub async fn rows(session: &IcebergSession, query: &str) -> Vec<String> {
+    let batches = sql(session, query).await.unwrap_or_else(|e| panic!("{query}: {e}"));
+    render(&batches)
+}
+
+/// Renders batches as `a|b|c` lines (no header).
+pub fn render(batches: &[RecordBatch]) -> Vec<String> {
+    let text = pretty_format_batches(batches).expect("format").to_string();
+    text.lines()
+        .filter(|l| l.starts_with('|'))
+        .skip(1)
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}
+
+/// Every file under `dir`, relative, sorted.
+pub fn files_under(dir: &Path) -> Vec<String> {
+    let mut out = vec![];
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(base, &p, out);
+                } else if let Ok(rel) = p.strip_prefix(base) {
+                    out.push(rel.display().to_string());
+                }
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// The current snapshot id of a table, if any.
+pub async fn current_snapshot(session: &IcebergSession, ns: &str, table: &str) -> Option<i64> {
+    let ident = iceberg::TableIdent::from_strs([ns, table]).expect("ident");
+    let t = session.catalog().load_table(&ident).await.expect("load");
+    t.metadata().current_snapshot_id()
+}
+
+/// Arc helper.
+pub fn arc<T>(t: T) -> Arc<T> {
+    Arc::new(t)
+}

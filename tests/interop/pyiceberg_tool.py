@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Python side of the iceberg-exec interop tests.
+
+Drives pyiceberg's SqlCatalog (SQLite, JDBC table layout) and, optionally,
+DuckDB's iceberg extension, and prints exactly one JSON document on stdout.
+Errors go to stderr with a non-zero exit status.
+
+Subcommands:
+  create-warehouse --warehouse DIR [--overwrite]
+  read --warehouse DIR --table NS.NAME [--catalog-uri URI] [--catalog-name NAME]
+  list --warehouse DIR [--catalog-uri URI] [--catalog-name NAME]
+  duckdb-read --metadata PATH
+
+Value normalisation (shared by every subcommand): ints as ints, floats as
+floats (NaN/Infinity as the strings "NaN"/"Infinity"/"-Infinity"), strings,
+NULL as null, timestamps as ISO 'YYYY-MM-DDTHH:MM:SS[.ffffff]' (tz-aware ones
+get their '+00:00' offset), dates 'YYYY-MM-DD', times 'HH:MM:SS[.ffffff]',
+decimals as strings, binary as lowercase hex, UUIDs as strings, lists/structs
+recursively. Rows from read/duckdb-read are sorted by all columns, null first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import decimal
+import glob
+import json
+import math
+import os
+import shutil
+import sys
+import uuid
+
+CATALOG_NAME = "default"
+
+
+# ---------------------------------------------------------------------------
+# helpers
+
+
+class ToolError(Exception):
+    pass
+
+
+def abs_dir(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path)).rstrip("/") or "/"
+
+
+def default_catalog_uri(warehouse: str) -> str:
+    # sqlite:/// + absolute path => four slashes.
+    return "sqlite:///" + os.path.join(warehouse, "catalog.db")
+
+
+def warehouse_uri(warehouse: str) -> str:
+    return "file://" + warehouse
+
+
+def load_catalog(warehouse: str, catalog_uri: str | None = None, name: str = CATALOG_NAME):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(
+        name,
+        uri=catalog_uri or default_catalog_uri(warehouse),
+        warehouse=warehouse_uri(warehouse),
+    )
+
+
+def norm(v):
+    """Normalise one value into a JSON-friendly Python value."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        if math.isinf(v):
+            return "Infinity" if v > 0 else "-Infinity"
+        return v
+    if isinstance(v, str):
+        return v
+    if isinstance(v, dt.datetime):  # before date: datetime is a date subclass
+        return v.isoformat()
+    if isinstance(v, dt.date):
+        return v.isoformat()
+    if isinstance(v, dt.time):
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): norm(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [norm(x) for x in v]
+    # numpy scalars and anything else with .item()
+    if hasattr(v, "item"):
+        return norm(v.item())
+    return str(v)
+
+
+def _sort_key_value(v):
+    if v is None:
+        return (0, 0, "")
+    if isinstance(v, bool):
+        return (1, 0, int(v))
+    if isinstance(v, (int, float)):
+        return (1, 0, v)
+    if isinstance(v, str):
+        return (1, 1, v)
+    return (1, 2, json.dumps(v, sort_keys=True))
+
+
+def sort_rows(rows: list[list]) -> list[list]:
+    return sorted(rows, key=lambda r: tuple(_sort_key_value(v) for v in r))
+
+
+def arrow_to_rows(table) -> tuple[list[str], list[list]]:
+    names = list(table.column_names)
+    cols = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    rows = [[norm(c[i]) for c in cols] for i in range(table.num_rows)]
+    return names, rows
+
+
+# ---------------------------------------------------------------------------
+# deterministic test data
+
+EVENTS_BATCH_SIZE = 50
+EVENTS_BATCHES = 2
+SIMPLE_ROWS = 10
+BASE_TS = dt.datetime(2024, 1, 1, 0, 0, 0)
+BASE_DAY = dt.date(2024, 1, 1)
+
+
+def events_row(i: int) -> list:
+    """Row i (id = i, 1-based) of pyns.events in schema column order."""
+    name = None if i % 7 == 0 else f"name_{i % 5}"
+    if i % 25 == 0:
+        ts = None  # exercises the null partition of day(ts)
+    else:
+        ts = BASE_TS + dt.timedelta(hours=7 * i, seconds=i)
+        if i % 4 == 0:
+            ts += dt.timedelta(microseconds=1000 * i + 7)
+    amount = None if i % 6 == 0 else i * 1.25 - 10.0
+    day = BASE_DAY + dt.timedelta(days=i % 30)
+    return [i, name, ts, amount, day]
+
+
+def simple_row(i: int) -> list:
+    return [i, f"label-{i}"]
+
+
+# ---------------------------------------------------------------------------
+# subcommands
+
+
+def cmd_create_warehouse(args) -> dict:
+    import pyarrow as pa
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import BucketTransform, DayTransform
+    from pyiceberg.types import (
+        DateType,
+        DoubleType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestampType,
+    )
+
+    warehouse = abs_dir(args.warehouse)
+    db_path = os.path.join(warehouse, "catalog.db")
+    if args.overwrite:
+        for p in (db_path, db_path + "-journal", db_path + "-wal", db_path + "-shm"):
+            if os.path.exists(p):
+                os.remove(p)
+        shutil.rmtree(os.path.join(warehouse, "pyns"), ignore_errors=True)
+    elif os.path.exists(db_path):
+        raise ToolError(f"{db_path} already exists (use --overwrite)")
+    os.makedirs(warehouse, exist_ok=True)
+
+    catalog = load_catalog(warehouse)
+    catalog.create_namespace("pyns")
+
+    # --- pyns.events: partitioned by day(ts), bucket(4, id) ---------------
+    events_schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType(), required=False),
+        NestedField(3, "ts", TimestampType(), required=False),
+        NestedField(4, "amount", DoubleType(), required=False),
+        NestedField(5, "day", DateType(), required=False),
+    )
+    events_spec = PartitionSpec(
+        PartitionField(source_id=3, field_id=1000, transform=DayTransform(), name="ts_day"),
+        PartitionField(source_id=1, field_id=1001, transform=BucketTransform(4), name="id_bucket"),
+    )
+    events = catalog.create_table("pyns.events", schema=events_schema, partition_spec=events_spec)
+    events_pa_schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            pa.field("name", pa.string(), nullable=True),
+            pa.field("ts", pa.timestamp("us"), nullable=True),
+            pa.field("amount", pa.float64(), nullable=True),
+            pa.field("day", pa.date32(), nullable=True),
+        ]
+    )
+    all_events = []
+    for b in range(EVENTS_BATCHES):
+        rows = [events_row(i) for i in range(b * EVENTS_BATCH_SIZE + 1, (b + 1) * EVENTS_BATCH_SIZE + 1)]
+        all_events.extend(rows)
+        cols = list(zip(*rows))
+        batch = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, events_pa_schema)], schema=events_pa_schema)
+        events.append(batch)
+
+    # --- pyns.simple: unpartitioned --------------------------------------
+    simple_schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "label", StringType(), required=False),
+    )
+    simple = catalog.create_table("pyns.simple", schema=simple_schema)
+    simple_pa_schema = pa.schema([pa.field("id", pa.int64()), pa.field("label", pa.string())])
+    simple_rows = [simple_row(i) for i in range(1, SIMPLE_ROWS + 1)]
+    cols = list(zip(*simple_rows))
+    simple.append(pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(cols, simple_pa_schema)], schema=simple_pa_schema))
+
+    metadata_locations = {
+        ident: catalog.load_table(ident).metadata_location for ident in ("pyns.events", "pyns.simple")
+    }
+    catalog.close()
+    return {
+        "tables": {
+            "pyns.events": [norm(r) for r in sorted(all_events, key=lambda r: r[0])],
+            "pyns.simple": [norm(r) for r in sorted(simple_rows, key=lambda r: r[0])],
+        },
+        "metadata_locations": metadata_locations,
+    }
+
+
+def cmd_read(args) -> dict:
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse, args.catalog_uri, args.catalog_name)
+    try:
+        table = catalog.load_table(args.table)
+        arrow = table.scan().to_arrow()
+    finally:
+        catalog.close()
+    names, rows = arrow_to_rows(arrow)
+    return {"columns": names, "rows": sort_rows(rows)}
+
+
+def _walk_namespaces(catalog, parent=()):
+    out = []
+    for ns in sorted(catalog.list_namespaces(parent) if parent else catalog.list_namespaces()):
+        ns = tuple(ns)
+        out.append(ns)
+        with contextlib.suppress(Exception):
+            out.extend(x for x in _walk_namespaces(catalog, ns) if x != ns)
+    return out
+
+
+def cmd_list(args) -> dict:
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse, args.catalog_uri, args.catalog_name)
+    try:
+        namespaces = _walk_namespaces(catalog)
+        tables = []
+        for ns in namespaces:
+            tables.extend(".".join(t) for t in catalog.list_tables(ns))
+    finally:
+        catalog.close()
+    return {
+        "namespaces": sorted(".".join(ns) for ns in set(namespaces)),
+        "tables": sorted(set(tables)),
+    }
+
+
+def _duckdb_extension_path(module_name: str, ext: str) -> str:
+    import importlib
+
+    mod = importlib.import_module(module_name)
+    hits = glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*", f"{ext}.duckdb_extension"))
+    if not hits:
+        raise ToolError(f"{ext}.duckdb_extension not found in package {module_name}")
+    return hits[0]
+
+
+def cmd_duckdb_read(args) -> dict:
+    import duckdb
+
+    metadata = args.metadata
+    if metadata.startswith("file://"):
+        metadata = metadata[len("file://"):]
+    metadata = os.path.abspath(metadata)
+    if not os.path.exists(metadata):
+        raise ToolError(f"metadata file not found: {metadata}")
+
+    con = duckdb.connect(
+        config={
+            "allow_unsigned_extensions": "true",
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+        }
+    )
+    try:
+        # iceberg needs avro to read manifests; both come from PyPI wheels
+        # (duckdb-extension-avro / duckdb-extension-iceberg, pinned to duckdb).
+        for module_name, ext in (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg")):
+            path = _duckdb_extension_path(module_name, ext)
+            con.execute(f"LOAD '{path}'")
+        cur = con.execute("SELECT * FROM iceberg_scan(?)", [metadata])
+        names = [d[0] for d in cur.description]
+        rows = [[norm(v) for v in r] for r in cur.fetchall()]
+    finally:
+        con.close()
+    return {"columns": names, "rows": sort_rows(rows)}
+
+
+# ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("create-warehouse", help="create SqlCatalog + pyns.events + pyns.simple")
+    c.add_argument("--warehouse", required=True)
+    c.add_argument("--overwrite", action="store_true", help="remove an existing catalog.db and pyns/ first")
+    c.set_defaults(func=cmd_create_warehouse)
+
+    r = sub.add_parser("read", help="scan a table through the SqlCatalog")
+    r.add_argument("--warehouse", required=True)
+    r.add_argument("--table", required=True, help="NS.NAME")
+    r.add_argument("--catalog-uri", default=None, help="SQLAlchemy URI (default sqlite:///WAREHOUSE/catalog.db)")
+    r.add_argument("--catalog-name", default=CATALOG_NAME)
+    r.set_defaults(func=cmd_read)
+
+    ls = sub.add_parser("list", help="list namespaces and tables")
+    ls.add_argument("--warehouse", required=True)
+    ls.add_argument("--catalog-uri", default=None)
+    ls.add_argument("--catalog-name", default=CATALOG_NAME)
+    ls.set_defaults(func=cmd_list)
+
+    d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
+    d.add_argument("--metadata", required=True)
+    d.set_defaults(func=cmd_duckdb_read)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    real_stdout = sys.stdout
+    try:
+        # Anything a library prints must not corrupt the JSON on stdout.
+        with contextlib.redirect_stdout(sys.stderr):
+            result = args.func(args)
+    except Exception as e:  # noqa: BLE001
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    json.dump(result, real_stdout, allow_nan=False)
+    real_stdout.write("\n")
+    real_stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

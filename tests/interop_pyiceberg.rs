@@ -1,0 +1,200 @@
+//! Interop with real clients: pyiceberg 0.12 (SqlCatalog on SQLite) and DuckDB's iceberg
+//! extension, installed from PyPI into a venv this test creates on first use
+//! (`$ICEBERG_EXEC_VENV`, default `~/.cache/iceberg-exec-venv`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv's python, created and filled from tests/interop/requirements.txt when missing or stale.
+fn python() -> &'static Path {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let venv = std::env::var_os("ICEBERG_EXEC_VENV")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/iceberg-exec-venv")
+            });
+        let py = venv.join("bin/python");
+        let reqs = repo().join("tests/interop/requirements.txt");
+        let wanted = std::fs::read_to_string(&reqs).expect("requirements.txt");
+        let stamp = venv.join("requirements.installed");
+        if !py.exists() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
+            let ok = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .expect("python3 -m venv")
+                .success();
+            assert!(ok, "creating the venv failed");
+            let ok = Command::new(&py)
+                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+                .arg(&reqs)
+                .status()
+                .expect("pip install")
+                .success();
+            assert!(ok, "pip install -r {} failed", reqs.display());
+            std::fs::write(&stamp, wanted).expect("stamp");
+        }
+        py
+    })
+}
+
+fn tool(args: &[&str]) -> Value {
+    let out = Command::new(python())
+        .arg(repo().join("tests/interop/pyiceberg_tool.py"))
+        .args(args)
+        .output()
+        .expect("run pyiceberg_tool.py");
+    assert!(
+        out.status.success(),
+        "pyiceberg_tool {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("tool prints JSON")
+}
+
+fn ours(warehouse: &Path, sql: &str) -> Vec<serde_json::Map<String, Value>> {
+    let out = Command::new(env!("CARGO_BIN_EXE_iceberg-exec"))
+        .args(["--warehouse"])
+        .arg(warehouse)
+        .args(["--format", "json", "sql", sql])
+        .output()
+        .expect("run iceberg-exec");
+    assert!(
+        out.status.success(),
+        "iceberg-exec {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| match serde_json::from_str(l).expect("json line") {
+            Value::Object(m) => m,
+            other => panic!("not an object: {other}"),
+        })
+        .collect()
+}
+
+/// Our JSON rows as lists in `columns` order (absent keys are NULL).
+fn as_lists(rows: &[serde_json::Map<String, Value>], columns: &[&str]) -> Vec<Vec<Value>> {
+    rows.iter()
+        .map(|r| columns.iter().map(|c| r.get(*c).cloned().unwrap_or(Value::Null)).collect())
+        .collect()
+}
+
+/// Numbers compared as f64 (JSON writers differ in `2` vs `2.0`).
+fn normalise(rows: Vec<Vec<Value>>) -> Vec<Vec<Value>> {
+    rows.into_iter()
+        .map(|r| {
+            r.into_iter()
+                .map(|v| match v {
+                    Value::Number(n) => serde_json::json!(n.as_f64()),
+                    other => other,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duckdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    let created = tool(&["create-warehouse", "--warehouse", &whs]);
+
+    // 1. pyiceberg's warehouse lists and reads in our CLI.
+    let listed = ours(&wh, "SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema = 'pyns' ORDER BY table_name");
+    let names: Vec<String> = listed
+        .iter()
+        .map(|r| format!("{}.{}", r["table_schema"].as_str().unwrap(), r["table_name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, ["pyns.events", "pyns.simple"]);
+
+    let simple = ours(&wh, "SELECT id, label FROM pyns.simple ORDER BY id");
+    let expected = created["tables"]["pyns.simple"].as_array().unwrap().clone();
+    let expected: Vec<Vec<Value>> = expected.into_iter().map(|r| r.as_array().unwrap().clone()).collect();
+    assert_eq!(normalise(as_lists(&simple, &["id", "label"])), normalise(expected));
+
+    let cols = ["id", "name", "ts", "amount", "day"];
+    let events = ours(&wh, "SELECT id, name, ts, amount, day FROM pyns.events ORDER BY id");
+    let expected: Vec<Vec<Value>> = created["tables"]["pyns.events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().clone())
+        .collect();
+    assert_eq!(events.len(), 100);
+    assert_eq!(normalise(as_lists(&events, &cols)), normalise(expected));
+
+    // 2. A table we create and fill (partitioned, sorted) reads identically in pyiceberg.
+    let setup = Command::new(env!("CARGO_BIN_EXE_iceberg-exec"))
+        .args(["--warehouse"])
+        .arg(&wh)
+        .args([
+            "sql",
+            "CREATE SCHEMA ours;
+             CREATE EXTERNAL TABLE ours.t (id BIGINT NOT NULL, name VARCHAR, ts TIMESTAMP, amount DOUBLE)
+               STORED AS ICEBERG LOCATION '' OPTIONS ('partitioning' 'day(ts), bucket(3, id)', 'sort-order' 'id');
+             INSERT INTO ours.t SELECT value, CASE WHEN value % 5 = 0 THEN NULL ELSE 'n' || CAST(value AS VARCHAR) END,
+               TIMESTAMP '2025-06-01 00:00:00' + value * INTERVAL '7 hours', value * 0.5 FROM generate_series(1, 40);
+             INSERT INTO ours.t VALUES (100, 'late', NULL, NULL);
+             CREATE TABLE ours.copy AS SELECT id, name FROM pyns.simple",
+        ])
+        .output()
+        .unwrap();
+    assert!(setup.status.success(), "{}", String::from_utf8_lossy(&setup.stderr));
+
+    let theirs = tool(&["read", "--warehouse", &whs, "--table", "ours.t"]);
+    let mine = ours(&wh, "SELECT id, name, ts, amount FROM ours.t");
+    let mut mine = normalise(as_lists(&mine, &["id", "name", "ts", "amount"]));
+    let theirs_rows: Vec<Vec<Value>> = theirs["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().clone())
+        .collect();
+    let theirs_rows = normalise(theirs_rows);
+    mine.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+    let mut sorted_theirs = theirs_rows.clone();
+    sorted_theirs.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+    assert_eq!(mine.len(), 41);
+    assert_eq!(sorted_theirs, mine);
+
+    let copy = tool(&["read", "--warehouse", &whs, "--table", "ours.copy"]);
+    assert_eq!(copy["rows"].as_array().unwrap().len(), 10);
+
+    // pyiceberg still lists everything through the catalog we wrote to.
+    let list = tool(&["list", "--warehouse", &whs]);
+    let tables: Vec<&str> = list["tables"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    for t in ["ours.copy", "ours.t", "pyns.events", "pyns.simple"] {
+        assert!(tables.contains(&t), "{t} missing from {tables:?}");
+    }
+
+    // 3. DuckDB's iceberg extension reads our metadata too.
+    let meta_dir = wh.join("ours/t/metadata");
+    let mut metas: Vec<PathBuf> = std::fs::read_dir(&meta_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+        .collect();
+    metas.sort();
+    let latest = metas.last().unwrap().display().to_string();
+    let duck = tool(&["duckdb-read", "--metadata", &latest]);
+    let duck_rows: Vec<Vec<Value>> = duck["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().clone())
+        .collect();
+    let mut duck_rows = normalise(duck_rows);
+    duck_rows.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+    assert_eq!(duck_rows, mine);
+}

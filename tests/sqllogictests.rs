@@ -1,0 +1,148 @@
+//! Runs every `sqllogictest/*.slt` file against a fresh warehouse.
+//!
+//! `cargo test --test sqllogictests` runs all files; an argument filters by file name.
+//! Cell values print as DataFusion displays them, NULL as `NULL`, the empty string as `(empty)`;
+//! the warehouse directory prints as `WAREHOUSE`.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::error::DataFusionError;
+use iceberg_exec::{IcebergSession, WarehouseConfig};
+use sqllogictest::{DBOutput, DefaultColumnType};
+
+struct Db {
+    session: IcebergSession,
+    warehouse: String,
+}
+
+#[derive(Debug)]
+struct DbError(String);
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DbError {}
+
+impl From<DataFusionError> for DbError {
+    fn from(e: DataFusionError) -> Self {
+        DbError(e.to_string())
+    }
+}
+
+fn cells(batches: &[RecordBatch], warehouse: &str) -> Result<Vec<Vec<String>>, DbError> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut rows = vec![];
+    for batch in batches {
+        let formatters = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| DbError(e.to_string()))?;
+        for row in 0..batch.num_rows() {
+            rows.push(
+                formatters
+                    .iter()
+                    .map(|f| {
+                        let v = f.value(row).to_string();
+                        let v = v.replace(warehouse, "WAREHOUSE");
+                        if v.is_empty() {
+                            "(empty)".to_string()
+                        } else {
+                            v
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    Ok(rows)
+}
+
+#[async_trait]
+impl sqllogictest::AsyncDB for Db {
+    type Error = DbError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
+        let df = self.session.context().sql(sql).await?;
+        let width = df.schema().fields().len();
+        let batches = df.collect().await?;
+        if width == 0 {
+            return Ok(DBOutput::StatementComplete(0));
+        }
+        Ok(DBOutput::Rows {
+            types: vec![DefaultColumnType::Any; width],
+            rows: cells(&batches, &self.warehouse)?,
+        })
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "iceberg-exec"
+    }
+
+    async fn sleep(dur: std::time::Duration) {
+        tokio::time::sleep(dur).await;
+    }
+}
+
+async fn run_file(path: &Path) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let warehouse = dir.path().canonicalize().map_err(|e| e.to_string())?;
+    let session = IcebergSession::open(WarehouseConfig::local(&warehouse))
+        .await
+        .map_err(|e| e.to_string())?;
+    let warehouse = warehouse.display().to_string();
+    let mut runner = sqllogictest::Runner::new(move || {
+        let session = session.clone();
+        let warehouse = warehouse.clone();
+        async move { Ok(Db { session, warehouse }) }
+    });
+    runner.with_column_validator(|_, _| true);
+    runner
+        .run_file_async(path)
+        .await
+        .map_err(|e| e.display(true).to_string())
+}
+
+fn main() {
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sqllogictest");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("sqllogictest directory")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .filter(|p| filter.as_ref().is_none_or(|f| p.display().to_string().contains(f.as_str())))
+        .collect();
+    files.sort();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (mut passed, mut failed) = (0, 0);
+    for f in &files {
+        match runtime.block_on(run_file(f)) {
+            Ok(()) => {
+                passed += 1;
+                println!("ok   {}", f.display());
+            }
+            Err(e) => {
+                failed += 1;
+                println!("FAIL {}\n{e}", f.display());
+            }
+        }
+    }
+    println!("sqllogictests: {passed} passed, {failed} failed");
+    if failed > 0 || files.is_empty() {
+        std::process::exit(1);
+    }
+}
