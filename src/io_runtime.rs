@@ -55,3 +55,8 @@ where
     };
     joined.map_err(|e| DataFusionError::External(Box::new(e)))?
 }
+
+/// The iceberg crate's runtime handle, backed by the I/O runtime.
+pub(crate) fn iceberg_runtime() -> Result<iceberg::Runtime> {
+    Ok(iceberg::Runtime::new(runtime()?))
+}

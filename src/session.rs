@@ -114,7 +114,15 @@ impl IcebergSession {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::clone(&pool))
             .build_arc()?;
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new();
+        if let Some(limit) = memory_limit {
+            // Each sort holds this much back for its final merge; DataFusion's 10 MiB default
+            // would not leave room for two parallel sorts under a small limit.
+            let execution = &mut config.options_mut().execution;
+            execution.sort_spill_reservation_bytes =
+                execution.sort_spill_reservation_bytes.min(limit / 8);
+        }
+        let config = config
             .with_information_schema(true)
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(catalog.name(), "default");

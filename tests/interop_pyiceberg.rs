@@ -143,7 +143,7 @@ fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duc
              CREATE EXTERNAL TABLE ours.t (id BIGINT NOT NULL, name VARCHAR, ts TIMESTAMP, amount DOUBLE)
                STORED AS ICEBERG LOCATION '' OPTIONS ('partitioning' 'day(ts), bucket(3, id)', 'sort-order' 'id');
              INSERT INTO ours.t SELECT value, CASE WHEN value % 5 = 0 THEN NULL ELSE 'n' || CAST(value AS VARCHAR) END,
-               TIMESTAMP '2025-06-01 00:00:00' + value * INTERVAL '7 hours', value * 0.5 FROM generate_series(1, 40);
+               to_timestamp_seconds(1748736000 + value * 25200), value * 0.5 FROM generate_series(1, 40);
              INSERT INTO ours.t VALUES (100, 'late', NULL, NULL);
              CREATE TABLE ours.copy AS SELECT id, name FROM pyns.simple",
         ])

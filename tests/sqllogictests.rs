@@ -46,20 +46,27 @@ fn cells(batches: &[RecordBatch], warehouse: &str) -> Result<Vec<Vec<String>>, D
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| DbError(e.to_string()))?;
         for row in 0..batch.num_rows() {
-            rows.push(
-                formatters
-                    .iter()
-                    .map(|f| {
-                        let v = f.value(row).to_string();
-                        let v = v.replace(warehouse, "WAREHOUSE");
-                        if v.is_empty() {
-                            "(empty)".to_string()
-                        } else {
-                            v
-                        }
-                    })
-                    .collect(),
-            );
+            let values: Vec<String> = formatters
+                .iter()
+                .map(|f| {
+                    let v = f.value(row).to_string().replace(warehouse, "WAREHOUSE");
+                    if v.is_empty() {
+                        "(empty)".to_string()
+                    } else {
+                        v
+                    }
+                })
+                .collect();
+            // A multi-line cell (a plan) continues on rows of its own, one per line.
+            let mut first = vec![];
+            let mut more = vec![];
+            for v in values {
+                let mut lines = v.lines();
+                first.push(lines.next().unwrap_or_default().to_string());
+                more.extend(lines.map(|l| vec![l.to_string()]));
+            }
+            rows.push(first);
+            rows.extend(more);
         }
     }
     Ok(rows)

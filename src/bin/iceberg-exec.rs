@@ -248,7 +248,7 @@ async fn demo(session: &IcebergSession, rows: u64) -> Result<()> {
             let sql = format!(
                 "INSERT INTO demo.trips
                  SELECT value AS id,
-                        TIMESTAMP '2025-01-01 00:00:00' + (value * 7919 % 31536000) * INTERVAL '1 second' AS pickup_ts,
+                        to_timestamp_seconds(1735689600 + value * 7919 % 31536000) AS pickup_ts,
                         CASE value % 4 WHEN 0 THEN 'north' WHEN 1 THEN 'south' WHEN 2 THEN 'east' ELSE 'west' END AS region,
                         CAST(value * 37 % 9000 AS DOUBLE) / 100.0 + 3.0 AS fare,
                         CAST(value * 13 % 4000 AS DOUBLE) / 100.0 AS distance_km,

@@ -17,6 +17,24 @@ pub use provider::{IcebergCatalogProvider, IcebergSchemaProvider};
 pub use sql::{SqlCatalog, SqlCatalogConfig, SwapOutcome};
 pub use uri::CatalogUri;
 
+/// Builds a [`Table`] handle from loaded metadata.
+pub(crate) fn table_handle(
+    ident: TableIdent,
+    metadata_location: String,
+    metadata: iceberg::spec::TableMetadata,
+    file_io: FileIO,
+) -> Result<Table> {
+    use crate::error::IcebergResultExt;
+    Table::builder()
+        .identifier(ident)
+        .metadata_location(metadata_location)
+        .metadata(metadata)
+        .file_io(file_io)
+        .runtime(crate::io_runtime::iceberg_runtime()?)
+        .build()
+        .df()
+}
+
 /// Holds each table's current-metadata pointer: what a commit compares and swaps.
 #[async_trait::async_trait]
 pub trait MetadataStore: Debug + Send + Sync {

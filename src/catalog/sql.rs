@@ -21,7 +21,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
 use super::uri::CatalogUri;
-use super::MetadataStore;
+use super::{table_handle, MetadataStore};
 use crate::error::{db_err, IcebergResultExt};
 use crate::io_runtime;
 use crate::snapshot::metadata_file::{new_metadata_location, write_metadata};
@@ -338,13 +338,7 @@ impl SqlCatalog {
             .await
             .df()
             .map_err(|e| e.context(format!("reading metadata of table '{ident}' at {location}")))?;
-        Table::builder()
-            .identifier(ident.clone())
-            .metadata_location(location)
-            .metadata(metadata)
-            .file_io(self.file_io.clone())
-            .build()
-            .df()
+        table_handle(ident.clone(), location.to_string(), metadata, self.file_io.clone())
     }
 
     /// The location a new table gets when the caller gives none.
@@ -387,8 +381,12 @@ impl SqlCatalog {
             .build()
             .df()?
             .metadata;
-        let metadata_location = new_metadata_location(&location, None, &metadata);
-        write_metadata(&self.file_io, &metadata, &metadata_location).await?;
+        let metadata_location = write_metadata(
+            &self.file_io,
+            &metadata,
+            &new_metadata_location(&location, None, &metadata),
+        )
+        .await?;
 
         let this = Arc::clone(self);
         let id = ident.clone();
@@ -417,13 +415,7 @@ impl SqlCatalog {
             let _ = self.file_io.delete(&metadata_location).await;
             return Err(e);
         }
-        Table::builder()
-            .identifier(ident)
-            .metadata_location(metadata_location)
-            .metadata(metadata)
-            .file_io(self.file_io.clone())
-            .build()
-            .df()
+        table_handle(ident, metadata_location.to_string(), metadata, self.file_io.clone())
     }
 
     /// Registers an existing table (by its metadata file) under a new identifier.
@@ -459,13 +451,7 @@ impl SqlCatalog {
             Ok(())
         })
         .await?;
-        Table::builder()
-            .identifier(ident.clone())
-            .metadata_location(metadata_location)
-            .metadata(metadata)
-            .file_io(self.file_io.clone())
-            .build()
-            .df()
+        table_handle(ident.clone(), metadata_location.to_string(), metadata, self.file_io.clone())
     }
 
     /// Removes a table from the catalog. Its files stay where they are.

@@ -1,7 +1,5 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
-use std::sync::Arc;
-
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
 use datafusion::error::{DataFusionError, Result};

@@ -10,7 +10,7 @@ use iceberg::TableIdent;
 
 use super::metadata_file::{new_metadata_location, write_metadata};
 use super::producer::{SnapshotChanges, SnapshotProducer};
-use crate::catalog::{MetadataStore, SwapOutcome};
+use crate::catalog::{table_handle, MetadataStore, SwapOutcome};
 use crate::error::IcebergResultExt;
 
 /// What a successful commit produced.
@@ -98,13 +98,7 @@ pub async fn commit(
                 let snapshot_id = producer.snapshot_id().ok_or_else(|| {
                     DataFusionError::Internal("committed without a snapshot id".into())
                 })?;
-                let table = Table::builder()
-                    .identifier(ident.clone())
-                    .metadata_location(new_path)
-                    .metadata(new_metadata)
-                    .file_io(file_io.clone())
-                    .build()
-                    .df()?;
+                let table = table_handle(ident.clone(), new_path, new_metadata, file_io.clone())?;
                 return Ok(CommitOutcome {
                     table,
                     snapshot_id,

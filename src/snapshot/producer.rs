@@ -143,7 +143,7 @@ impl SnapshotProducer {
         let mut found_removed: HashSet<String> = HashSet::new();
         if let Some(parent) = &parent {
             let list = base.manifest_list_reader(parent).load().await.df()?;
-            for (i, manifest) in list.consume_entries().into_iter().enumerate() {
+            for (i, manifest) in list.entries().to_vec().into_iter().enumerate() {
                 if self.changes.removed_files.is_empty() {
                     manifests.push(manifest);
                     continue;

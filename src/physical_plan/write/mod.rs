@@ -8,4 +8,4 @@ mod writer;
 
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;
-pub(crate) use writer::{data_files_schema, decode_data_files};
+pub(crate) use writer::decode_data_files;
