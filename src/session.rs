@@ -19,7 +19,7 @@ use crate::table::IcebergTableFactory;
 pub struct WarehouseConfig {
     /// Directory holding table data (created if missing).
     pub warehouse: PathBuf,
-    /// Catalog database URI; `sqlite://<warehouse>/catalog.db` when `None`.
+    /// Catalog database URI; the SQLite file `<warehouse>/catalog.db` when `None`.
     pub catalog_uri: Option<String>,
     /// Catalog name (the `catalog_name` column, and the DataFusion catalog).
     pub catalog_name: String,
@@ -42,7 +42,8 @@ impl WarehouseConfig {
     pub fn effective_catalog_uri(&self) -> String {
         self.catalog_uri
             .clone()
-            .unwrap_or_else(|| format!("sqlite://{}/catalog.db", self.warehouse.display()))
+            // SQLAlchemy form: three slashes then the path (a fourth slash when it is absolute).
+            .unwrap_or_else(|| format!("sqlite:///{}", self.warehouse.join("catalog.db").display()))
     }
 }
 
@@ -50,7 +51,9 @@ impl WarehouseConfig {
 /// `64MB`, `1G`).
 pub fn parse_size(text: &str) -> Result<usize> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let bad = || {
         DataFusionError::Configuration(format!(
@@ -118,9 +121,15 @@ impl IcebergSession {
         if let Some(limit) = memory_limit {
             // Each sort holds this much back for its final merge; DataFusion's 10 MiB default
             // would not leave room for two parallel sorts under a small limit.
-            let execution = &mut config.options_mut().execution;
-            execution.sort_spill_reservation_bytes =
-                execution.sort_spill_reservation_bytes.min(limit / 8);
+            let options = config.options_mut();
+            options.execution.sort_spill_reservation_bytes = options
+                .execution
+                .sort_spill_reservation_bytes
+                .min(limit / 8);
+            // Parallel sorts merge their spill files concurrently, and a merge takes all the
+            // memory it can get: under a limit the first merge can starve the others. One sort
+            // per sorted stream keeps bounded-memory sorts from failing.
+            options.optimizer.repartition_sorts = false;
         }
         let config = config
             .with_information_schema(true)
@@ -161,6 +170,21 @@ impl IcebergSession {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_catalog_lives_in_the_warehouse() {
+        use crate::catalog::CatalogUri;
+        let abs = WarehouseConfig::local("/data/wh").effective_catalog_uri();
+        assert_eq!(
+            CatalogUri::parse(&abs).unwrap(),
+            CatalogUri::Sqlite(PathBuf::from("/data/wh/catalog.db"))
+        );
+        let rel = WarehouseConfig::local("./warehouse").effective_catalog_uri();
+        assert_eq!(
+            CatalogUri::parse(&rel).unwrap(),
+            CatalogUri::Sqlite(PathBuf::from("./warehouse/catalog.db"))
+        );
+    }
 
     #[test]
     fn sizes() {

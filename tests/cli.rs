@@ -31,11 +31,27 @@ fn sql_statements_and_output_formats() {
     assert!(dir.path().join("warehouse/catalog.db").exists());
     assert!(dir.path().join("warehouse/ns/t/metadata").is_dir());
 
-    let o = cli(dir.path(), &["--format", "csv", "sql", "SELECT id, name FROM ns.t ORDER BY id"]);
+    let o = cli(
+        dir.path(),
+        &[
+            "--format",
+            "csv",
+            "sql",
+            "SELECT id, name FROM ns.t ORDER BY id",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "id,name\n1,a;b\n2,\n");
 
-    let o = cli(dir.path(), &["--format", "json", "sql", "SELECT id, name FROM ns.t ORDER BY id"]);
+    let o = cli(
+        dir.path(),
+        &[
+            "--format",
+            "json",
+            "sql",
+            "SELECT id, name FROM ns.t ORDER BY id",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "{\"id\":1,\"name\":\"a;b\"}\n{\"id\":2}\n");
 
@@ -79,7 +95,15 @@ fn catalog_uri_forms_and_flags() {
     assert_eq!(stdout(&o), "v\n7\n");
 
     // Relative SQLAlchemy form resolves against the working directory.
-    let o = cli(dir.path(), &["--catalog-uri", "sqlite:///rel.db", "sql", "CREATE SCHEMA r"]);
+    let o = cli(
+        dir.path(),
+        &[
+            "--catalog-uri",
+            "sqlite:///rel.db",
+            "sql",
+            "CREATE SCHEMA r",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(dir.path().join("rel.db").exists());
 }
@@ -87,51 +111,100 @@ fn catalog_uri_forms_and_flags() {
 #[test]
 fn errors_are_one_line_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let ok = cli(dir.path(), &["sql", "CREATE SCHEMA ns; CREATE TABLE ns.t (id INT)"]);
+    let ok = cli(
+        dir.path(),
+        &["sql", "CREATE SCHEMA ns; CREATE TABLE ns.t (id INT)"],
+    );
     assert!(ok.status.success(), "{}", stderr(&ok));
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["sql", "SELECT * FROM ns.nope"], "nope"),
         (vec!["sql", "SELECT * FROM nons.t"], "nons"),
         (vec!["sql", "SELEKT 1"], "SELEKT"),
         (vec!["--bogus-flag", "sql", "SELECT 1"], "--bogus-flag"),
-        (vec!["--memory-limit", "lots", "sql", "SELECT 1"], "invalid size 'lots'"),
+        (
+            vec!["--memory-limit", "lots", "sql", "SELECT 1"],
+            "invalid size 'lots'",
+        ),
         (vec!["--format", "xml", "sql", "SELECT 1"], "xml"),
-        (vec!["--catalog-uri", "mysql://h/db", "sql", "SELECT 1"], "unsupported scheme 'mysql'"),
-        (vec!["--catalog-uri", "sqlite:////dev/null/x/catalog.db", "sql", "SELECT 1"], "catalog directory"),
-        (vec!["sql", "INSERT INTO ns.t VALUES (1); SELECT * FROM ns.nope"], "nope"),
+        (
+            vec!["--catalog-uri", "mysql://h/db", "sql", "SELECT 1"],
+            "unsupported scheme 'mysql'",
+        ),
+        (
+            vec![
+                "--catalog-uri",
+                "sqlite:////dev/null/x/catalog.db",
+                "sql",
+                "SELECT 1",
+            ],
+            "catalog directory",
+        ),
+        (
+            vec!["sql", "INSERT INTO ns.t VALUES (1); SELECT * FROM ns.nope"],
+            "nope",
+        ),
     ];
     for (args, needle) in cases {
         let o = cli(dir.path(), &args);
         let err = stderr(&o);
         assert!(!o.status.success(), "{args:?} should fail");
         assert!(err.contains(needle), "{args:?}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: not one line: {err}");
-        assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: not one line: {err}"
+        );
+        assert!(
+            !err.contains("panicked") && !err.contains("backtrace"),
+            "{err}"
+        );
     }
     // The failing multi-statement run committed its first statement (statements run in order),
     // the failed ones changed nothing else.
-    let o = cli(dir.path(), &["--format", "csv", "sql", "SELECT count(*) AS n FROM ns.t"]);
+    let o = cli(
+        dir.path(),
+        &["--format", "csv", "sql", "SELECT count(*) AS n FROM ns.t"],
+    );
     assert_eq!(stdout(&o), "n\n1\n");
 }
 
 #[test]
 fn metadata_file_that_is_not_json_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let ok = cli(dir.path(), &["sql", "CREATE SCHEMA ns; CREATE TABLE ns.t (id INT)"]);
+    let ok = cli(
+        dir.path(),
+        &["sql", "CREATE SCHEMA ns; CREATE TABLE ns.t (id INT)"],
+    );
     assert!(ok.status.success());
     let meta_dir = dir.path().join("warehouse/ns/t/metadata");
-    let meta = std::fs::read_dir(&meta_dir).unwrap().flatten().next().unwrap().path();
+    let meta = std::fs::read_dir(&meta_dir)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
     let original = std::fs::read(&meta).unwrap();
     std::fs::write(&meta, b"this is not json").unwrap();
     let o = cli(dir.path(), &["sql", "SELECT * FROM ns.t"]);
     assert!(!o.status.success());
     let err = stderr(&o);
-    assert!(err.contains("metadata") && err.contains(&meta.file_name().unwrap().to_string_lossy().to_string()), "{err}");
+    assert!(
+        err.contains("metadata")
+            && err.contains(&meta.file_name().unwrap().to_string_lossy().to_string()),
+        "{err}"
+    );
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     let o = cli(dir.path(), &["sql", "INSERT INTO ns.t VALUES (1)"]);
     assert!(!o.status.success());
-    assert_eq!(std::fs::read(&meta).unwrap(), b"this is not json", "nothing rewritten");
+    assert_eq!(
+        std::fs::read(&meta).unwrap(),
+        b"this is not json",
+        "nothing rewritten"
+    );
     std::fs::write(&meta, original).unwrap();
-    let o = cli(dir.path(), &["--format", "csv", "sql", "SELECT count(*) AS n FROM ns.t"]);
+    let o = cli(
+        dir.path(),
+        &["--format", "csv", "sql", "SELECT count(*) AS n FROM ns.t"],
+    );
     assert_eq!(stdout(&o), "n\n0\n", "{}", stderr(&o));
 }

@@ -36,9 +36,12 @@ async fn concurrent_appends_all_land() {
         let s = session(dir.path()).await;
         tasks.push(tokio::spawn(async move {
             for r in 0..ROUNDS {
-                sql(&s, &format!("INSERT INTO ns.t VALUES ({w}, {r}), ({w}, {})", r + 100))
-                    .await
-                    .map_err(|e| e.to_string())?;
+                sql(
+                    &s,
+                    &format!("INSERT INTO ns.t VALUES ({w}, {r}), ({w}, {})", r + 100),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
             }
             Ok::<_, String>(())
         }));
@@ -47,7 +50,10 @@ async fn concurrent_appends_all_land() {
         t.await.unwrap().unwrap();
     }
     let total = WRITERS * ROUNDS * 2;
-    assert_eq!(rows(&setup, "SELECT count(*) FROM ns.t").await, [total.to_string()]);
+    assert_eq!(
+        rows(&setup, "SELECT count(*) FROM ns.t").await,
+        [total.to_string()]
+    );
     assert_eq!(
         rows(&setup, "SELECT count(DISTINCT (writer, n)) FROM ns.t").await,
         [total.to_string()]
@@ -58,7 +64,10 @@ async fn concurrent_appends_all_land() {
     assert_eq!(md.snapshots().len() as i32, WRITERS * ROUNDS);
     assert_eq!(md.last_sequence_number() as i32, WRITERS * ROUNDS);
     assert_eq!(
-        md.current_snapshot().unwrap().summary().additional_properties["total-records"],
+        md.current_snapshot()
+            .unwrap()
+            .summary()
+            .additional_properties["total-records"],
         total.to_string()
     );
 }
@@ -108,7 +117,9 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
     )
     .await
     .unwrap();
-    sql(&s, "INSERT INTO ns.t VALUES (1, DATE '2025-01-01')").await.unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (1, DATE '2025-01-01')")
+        .await
+        .unwrap();
 
     let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
     let before = s.catalog().load_table(&ident).await.unwrap();
@@ -121,8 +132,17 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
         swaps: AtomicUsize::new(0),
     });
     let ctx = datafusion::prelude::SessionContext::new();
-    ctx.register_table("faulty", Arc::new(IcebergTableProvider::try_new(before.clone(), Some(store.clone() as Arc<dyn MetadataStore>)).unwrap()))
-        .unwrap();
+    ctx.register_table(
+        "faulty",
+        Arc::new(
+            IcebergTableProvider::try_new(
+                before.clone(),
+                Some(store.clone() as Arc<dyn MetadataStore>),
+            )
+            .unwrap(),
+        ),
+    )
+    .unwrap();
     let err = ctx
         .sql("INSERT INTO faulty VALUES (2, DATE '2025-02-01'), (3, DATE '2025-03-01')")
         .await
@@ -134,8 +154,15 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
 
     let after = s.catalog().load_table(&ident).await.unwrap();
     assert_eq!(after.metadata_location(), before.metadata_location());
-    assert_eq!(after.metadata().current_snapshot_id(), before.metadata().current_snapshot_id());
-    assert_eq!(files_under(&table_dir), files_before, "files of the failed commit were left behind");
+    assert_eq!(
+        after.metadata().current_snapshot_id(),
+        before.metadata().current_snapshot_id()
+    );
+    assert_eq!(
+        files_under(&table_dir),
+        files_before,
+        "files of the failed commit were left behind"
+    );
     assert_eq!(rows(&s, "SELECT id FROM ns.t").await, ["1"]);
     let swaps = store.swaps.load(Ordering::SeqCst);
     match fault {

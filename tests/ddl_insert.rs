@@ -12,7 +12,9 @@ async fn plain_datafusion_ddl_creates_iceberg_tables() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
-    sql(&s, "CREATE TABLE ns.t (id BIGINT NOT NULL, name VARCHAR)").await.unwrap();
+    sql(&s, "CREATE TABLE ns.t (id BIGINT NOT NULL, name VARCHAR)")
+        .await
+        .unwrap();
     let counts = rows(&s, "INSERT INTO ns.t VALUES (2, 'b'), (1, 'a'), (3, NULL)").await;
     assert_eq!(counts, ["3"]);
     assert_eq!(
@@ -21,9 +23,12 @@ async fn plain_datafusion_ddl_creates_iceberg_tables() {
     );
 
     // CREATE TABLE AS SELECT copies rows and types.
-    sql(&s, "CREATE TABLE ns.t2 AS SELECT id * 10 AS id10, name FROM ns.t WHERE id > 1")
-        .await
-        .unwrap();
+    sql(
+        &s,
+        "CREATE TABLE ns.t2 AS SELECT id * 10 AS id10, name FROM ns.t WHERE id > 1",
+    )
+    .await
+    .unwrap();
     assert_eq!(
         rows(&s, "SELECT id10, name FROM ns.t2 ORDER BY id10").await,
         ["20|b", "30|"]
@@ -43,11 +48,18 @@ async fn plain_datafusion_ddl_creates_iceberg_tables() {
     assert_eq!(summary.additional_properties["total-records"], "3");
     assert_eq!(summary.additional_properties["added-data-files"], "1");
 
-    let listed = rows(&s, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'ns' ORDER BY 1").await;
+    let listed = rows(
+        &s,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'ns' ORDER BY 1",
+    )
+    .await;
     assert_eq!(listed, ["t", "t2"]);
 
     sql(&s, "DROP TABLE ns.t2").await.unwrap();
-    let err = sql(&s, "SELECT * FROM ns.t2").await.unwrap_err().to_string();
+    let err = sql(&s, "SELECT * FROM ns.t2")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("t2"), "{err}");
     assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["3"]);
 }
@@ -57,7 +69,9 @@ async fn null_into_required_column_is_rejected_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
-    sql(&s, "CREATE TABLE ns.t (id BIGINT NOT NULL, name VARCHAR)").await.unwrap();
+    sql(&s, "CREATE TABLE ns.t (id BIGINT NOT NULL, name VARCHAR)")
+        .await
+        .unwrap();
     sql(&s, "INSERT INTO ns.t VALUES (1, 'a')").await.unwrap();
     let before = common::current_snapshot(&s, "ns", "t").await;
     let data_dir = dir.path().join("ns/t/data");
@@ -65,9 +79,17 @@ async fn null_into_required_column_is_rejected_and_changes_nothing() {
     let err = sql(&s, "INSERT INTO ns.t SELECT CASE WHEN value = 2 THEN NULL ELSE value END, 'x' FROM generate_series(2, 3)")
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("column 'id' is required (NOT NULL)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("column 'id' is required (NOT NULL)"),
+        "{err}"
+    );
     assert_eq!(common::current_snapshot(&s, "ns", "t").await, before);
-    assert_eq!(common::files_under(&data_dir), files_before, "no file left behind");
+    assert_eq!(
+        common::files_under(&data_dir),
+        files_before,
+        "no file left behind"
+    );
     assert_eq!(rows(&s, "SELECT id, name FROM ns.t").await, ["1|a"]);
 }
 
@@ -133,8 +155,16 @@ async fn stored_as_iceberg_with_partitions_sort_order_and_properties() {
     let snapshot = t.metadata().current_snapshot().unwrap().clone();
     let files = iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap();
     assert!(files.len() >= 4, "{files:?}");
-    assert!(files.iter().any(|f| f.path.contains("region=eu/ts_day=2025-01-01")), "{files:?}");
-    assert!(files.iter().any(|f| f.path.contains("region=null")), "{files:?}");
+    assert!(
+        files
+            .iter()
+            .any(|f| f.path.contains("region=eu/ts_day=2025-01-01")),
+        "{files:?}"
+    );
+    assert!(
+        files.iter().any(|f| f.path.contains("region=null")),
+        "{files:?}"
+    );
     assert_eq!(files.iter().map(|f| f.record_count).sum::<u64>(), 5);
 }
 
@@ -143,11 +173,20 @@ async fn unknown_objects_and_bad_sql_give_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
-    let e = sql(&s, "SELECT * FROM ns.missing").await.unwrap_err().to_string();
+    let e = sql(&s, "SELECT * FROM ns.missing")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("missing") && e.contains("not found"), "{e}");
-    let e = sql(&s, "SELECT * FROM nope.t").await.unwrap_err().to_string();
+    let e = sql(&s, "SELECT * FROM nope.t")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("nope"), "{e}");
-    let e = sql(&s, "CREATE TABLE nope.t (a INT)").await.unwrap_err().to_string();
+    let e = sql(&s, "CREATE TABLE nope.t (a INT)")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("nope"), "{e}");
     let e = sql(&s, "SELEC 1").await.unwrap_err().to_string();
     assert!(e.to_lowercase().contains("sql"), "{e}");
@@ -156,11 +195,19 @@ async fn unknown_objects_and_bad_sql_give_clear_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("unknown transform"), "{e}");
-    let e = sql(&s, "CREATE EXTERNAL TABLE ns.x (a INT) STORED AS ICEBERG LOCATION '' OPTIONS ('colour' 'red')")
-        .await
-        .unwrap_err()
-        .to_string();
+    let e = sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.x (a INT) STORED AS ICEBERG LOCATION '' OPTIONS ('colour' 'red')",
+    )
+    .await
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("unknown Iceberg table option 'colour'"), "{e}");
     // None of the failed statements created anything.
-    assert!(rows(&s, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'ns'").await.is_empty());
+    assert!(rows(
+        &s,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'ns'"
+    )
+    .await
+    .is_empty());
 }

@@ -19,13 +19,15 @@ fn python() -> &'static Path {
         let venv = std::env::var_os("ICEBERG_EXEC_VENV")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/iceberg-exec-venv")
+                PathBuf::from(std::env::var_os("HOME").expect("HOME"))
+                    .join(".cache/iceberg-exec-venv")
             });
         let py = venv.join("bin/python");
         let reqs = repo().join("tests/interop/requirements.txt");
         let wanted = std::fs::read_to_string(&reqs).expect("requirements.txt");
         let stamp = venv.join("requirements.installed");
-        if !py.exists() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
+        if !py.exists() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str())
+        {
             let ok = Command::new("python3")
                 .args(["-m", "venv"])
                 .arg(&venv)
@@ -34,7 +36,14 @@ fn python() -> &'static Path {
                 .success();
             assert!(ok, "creating the venv failed");
             let ok = Command::new(&py)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "-r",
+                ])
                 .arg(&reqs)
                 .status()
                 .expect("pip install")
@@ -84,7 +93,12 @@ fn ours(warehouse: &Path, sql: &str) -> Vec<serde_json::Map<String, Value>> {
 /// Our JSON rows as lists in `columns` order (absent keys are NULL).
 fn as_lists(rows: &[serde_json::Map<String, Value>], columns: &[&str]) -> Vec<Vec<Value>> {
     rows.iter()
-        .map(|r| columns.iter().map(|c| r.get(*c).cloned().unwrap_or(Value::Null)).collect())
+        .map(|r| {
+            columns
+                .iter()
+                .map(|c| r.get(*c).cloned().unwrap_or(Value::Null))
+                .collect()
+        })
         .collect()
 }
 
@@ -113,17 +127,32 @@ fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duc
     let listed = ours(&wh, "SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema = 'pyns' ORDER BY table_name");
     let names: Vec<String> = listed
         .iter()
-        .map(|r| format!("{}.{}", r["table_schema"].as_str().unwrap(), r["table_name"].as_str().unwrap()))
+        .map(|r| {
+            format!(
+                "{}.{}",
+                r["table_schema"].as_str().unwrap(),
+                r["table_name"].as_str().unwrap()
+            )
+        })
         .collect();
     assert_eq!(names, ["pyns.events", "pyns.simple"]);
 
     let simple = ours(&wh, "SELECT id, label FROM pyns.simple ORDER BY id");
     let expected = created["tables"]["pyns.simple"].as_array().unwrap().clone();
-    let expected: Vec<Vec<Value>> = expected.into_iter().map(|r| r.as_array().unwrap().clone()).collect();
-    assert_eq!(normalise(as_lists(&simple, &["id", "label"])), normalise(expected));
+    let expected: Vec<Vec<Value>> = expected
+        .into_iter()
+        .map(|r| r.as_array().unwrap().clone())
+        .collect();
+    assert_eq!(
+        normalise(as_lists(&simple, &["id", "label"])),
+        normalise(expected)
+    );
 
     let cols = ["id", "name", "ts", "amount", "day"];
-    let events = ours(&wh, "SELECT id, name, ts, amount, day FROM pyns.events ORDER BY id");
+    let events = ours(
+        &wh,
+        "SELECT id, name, ts, amount, day FROM pyns.events ORDER BY id",
+    );
     let expected: Vec<Vec<Value>> = created["tables"]["pyns.events"]
         .as_array()
         .unwrap()
@@ -145,11 +174,15 @@ fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duc
              INSERT INTO ours.t SELECT value, CASE WHEN value % 5 = 0 THEN NULL ELSE 'n' || CAST(value AS VARCHAR) END,
                to_timestamp_seconds(1748736000 + value * 25200), value * 0.5 FROM generate_series(1, 40);
              INSERT INTO ours.t VALUES (100, 'late', NULL, NULL);
-             CREATE TABLE ours.copy AS SELECT id, name FROM pyns.simple",
+             CREATE TABLE ours.copy AS SELECT id, label FROM pyns.simple",
         ])
         .output()
         .unwrap();
-    assert!(setup.status.success(), "{}", String::from_utf8_lossy(&setup.stderr));
+    assert!(
+        setup.status.success(),
+        "{}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
 
     let theirs = tool(&["read", "--warehouse", &whs, "--table", "ours.t"]);
     let mine = ours(&wh, "SELECT id, name, ts, amount FROM ours.t");
@@ -172,7 +205,12 @@ fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duc
 
     // pyiceberg still lists everything through the catalog we wrote to.
     let list = tool(&["list", "--warehouse", &whs]);
-    let tables: Vec<&str> = list["tables"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let tables: Vec<&str> = list["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
     for t in ["ours.copy", "ours.t", "pyns.events", "pyns.simple"] {
         assert!(tables.contains(&t), "{t} missing from {tables:?}");
     }

@@ -45,29 +45,47 @@ async fn sorted_insert_spills_under_16mib_and_files_are_sorted() {
     );
     let df = s.context().sql(&insert).await.unwrap();
     let plan = df.create_physical_plan().await.unwrap();
-    let text = datafusion::physical_plan::displayable(plan.as_ref()).indent(true).to_string();
-    assert!(text.contains("CommitExec") && text.contains("DataFileWriterExec") && text.contains("SortExec"), "{text}");
-    let result = collect(Arc::clone(&plan), s.context().task_ctx()).await.unwrap();
+    let text = datafusion::physical_plan::displayable(plan.as_ref())
+        .indent(true)
+        .to_string();
+    assert!(
+        text.contains("CommitExec")
+            && text.contains("DataFileWriterExec")
+            && text.contains("SortExec"),
+        "{text}"
+    );
+    let result = collect(Arc::clone(&plan), s.context().task_ctx())
+        .await
+        .unwrap();
     assert_eq!(common::render(&result), [N.to_string()]);
 
     let mut sorts = vec![];
     find_spills(&plan, &mut sorts);
     assert!(!sorts.is_empty());
-    assert!(sorts.iter().any(|(_, spills)| *spills > 0), "expected the sort to spill: {sorts:?}");
+    assert!(
+        sorts.iter().any(|(_, spills)| *spills > 0),
+        "expected the sort to spill: {sorts:?}"
+    );
     drop(plan);
     assert_eq!(s.memory_pool().reserved(), 0);
 
-    assert_eq!(rows(&s, "SELECT count(*), count(k), sum(id) FROM ns.t").await, [format!(
-        "{N}|{}|{}",
-        N - N / 1000,
-        N * (N + 1) / 2
-    )]);
+    assert_eq!(
+        rows(&s, "SELECT count(*), count(k), sum(id) FROM ns.t").await,
+        [format!("{N}|{}|{}", N - N / 1000, N * (N + 1) / 2)]
+    );
 
     let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
     let table = s.catalog().load_table(&ident).await.unwrap();
     let snapshot = table.metadata().current_snapshot().unwrap().clone();
-    let files = iceberg_exec::scan::plan_files(&table, &snapshot).await.unwrap();
-    assert!(files.len() > 1, "expected rolled files, got {}", files.len());
+    let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await
+        .unwrap();
+    assert!(
+        files.len() > 1,
+        "expected rolled files, got {}",
+        files.len()
+    );
+    let mut ranges = vec![];
     for f in &files {
         let path = f.path.strip_prefix("file://").unwrap_or(&f.path);
         let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
@@ -75,10 +93,15 @@ async fn sorted_insert_spills_under_16mib_and_files_are_sorted() {
             .build()
             .unwrap();
         let mut prev: Option<Option<i64>> = None;
+        let mut first_k: Option<Option<i64>> = None;
         let mut count = 0u64;
         for batch in reader {
             let batch = batch.unwrap();
-            let k = batch.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+            let k = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap();
             for i in 0..k.len() {
                 let cur = if k.is_null(i) { None } else { Some(k.value(i)) };
                 if let Some(p) = prev {
@@ -92,9 +115,20 @@ async fn sorted_insert_spills_under_16mib_and_files_are_sorted() {
                     assert!(ok, "{path} not sorted: {p:?} before {cur:?}");
                 }
                 prev = Some(cur);
+                first_k.get_or_insert(cur);
                 count += 1;
             }
         }
         assert_eq!(count, f.record_count);
+        ranges.push((first_k.flatten(), prev.flatten()));
+    }
+    // One globally sorted stream: files hold disjoint key ranges.
+    ranges.sort_by_key(|(first, _)| std::cmp::Reverse(*first));
+    for pair in ranges.windows(2) {
+        let (_, last_of_prev) = pair[0];
+        let (first_of_next, _) = pair[1];
+        if let (Some(a), Some(b)) = (last_of_prev, first_of_next) {
+            assert!(a >= b, "files overlap: {ranges:?}");
+        }
     }
 }

@@ -128,7 +128,11 @@ fn main() {
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
-        .filter(|p| filter.as_ref().is_none_or(|f| p.display().to_string().contains(f.as_str())))
+        .filter(|p| {
+            filter
+                .as_ref()
+                .is_none_or(|f| p.display().to_string().contains(f.as_str()))
+        })
         .collect();
     files.sort();
     let runtime = tokio::runtime::Builder::new_multi_thread()

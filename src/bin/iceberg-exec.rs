@@ -12,12 +12,16 @@ use datafusion::sql::parser::DFParser;
 use iceberg_exec::{parse_size, IcebergSession, WarehouseConfig};
 
 #[derive(Parser, Debug)]
-#[command(name = "iceberg-exec", version, about = "SQL on Apache Iceberg tables, powered by Apache DataFusion")]
+#[command(
+    name = "iceberg-exec",
+    version,
+    about = "SQL on Apache Iceberg tables, powered by Apache DataFusion"
+)]
 struct Cli {
     /// Warehouse directory (table data; holds the default SQLite catalog).
     #[arg(long, global = true, default_value = "./warehouse")]
     warehouse: PathBuf,
-    /// Catalog database URI (default: sqlite://<warehouse>/catalog.db). SQLAlchemy forms work:
+    /// Catalog database URI (default: SQLite file <warehouse>/catalog.db). SQLAlchemy forms work:
     /// sqlite:////abs/path/catalog.db, sqlite:///relative.db, postgresql://user@host/db.
     #[arg(long, global = true)]
     catalog_uri: Option<String>,
@@ -74,7 +78,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -93,7 +100,11 @@ fn main() -> ExitCode {
 /// An error as a single line (causes joined).
 fn one_line(e: &DataFusionError) -> String {
     let text = e.to_string();
-    text.split('\n').map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(": ")
+    text.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(": ")
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -106,7 +117,9 @@ async fn run(cli: Cli) -> Result<()> {
     };
     let session = IcebergSession::open(config).await?;
     match cli.command {
-        Some(Command::Sql { statements: Some(sql) }) => run_statements(&session, &sql, cli.format).await,
+        Some(Command::Sql {
+            statements: Some(sql),
+        }) => run_statements(&session, &sql, cli.format).await,
         Some(Command::Sql { statements: None }) | None => shell(&session, cli.format).await,
         Some(Command::Demo { rows }) => demo(&session, rows).await,
     }
@@ -179,10 +192,17 @@ async fn shell(session: &IcebergSession, format: Format) -> Result<()> {
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }
-    println!("iceberg-exec {} — end statements with ';', \\q to quit", env!("CARGO_PKG_VERSION"));
+    println!(
+        "iceberg-exec {} — end statements with ';', \\q to quit",
+        env!("CARGO_PKG_VERSION")
+    );
     let mut buffer = String::new();
     loop {
-        let prompt = if buffer.is_empty() { "iceberg> " } else { "     ..> " };
+        let prompt = if buffer.is_empty() {
+            "iceberg> "
+        } else {
+            "     ..> "
+        };
         match editor.readline(prompt) {
             Ok(line) => {
                 let trimmed = line.trim();
@@ -217,8 +237,14 @@ async fn demo(session: &IcebergSession, rows: u64) -> Result<()> {
     let ctx = session.context();
     let exists = ctx.table_exist("demo.trips")?;
     if !exists {
-        println!("Building demo.trips with {rows} rows in {} ...", session.catalog().warehouse());
-        ctx.sql("CREATE SCHEMA IF NOT EXISTS demo").await?.collect().await?;
+        println!(
+            "Building demo.trips with {rows} rows in {} ...",
+            session.catalog().warehouse()
+        );
+        ctx.sql("CREATE SCHEMA IF NOT EXISTS demo")
+            .await?
+            .collect()
+            .await?;
         ctx.sql(
             "CREATE EXTERNAL TABLE demo.trips (
                 id BIGINT NOT NULL, pickup_ts TIMESTAMP, region VARCHAR,

@@ -151,7 +151,9 @@ async fn create_from_provider(
         Some(0)
     );
     if has_rows {
-        let plan = provider.insert_into(&state, input, InsertOp::Append).await?;
+        let plan = provider
+            .insert_into(&state, input, InsertOp::Append)
+            .await?;
         let optimized = optimize(&state, plan)?;
         let result = datafusion::physical_plan::collect(optimized, ctx.task_ctx()).await;
         if let Err(e) = result {

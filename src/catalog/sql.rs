@@ -170,7 +170,10 @@ impl SqlCatalog {
             .map_err(|e| db_err("list namespaces", e))?;
             let mut keys = BTreeSet::new();
             for row in rows {
-                keys.insert(row.try_get::<String, _>(0).map_err(|e| db_err("read namespace", e))?);
+                keys.insert(
+                    row.try_get::<String, _>(0)
+                        .map_err(|e| db_err("read namespace", e))?,
+                );
             }
             keys.iter().map(|k| ns_from_key(k)).collect()
         })
@@ -311,8 +314,9 @@ impl SqlCatalog {
             match row {
                 None => Ok(None),
                 Some(r) => {
-                    let loc: Option<String> =
-                        r.try_get(0).map_err(|e| db_err("read metadata_location", e))?;
+                    let loc: Option<String> = r
+                        .try_get(0)
+                        .map_err(|e| db_err("read metadata_location", e))?;
                     loc.map(Some).ok_or_else(|| {
                         DataFusionError::Execution(format!(
                             "table '{ident}' has no metadata_location in the catalog"
@@ -338,7 +342,12 @@ impl SqlCatalog {
             .await
             .df()
             .map_err(|e| e.context(format!("reading metadata of table '{ident}' at {location}")))?;
-        table_handle(ident.clone(), location.to_string(), metadata, self.file_io.clone())
+        table_handle(
+            ident.clone(),
+            location.to_string(),
+            metadata,
+            self.file_io.clone(),
+        )
     }
 
     /// The location a new table gets when the caller gives none.
@@ -415,7 +424,12 @@ impl SqlCatalog {
             let _ = self.file_io.delete(&metadata_location).await;
             return Err(e);
         }
-        table_handle(ident, metadata_location.to_string(), metadata, self.file_io.clone())
+        table_handle(
+            ident,
+            metadata_location.to_string(),
+            metadata,
+            self.file_io.clone(),
+        )
     }
 
     /// Registers an existing table (by its metadata file) under a new identifier.
@@ -451,7 +465,12 @@ impl SqlCatalog {
             Ok(())
         })
         .await?;
-        table_handle(ident.clone(), metadata_location.to_string(), metadata, self.file_io.clone())
+        table_handle(
+            ident.clone(),
+            metadata_location.to_string(),
+            metadata,
+            self.file_io.clone(),
+        )
     }
 
     /// Removes a table from the catalog. Its files stay where they are.

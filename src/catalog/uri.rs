@@ -29,9 +29,15 @@ impl CatalogUri {
             DataFusionError::Configuration(format!("invalid catalog URI '{uri}': {why}"))
         };
         let Some((scheme, rest)) = uri.split_once("://") else {
-            return Err(bad("expected <scheme>://..., e.g. sqlite:////abs/path/catalog.db"));
+            return Err(bad(
+                "expected <scheme>://..., e.g. sqlite:////abs/path/catalog.db",
+            ));
         };
-        let base_scheme = scheme.split('+').next().unwrap_or(scheme).to_ascii_lowercase();
+        let base_scheme = scheme
+            .split('+')
+            .next()
+            .unwrap_or(scheme)
+            .to_ascii_lowercase();
         match base_scheme.as_str() {
             "sqlite" => {
                 let path = match rest.strip_prefix('/') {

@@ -66,7 +66,10 @@ pub fn group_files(files: &[PlannedFile], target: usize) -> Result<Vec<FileGroup
             .min_by_key(|(s, _)| *s)
             .ok_or_else(|| DataFusionError::Internal("no file groups".into()))?;
         *size += f.size;
-        group.push(PartitionedFile::new(to_object_path(&f.path)?.to_string(), f.size));
+        group.push(PartitionedFile::new(
+            to_object_path(&f.path)?.to_string(),
+            f.size,
+        ));
     }
     Ok(groups
         .into_iter()

@@ -66,7 +66,10 @@ impl SnapshotChanges {
 
     /// Rows added by this change.
     pub fn added_records(&self) -> u64 {
-        self.added_data_files.iter().map(|f| f.file.record_count()).sum()
+        self.added_data_files
+            .iter()
+            .map(|f| f.file.record_count())
+            .sum()
     }
 }
 
@@ -149,7 +152,15 @@ impl SnapshotProducer {
                     continue;
                 }
                 let rewritten = self
-                    .rewrite_manifest(base, &manifest, snapshot_id, attempt, i, &mut summary, &mut found_removed)
+                    .rewrite_manifest(
+                        base,
+                        &manifest,
+                        snapshot_id,
+                        attempt,
+                        i,
+                        &mut summary,
+                        &mut found_removed,
+                    )
                     .await?;
                 manifests.push(rewritten.unwrap_or(manifest));
             }
@@ -226,7 +237,9 @@ impl SnapshotProducer {
         let snapshot = match (format_version, next_row_id) {
             (FormatVersion::V3, Some(next)) => {
                 let first = metadata.next_row_id();
-                snapshot.with_row_range(first, next.saturating_sub(first)).build()
+                snapshot
+                    .with_row_range(first, next.saturating_sub(first))
+                    .build()
             }
             _ => snapshot.build(),
         };
@@ -241,7 +254,11 @@ impl SnapshotProducer {
         Ok(result.metadata)
     }
 
-    async fn write_new_manifests(&mut self, base: &Table, snapshot_id: i64) -> Result<Vec<ManifestFile>> {
+    async fn write_new_manifests(
+        &mut self,
+        base: &Table,
+        snapshot_id: i64,
+    ) -> Result<Vec<ManifestFile>> {
         let metadata = base.metadata();
         let mut groups: HashMap<(i32, bool), Vec<DataFile>> = HashMap::new();
         for f in &self.changes.added_data_files {
@@ -250,7 +267,10 @@ impl SnapshotProducer {
                     "a delete file was given as an added data file".into(),
                 ));
             }
-            groups.entry((f.spec_id, false)).or_default().push(f.file.clone());
+            groups
+                .entry((f.spec_id, false))
+                .or_default()
+                .push(f.file.clone());
         }
         for f in &self.changes.added_delete_files {
             if f.file.content_type() == DataContentType::Data {
@@ -258,7 +278,10 @@ impl SnapshotProducer {
                     "a data file was given as an added delete file".into(),
                 ));
             }
-            groups.entry((f.spec_id, true)).or_default().push(f.file.clone());
+            groups
+                .entry((f.spec_id, true))
+                .or_default()
+                .push(f.file.clone());
         }
         if metadata.format_version() == FormatVersion::V1 && groups.keys().any(|(_, d)| *d) {
             return Err(DataFusionError::Plan(
@@ -316,7 +339,13 @@ impl SnapshotProducer {
         );
         self.attempt_files.push(path.clone());
         let deletes = manifest.content == ManifestContentType::Deletes;
-        let mut writer = manifest_writer(base, &path, snapshot_id, manifest.partition_spec_id, deletes)?;
+        let mut writer = manifest_writer(
+            base,
+            &path,
+            snapshot_id,
+            manifest.partition_spec_id,
+            deletes,
+        )?;
         for entry in loaded.entries() {
             if !entry.is_alive() {
                 continue;
@@ -327,13 +356,20 @@ impl SnapshotProducer {
             let file_seq = entry.file_sequence_number.or(Some(seq));
             if self.changes.removed_files.contains(entry.file_path()) {
                 found.insert(entry.file_path().to_string());
-                summary.remove_file(entry.data_file(), metadata.current_schema().clone(), spec.clone());
+                summary.remove_file(
+                    entry.data_file(),
+                    metadata.current_schema().clone(),
+                    spec.clone(),
+                );
                 writer
                     .add_delete_file(entry.data_file().clone(), seq, file_seq)
                     .df()?;
             } else {
                 let sid = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
-                let status_ok = matches!(entry.status(), ManifestStatus::Added | ManifestStatus::Existing);
+                let status_ok = matches!(
+                    entry.status(),
+                    ManifestStatus::Added | ManifestStatus::Existing
+                );
                 debug_assert!(status_ok);
                 writer
                     .add_existing_file(entry.data_file().clone(), sid, seq, file_seq)
@@ -404,9 +440,21 @@ fn add_totals(props: &mut HashMap<String, String>, previous: Option<&Summary>) {
         ("total-records", "added-records", "deleted-records"),
         ("total-files-size", "added-files-size", "removed-files-size"),
         ("total-data-files", "added-data-files", "deleted-data-files"),
-        ("total-delete-files", "added-delete-files", "removed-delete-files"),
-        ("total-position-deletes", "added-position-deletes", "removed-position-deletes"),
-        ("total-equality-deletes", "added-equality-deletes", "removed-equality-deletes"),
+        (
+            "total-delete-files",
+            "added-delete-files",
+            "removed-delete-files",
+        ),
+        (
+            "total-position-deletes",
+            "added-position-deletes",
+            "removed-position-deletes",
+        ),
+        (
+            "total-equality-deletes",
+            "added-equality-deletes",
+            "removed-equality-deletes",
+        ),
     ];
     let get = |p: &HashMap<String, String>, k: &str| -> Option<u64> {
         p.get(k).and_then(|v| v.parse::<u64>().ok())

@@ -32,7 +32,10 @@ use crate::table::IcebergTableProvider;
 pub struct IcebergTableFactory;
 
 /// Reads an option set with or without DataFusion's `format.` prefix.
-fn take_option(options: &mut std::collections::HashMap<String, String>, key: &str) -> Option<String> {
+fn take_option(
+    options: &mut std::collections::HashMap<String, String>,
+    key: &str,
+) -> Option<String> {
     options
         .remove(&format!("format.{key}"))
         .or_else(|| options.remove(key))
@@ -76,10 +79,15 @@ pub(crate) fn definition_from_command(cmd: &CreateExternalTable) -> Result<Table
     if let Some(text) = take_option(&mut options, "partitioning") {
         def.partitioning.extend(parse_partitioning(&text)?);
     }
-    match (cmd.order_exprs.as_slice(), take_option(&mut options, "sort-order")) {
+    match (
+        cmd.order_exprs.as_slice(),
+        take_option(&mut options, "sort-order"),
+    ) {
         ([], None) => {}
         ([], Some(text)) => def.sort_order = parse_sort_order(&text)?,
-        ([order], None) => def.sort_order = order.iter().map(sort_term_of).collect::<Result<_>>()?,
+        ([order], None) => {
+            def.sort_order = order.iter().map(sort_term_of).collect::<Result<_>>()?
+        }
         (_, Some(_)) => {
             return Err(DataFusionError::Plan(
                 "give the sort order once: WITH ORDER or OPTIONS ('sort-order' ...)".into(),
@@ -129,8 +137,16 @@ impl TableProviderFactory for IcebergTableFactory {
             .downcast_ref::<SessionState>()
             .ok_or_else(|| DataFusionError::Internal("expected a SessionState".into()))?;
         let defaults = &state.config_options().catalog;
-        let catalog_name = cmd.name.catalog().unwrap_or(&defaults.default_catalog).to_string();
-        let schema_name = cmd.name.schema().unwrap_or(&defaults.default_schema).to_string();
+        let catalog_name = cmd
+            .name
+            .catalog()
+            .unwrap_or(&defaults.default_catalog)
+            .to_string();
+        let schema_name = cmd
+            .name
+            .schema()
+            .unwrap_or(&defaults.default_schema)
+            .to_string();
         let provider = state.catalog_list().catalog(&catalog_name).ok_or_else(|| {
             DataFusionError::Plan(format!("catalog '{catalog_name}' does not exist"))
         })?;

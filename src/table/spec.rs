@@ -294,7 +294,10 @@ pub fn parse_sort_order(text: &str) -> Result<Vec<SortTerm>> {
         let upper = part.to_ascii_uppercase();
         let mut expr = part.as_str();
         let mut null_order = None;
-        for (suffix, order) in [(" NULLS FIRST", NullOrder::First), (" NULLS LAST", NullOrder::Last)] {
+        for (suffix, order) in [
+            (" NULLS FIRST", NullOrder::First),
+            (" NULLS LAST", NullOrder::Last),
+        ] {
             if upper.ends_with(suffix) {
                 expr = &expr[..expr.len() - suffix.len()];
                 null_order = Some(order);
@@ -303,7 +306,10 @@ pub fn parse_sort_order(text: &str) -> Result<Vec<SortTerm>> {
         }
         let upper_expr = expr.to_ascii_uppercase();
         let mut direction = SortDirection::Ascending;
-        for (suffix, dir) in [(" ASC", SortDirection::Ascending), (" DESC", SortDirection::Descending)] {
+        for (suffix, dir) in [
+            (" ASC", SortDirection::Ascending),
+            (" DESC", SortDirection::Descending),
+        ] {
             if upper_expr.ends_with(suffix) {
                 expr = &expr[..expr.len() - suffix.len()];
                 direction = dir;
@@ -333,14 +339,42 @@ mod tests {
 
     #[test]
     fn partitioning_terms() {
-        let p = parse_partitioning("day(ts), bucket(16, id), region, truncate(4, \"Name\")").unwrap();
-        assert_eq!(p[0], PartitionTerm { transform: Transform::Day, column: "ts".into() });
-        assert_eq!(p[1], PartitionTerm { transform: Transform::Bucket(16), column: "id".into() });
-        assert_eq!(p[2], PartitionTerm { transform: Transform::Identity, column: "region".into() });
-        assert_eq!(p[3], PartitionTerm { transform: Transform::Truncate(4), column: "Name".into() });
+        let p =
+            parse_partitioning("day(ts), bucket(16, id), region, truncate(4, \"Name\")").unwrap();
+        assert_eq!(
+            p[0],
+            PartitionTerm {
+                transform: Transform::Day,
+                column: "ts".into()
+            }
+        );
+        assert_eq!(
+            p[1],
+            PartitionTerm {
+                transform: Transform::Bucket(16),
+                column: "id".into()
+            }
+        );
+        assert_eq!(
+            p[2],
+            PartitionTerm {
+                transform: Transform::Identity,
+                column: "region".into()
+            }
+        );
+        assert_eq!(
+            p[3],
+            PartitionTerm {
+                transform: Transform::Truncate(4),
+                column: "Name".into()
+            }
+        );
         assert!(parse_partitioning("bucket(x, id)").is_err());
         assert!(parse_partitioning("bucket(0, id)").is_err());
-        assert!(parse_partitioning("frobnicate(id)").unwrap_err().to_string().contains("unknown transform"));
+        assert!(parse_partitioning("frobnicate(id)")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown transform"));
     }
 
     #[test]
@@ -374,12 +408,19 @@ mod tests {
         assert_eq!(names, ["ts_day", "id_bucket"]);
         let order = c.sort_order.unwrap();
         assert_eq!(order.order_id, 1);
-        assert_eq!(order.fields[0].source_id, c.schema.field_by_name("name").unwrap().id);
-        let bad = TableDefinition::new(Arc::new(ArrowSchema::new(vec![Field::new("a", DataType::Int32, true)])))
-            .with_partitioning("day(zz)")
-            .unwrap()
-            .to_creation("t")
-            .unwrap_err();
+        assert_eq!(
+            order.fields[0].source_id,
+            c.schema.field_by_name("name").unwrap().id
+        );
+        let bad = TableDefinition::new(Arc::new(ArrowSchema::new(vec![Field::new(
+            "a",
+            DataType::Int32,
+            true,
+        )])))
+        .with_partitioning("day(zz)")
+        .unwrap()
+        .to_creation("t")
+        .unwrap_err();
         assert!(bad.to_string().contains("unknown column 'zz'"), "{bad}");
     }
 }

@@ -30,7 +30,9 @@ pub async fn sql(session: &IcebergSession, sql: &str) -> Result<Vec<RecordBatch>
 
 /// Runs SQL and renders the result as text lines (header and rows, without borders).
 pub async fn rows(session: &IcebergSession, query: &str) -> Vec<String> {
-    let batches = sql(session, query).await.unwrap_or_else(|e| panic!("{query}: {e}"));
+    let batches = sql(session, query)
+        .await
+        .unwrap_or_else(|e| panic!("{query}: {e}"));
     render(&batches)
 }
 

@@ -43,7 +43,11 @@ pub struct CommitExec {
 }
 
 fn count_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
 }
 
 impl CommitExec {
@@ -115,9 +119,8 @@ impl ExecutionPlan for CommitExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let [input] = <[_; 1]>::try_from(children).map_err(|_| {
-            DataFusionError::Internal("CommitExec takes exactly one child".into())
-        })?;
+        let [input] = <[_; 1]>::try_from(children)
+            .map_err(|_| DataFusionError::Internal("CommitExec takes exactly one child".into()))?;
         Ok(Arc::new(Self::new(
             input,
             Arc::clone(&self.store),

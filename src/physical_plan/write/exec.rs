@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::{EquivalenceProperties, LexRequirement, OrderingRequirements};
+use datafusion::physical_expr::{
+    Distribution, EquivalenceProperties, LexRequirement, OrderingRequirements,
+};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -32,7 +34,10 @@ impl WrittenFiles {
 
     /// Takes the recorded locations, leaving none.
     pub fn take(&self) -> Vec<String> {
-        self.0.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
+        self.0
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
     }
 }
 
@@ -42,8 +47,9 @@ impl WrittenFiles {
 /// Each input partition is written by its own writer: batches are cast onto the table schema
 /// (with field ids), split by partition value (fan-out, one open file per partition value), and
 /// written as parquet files that roll over at `write.target-file-size-bytes`. When the table has
-/// a sort order the node requires its input sorted by it; DataFusion's `EnforceSorting` then puts
-/// a `SortExec` below, which spills under memory pressure, so every file is sorted.
+/// a sort order the node requires one input stream sorted by it; DataFusion's `EnforceSorting`
+/// then puts a `SortExec` below, which spills under memory pressure, so every file is sorted and
+/// files cover disjoint ranges of the sort key.
 ///
 /// ```text
 ///   input partition i ──► [SortExec (spilling)] ──► cast ──► split by partition ──► rolling
@@ -122,6 +128,16 @@ impl ExecutionPlan for DataFileWriterExec {
 
     fn properties(&self) -> &Arc<PlanProperties> {
         &self.properties
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        // A sorted table is written from one globally sorted stream: files cover disjoint key
+        // ranges, which is what readers prune best on.
+        if self.sort.is_some() {
+            vec![Distribution::SinglePartition]
+        } else {
+            vec![Distribution::UnspecifiedDistribution]
+        }
     }
 
     fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {

@@ -41,7 +41,10 @@ pub(crate) fn data_files_schema() -> SchemaRef {
 }
 
 /// Parses the writer's output rows back into data files.
-pub(crate) fn decode_data_files(batch: &RecordBatch, metadata: &TableMetadata) -> Result<Vec<NewFile>> {
+pub(crate) fn decode_data_files(
+    batch: &RecordBatch,
+    metadata: &TableMetadata,
+) -> Result<Vec<NewFile>> {
     let bad = || DataFusionError::Internal("unexpected data file batch layout".into());
     let spec_ids = batch
         .column(0)
@@ -166,7 +169,10 @@ pub(crate) async fn write_partition(
     let schema = metadata.current_schema().clone();
     let spec = metadata.default_partition_spec().clone();
     let target = Arc::new(schema_to_arrow_schema(&schema).df()?);
-    let target_file_size = metadata.table_properties().df()?.write_target_file_size_bytes;
+    let target_file_size = metadata
+        .table_properties()
+        .df()?
+        .write_target_file_size_bytes;
 
     let parquet = ParquetWriterBuilder::new(writer_properties(metadata)?, schema.clone());
     let locations = RecordingLocations {
@@ -196,9 +202,11 @@ pub(crate) async fn write_partition(
         }
         writer.close().await.df()?
     } else {
-        let splitter =
-            RecordBatchPartitionSplitter::try_new_with_computed_values(schema.clone(), spec.clone())
-                .df()?;
+        let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
+            schema.clone(),
+            spec.clone(),
+        )
+        .df()?;
         let mut writer = FanoutWriter::new(builder);
         while let Some(batch) = input.next().await {
             let batch = align_batch(&batch?, &target)?;
@@ -215,7 +223,9 @@ pub(crate) async fn write_partition(
     for file in files {
         counters.files.add(1);
         counters.bytes.add(file.file_size_in_bytes() as usize);
-        jsons.push(serialize_data_file_to_json(file, &partition_type, metadata.format_version()).df()?);
+        jsons.push(
+            serialize_data_file_to_json(file, &partition_type, metadata.format_version()).df()?,
+        );
     }
     let spec_ids = Int32Array::from(vec![spec.spec_id(); jsons.len()]);
     Ok(RecordBatch::try_new(
