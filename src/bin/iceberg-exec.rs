@@ -235,7 +235,9 @@ async fn shell(session: &IcebergSession, format: Format) -> Result<()> {
 /// Builds `demo.trips` (partitioned by day and region, sorted by pickup time) and runs queries.
 async fn demo(session: &IcebergSession, rows: u64) -> Result<()> {
     let ctx = session.context();
-    let exists = ctx.table_exist("demo.trips")?;
+    let ident = iceberg::TableIdent::from_strs(["demo", "trips"])
+        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let exists = session.catalog().table_exists(&ident).await?;
     if !exists {
         println!(
             "Building demo.trips with {rows} rows in {} ...",
