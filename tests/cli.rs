@@ -208,3 +208,30 @@ fn metadata_file_that_is_not_json_is_a_clear_error() {
     );
     assert_eq!(stdout(&o), "n\n0\n", "{}", stderr(&o));
 }
+
+#[test]
+fn shell_reads_statements_from_stdin() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iceberg-exec"))
+        .current_dir(dir.path())
+        .env("HOME", dir.path())
+        .args(["--format", "csv", "sql"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"CREATE SCHEMA ns;\nCREATE TABLE ns.t\n  AS SELECT 41 + 1 AS answer;\nSELECT * FROM ns.nope;\nSELECT answer FROM ns.t;\n\\q\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("answer\n42\n"), "{out}");
+    assert!(stderr(&o).contains("ns.nope"), "errors are reported and the shell goes on");
+}

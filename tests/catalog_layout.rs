@@ -1,0 +1,103 @@
+//! The catalog database layout: databases without Java's `iceberg_type` column (older pyiceberg)
+//! work unchanged, and written files carry full column metrics.
+
+mod common;
+
+use common::{rows, sql};
+use iceberg::spec::{Datum, ManifestStatus};
+use iceberg::TableIdent;
+use iceberg_exec::{IcebergSession, WarehouseConfig};
+
+#[tokio::test]
+async fn database_without_iceberg_type_column_works_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("catalog.db");
+    // The layout older pyiceberg versions create: no iceberg_type column.
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3; c = sqlite3.connect('{}'); \
+             c.execute('CREATE TABLE iceberg_tables (catalog_name VARCHAR(255) NOT NULL, table_namespace VARCHAR(255) NOT NULL, table_name VARCHAR(255) NOT NULL, metadata_location VARCHAR(1000), previous_metadata_location VARCHAR(1000), PRIMARY KEY (catalog_name, table_namespace, table_name))'); \
+             c.execute('CREATE TABLE iceberg_namespace_properties (catalog_name VARCHAR(255) NOT NULL, namespace VARCHAR(255) NOT NULL, property_key VARCHAR(255) NOT NULL, property_value VARCHAR(1000) NOT NULL, PRIMARY KEY (catalog_name, namespace, property_key))'); \
+             c.commit()",
+            db.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let s = IcebergSession::open(WarehouseConfig::local(dir.path())).await.unwrap();
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(&s, "CREATE TABLE ns.t AS SELECT 1 AS a").await.unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (2)").await.unwrap();
+    assert_eq!(rows(&s, "SELECT a FROM ns.t ORDER BY a").await, ["1", "2"]);
+    sql(&s, "DROP TABLE ns.t").await.unwrap();
+
+    // The schema was left as it was: still no iceberg_type column.
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3; c = sqlite3.connect('{}'); print([r[1] for r in c.execute('PRAGMA table_info(iceberg_tables)')])",
+            db.display()
+        ))
+        .output()
+        .unwrap();
+    let columns = String::from_utf8_lossy(&out.stdout);
+    assert!(!columns.contains("iceberg_type"), "{columns}");
+    assert!(columns.contains("previous_metadata_location"), "{columns}");
+}
+
+#[tokio::test]
+async fn written_files_carry_column_metrics_and_snapshot_lineage() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = common::session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(&s, "CREATE TABLE ns.t (id BIGINT NOT NULL, name VARCHAR, score DOUBLE)").await.unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (5, 'e', 1.0), (-3, NULL, 2.5), (12, 'a', NULL), (7, 'z', NULL)")
+        .await
+        .unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (100, 'x', 0.5)").await.unwrap();
+
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let md = table.metadata();
+    let schema = md.current_schema();
+    let (id, name, score) = (
+        schema.field_by_name("id").unwrap().id,
+        schema.field_by_name("name").unwrap().id,
+        schema.field_by_name("score").unwrap().id,
+    );
+    let current = md.current_snapshot().unwrap();
+    assert_eq!(current.sequence_number(), 2);
+    let parent = md.snapshot_by_id(current.parent_snapshot_id().unwrap()).unwrap();
+    assert_eq!(parent.sequence_number(), 1);
+    assert_eq!(parent.parent_snapshot_id(), None);
+    assert_eq!(current.summary().additional_properties["total-records"], "5");
+    assert_eq!(current.summary().additional_properties["total-data-files"], "2");
+    assert_eq!(current.summary().additional_properties["added-records"], "1");
+
+    let list = table.manifest_list_reader(current).load().await.unwrap();
+    assert_eq!(list.entries().len(), 2, "the parent's manifest is carried over");
+    let mut first_file = None;
+    for m in list.entries() {
+        let manifest = m.load_manifest(table.file_io()).await.unwrap();
+        for e in manifest.entries() {
+            assert_eq!(e.status(), ManifestStatus::Added);
+            if e.record_count() == 4 {
+                // The inherited sequence number is the snapshot's.
+                assert_eq!(e.sequence_number(), Some(1));
+                first_file = Some(e.data_file().clone());
+            }
+        }
+    }
+    let f = first_file.expect("the first insert's file");
+    assert_eq!(f.value_counts()[&id], 4);
+    assert_eq!(f.null_value_counts()[&name], 1);
+    assert_eq!(f.null_value_counts()[&score], 2);
+    assert_eq!(f.lower_bounds()[&id], Datum::long(-3));
+    assert_eq!(f.upper_bounds()[&id], Datum::long(12));
+    assert_eq!(f.lower_bounds()[&name], Datum::string("a"));
+    assert_eq!(f.upper_bounds()[&name], Datum::string("z"));
+    assert_eq!(f.lower_bounds()[&score], Datum::double(1.0));
+    assert_eq!(f.upper_bounds()[&score], Datum::double(2.5));
+}
