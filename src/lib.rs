@@ -26,14 +26,19 @@ pub mod physical_plan;
 pub mod scan;
 mod session;
 pub mod snapshot;
+mod storage;
 pub mod table;
 
 pub use catalog::{
     CatalogUri, IcebergCatalogProvider, IcebergSchemaProvider, MetadataStore, SqlCatalog,
     SqlCatalogConfig,
 };
+pub use location::LocationMap;
 pub use session::{parse_size, IcebergSession, WarehouseConfig};
-pub use table::{IcebergTableFactory, IcebergTableProvider, TableDefinition};
+pub use table::{
+    find_metadata_file, open_table_at, IcebergScanFunction, IcebergSnapshotsFunction,
+    IcebergTableFactory, IcebergTableProvider, TableDefinition,
+};
 
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]

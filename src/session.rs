@@ -12,7 +12,7 @@ use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
 
 use crate::catalog::{CatalogUri, IcebergCatalogProvider, SqlCatalog, SqlCatalogConfig};
-use crate::table::IcebergTableFactory;
+use crate::table::{IcebergScanFunction, IcebergSnapshotsFunction, IcebergTableFactory};
 
 /// Where the warehouse and its catalog live, and how much memory queries may use.
 #[derive(Debug, Clone)]
@@ -147,6 +147,14 @@ impl IcebergSession {
         ctx.register_catalog(
             catalog.name(),
             Arc::new(IcebergCatalogProvider::new(Arc::clone(&catalog))),
+        );
+        ctx.register_udtf(
+            "iceberg_scan",
+            Arc::new(IcebergScanFunction::new(Some(Arc::clone(&catalog)))),
+        );
+        ctx.register_udtf(
+            "iceberg_snapshots",
+            Arc::new(IcebergSnapshotsFunction::new(Some(Arc::clone(&catalog)))),
         );
         Ok(Self { ctx, catalog, pool })
     }

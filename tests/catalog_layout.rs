@@ -26,7 +26,9 @@ async fn database_without_iceberg_type_column_works_unchanged() {
         .unwrap();
     assert!(status.success());
 
-    let s = IcebergSession::open(WarehouseConfig::local(dir.path())).await.unwrap();
+    let s = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap();
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
     sql(&s, "CREATE TABLE ns.t AS SELECT 1 AS a").await.unwrap();
     sql(&s, "INSERT INTO ns.t VALUES (2)").await.unwrap();
@@ -52,11 +54,21 @@ async fn written_files_carry_column_metrics_and_snapshot_lineage() {
     let dir = tempfile::tempdir().unwrap();
     let s = common::session(dir.path()).await;
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
-    sql(&s, "CREATE TABLE ns.t (id BIGINT NOT NULL, name VARCHAR, score DOUBLE)").await.unwrap();
-    sql(&s, "INSERT INTO ns.t VALUES (5, 'e', 1.0), (-3, NULL, 2.5), (12, 'a', NULL), (7, 'z', NULL)")
+    sql(
+        &s,
+        "CREATE TABLE ns.t (id BIGINT NOT NULL, name VARCHAR, score DOUBLE)",
+    )
+    .await
+    .unwrap();
+    sql(
+        &s,
+        "INSERT INTO ns.t VALUES (5, 'e', 1.0), (-3, NULL, 2.5), (12, 'a', NULL), (7, 'z', NULL)",
+    )
+    .await
+    .unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (100, 'x', 0.5)")
         .await
         .unwrap();
-    sql(&s, "INSERT INTO ns.t VALUES (100, 'x', 0.5)").await.unwrap();
 
     let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
     let table = s.catalog().load_table(&ident).await.unwrap();
@@ -69,15 +81,30 @@ async fn written_files_carry_column_metrics_and_snapshot_lineage() {
     );
     let current = md.current_snapshot().unwrap();
     assert_eq!(current.sequence_number(), 2);
-    let parent = md.snapshot_by_id(current.parent_snapshot_id().unwrap()).unwrap();
+    let parent = md
+        .snapshot_by_id(current.parent_snapshot_id().unwrap())
+        .unwrap();
     assert_eq!(parent.sequence_number(), 1);
     assert_eq!(parent.parent_snapshot_id(), None);
-    assert_eq!(current.summary().additional_properties["total-records"], "5");
-    assert_eq!(current.summary().additional_properties["total-data-files"], "2");
-    assert_eq!(current.summary().additional_properties["added-records"], "1");
+    assert_eq!(
+        current.summary().additional_properties["total-records"],
+        "5"
+    );
+    assert_eq!(
+        current.summary().additional_properties["total-data-files"],
+        "2"
+    );
+    assert_eq!(
+        current.summary().additional_properties["added-records"],
+        "1"
+    );
 
     let list = table.manifest_list_reader(current).load().await.unwrap();
-    assert_eq!(list.entries().len(), 2, "the parent's manifest is carried over");
+    assert_eq!(
+        list.entries().len(),
+        2,
+        "the parent's manifest is carried over"
+    );
     let mut first_file = None;
     for m in list.entries() {
         let manifest = m.load_manifest(table.file_io()).await.unwrap();

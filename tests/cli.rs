@@ -233,5 +233,8 @@ fn shell_reads_statements_from_stdin() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("answer\n42\n"), "{out}");
-    assert!(stderr(&o).contains("ns.nope"), "errors are reported and the shell goes on");
+    assert!(
+        stderr(&o).contains("ns.nope"),
+        "errors are reported and the shell goes on"
+    );
 }

@@ -2,7 +2,7 @@
 //!
 //! `cargo test --test sqllogictests` runs all files; an argument filters by file name.
 //! Cell values print as DataFusion displays them, NULL as `NULL`, the empty string as `(empty)`;
-//! the warehouse directory prints as `WAREHOUSE`.
+//! the warehouse directory prints as `WAREHOUSE` and `$WAREHOUSE` in SQL stands for it.
 
 use std::path::{Path, PathBuf};
 
@@ -78,7 +78,8 @@ impl sqllogictest::AsyncDB for Db {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
-        let df = self.session.context().sql(sql).await?;
+        let sql = sql.replace("$WAREHOUSE", &self.warehouse);
+        let df = self.session.context().sql(&sql).await?;
         let width = df.schema().fields().len();
         let batches = df.collect().await?;
         if width == 0 {

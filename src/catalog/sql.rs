@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
 use iceberg::io::FileIO;
-use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::spec::TableMetadataBuilder;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -24,7 +24,7 @@ use super::uri::CatalogUri;
 use super::{table_handle, MetadataStore};
 use crate::error::{db_err, IcebergResultExt};
 use crate::io_runtime;
-use crate::snapshot::metadata_file::{new_metadata_location, write_metadata};
+use crate::snapshot::metadata_file::{new_metadata_location, read_metadata, write_metadata};
 
 /// How to reach a SQL catalog.
 #[derive(Debug, Clone)]
@@ -338,10 +338,9 @@ impl SqlCatalog {
         let Some(location) = self.metadata_location(ident).await? else {
             return Err(table_not_found(ident));
         };
-        let metadata = TableMetadata::read_from(&self.file_io, &location)
+        let metadata = read_metadata(&self.file_io, &location)
             .await
-            .df()
-            .map_err(|e| e.context(format!("reading metadata of table '{ident}' at {location}")))?;
+            .map_err(|e| e.context(format!("loading table '{ident}'")))?;
         table_handle(
             ident.clone(),
             location.to_string(),
@@ -439,9 +438,7 @@ impl SqlCatalog {
         metadata_location: &str,
     ) -> Result<Table> {
         // Read first: only valid metadata gets registered.
-        let metadata = TableMetadata::read_from(&self.file_io, metadata_location)
-            .await
-            .df()?;
+        let metadata = read_metadata(&self.file_io, metadata_location).await?;
         if self.table_exists(ident).await? {
             return Err(DataFusionError::Execution(format!(
                 "table '{ident}' already exists"

@@ -7,7 +7,7 @@ use iceberg::spec::{DataContentType, ManifestContentType, SnapshotRef};
 use iceberg::table::Table;
 
 use crate::error::IcebergResultExt;
-use crate::location::to_object_path;
+use crate::location::LocationMap;
 
 /// A data file chosen for a scan.
 #[derive(Debug, Clone)]
@@ -55,7 +55,11 @@ pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<Pla
 
 /// Splits files into at most `target` groups of similar total size (largest first, each into the
 /// currently smallest group).
-pub fn group_files(files: &[PlannedFile], target: usize) -> Result<Vec<FileGroup>> {
+pub fn group_files(
+    files: &[PlannedFile],
+    target: usize,
+    locations: &LocationMap,
+) -> Result<Vec<FileGroup>> {
     let target = target.max(1).min(files.len().max(1));
     let mut order: Vec<&PlannedFile> = files.iter().collect();
     order.sort_by(|a, b| b.size.cmp(&a.size).then_with(|| a.path.cmp(&b.path)));
@@ -67,7 +71,7 @@ pub fn group_files(files: &[PlannedFile], target: usize) -> Result<Vec<FileGroup
             .ok_or_else(|| DataFusionError::Internal("no file groups".into()))?;
         *size += f.size;
         group.push(PartitionedFile::new(
-            to_object_path(&f.path)?.to_string(),
+            locations.object_path(&f.path)?.to_string(),
             f.size,
         ));
     }
@@ -93,7 +97,7 @@ mod tests {
                 record_count: 1,
             })
             .collect();
-        let groups = group_files(&files, 2).unwrap();
+        let groups = group_files(&files, 2, &LocationMap::default()).unwrap();
         assert_eq!(groups.len(), 2);
         let sizes: Vec<u64> = groups
             .iter()
@@ -101,6 +105,11 @@ mod tests {
             .collect();
         assert_eq!(sizes.iter().sum::<u64>(), 315);
         assert!(sizes.iter().all(|s| (150..=165).contains(s)), "{sizes:?}");
-        assert_eq!(group_files(&files[..1], 8).unwrap().len(), 1);
+        assert_eq!(
+            group_files(&files[..1], 8, &LocationMap::default())
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }

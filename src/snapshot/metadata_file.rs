@@ -2,7 +2,7 @@
 
 use std::str::FromStr;
 
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use iceberg::io::FileIO;
 use iceberg::spec::TableMetadata;
 use iceberg::MetadataLocation;
@@ -33,6 +33,71 @@ pub(crate) fn new_metadata_location(
     }
 }
 
+/// Reads table metadata (plain or gzip JSON).
+///
+/// Snapshot ids are longs, but some writers print ids above `i64::MAX` as unsigned numbers (the
+/// same 64 bits). Those are read back as the signed long they stand for, which is also what the
+/// Avro manifest lists of such tables hold.
+pub(crate) async fn read_metadata(file_io: &FileIO, location: &str) -> Result<TableMetadata> {
+    let bytes = file_io.new_input(location).df()?.read().await.df()?;
+    let json: Vec<u8> = if bytes.len() > 2 && bytes[0] == 0x1F && bytes[1] == 0x8B {
+        let mut out = vec![];
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)?;
+        out
+    } else {
+        bytes.to_vec()
+    };
+    let mut value: serde_json::Value = serde_json::from_slice(&json).map_err(|e| {
+        DataFusionError::Execution(format!("table metadata {location} is not valid JSON: {e}"))
+    })?;
+    wrap_unsigned_snapshot_ids(&mut value);
+    serde_json::from_value(value).map_err(|e| {
+        DataFusionError::Execution(format!(
+            "table metadata {location} is not valid Iceberg metadata: {e}"
+        ))
+    })
+}
+
+fn wrap_unsigned(v: &mut serde_json::Value) {
+    if let Some(u) = v.as_u64() {
+        if u > i64::MAX as u64 {
+            *v = serde_json::Value::from(u as i64);
+        }
+    }
+}
+
+fn wrap_unsigned_snapshot_ids(metadata: &mut serde_json::Value) {
+    let Some(obj) = metadata.as_object_mut() else {
+        return;
+    };
+    if let Some(v) = obj.get_mut("current-snapshot-id") {
+        wrap_unsigned(v);
+    }
+    for list in [
+        "snapshots",
+        "snapshot-log",
+        "statistics",
+        "partition-statistics",
+    ] {
+        if let Some(items) = obj.get_mut(list).and_then(|v| v.as_array_mut()) {
+            for item in items {
+                for key in ["snapshot-id", "parent-snapshot-id"] {
+                    if let Some(v) = item.get_mut(key) {
+                        wrap_unsigned(v);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(refs) = obj.get_mut("refs").and_then(|v| v.as_object_mut()) {
+        for r in refs.values_mut() {
+            if let Some(v) = r.get_mut("snapshot-id") {
+                wrap_unsigned(v);
+            }
+        }
+    }
+}
+
 /// Writes `metadata` to `location`, failing if a file is already there.
 pub(crate) async fn write_metadata(
     file_io: &FileIO,
@@ -41,10 +106,31 @@ pub(crate) async fn write_metadata(
 ) -> Result<String> {
     let path = location.to_string();
     if file_io.exists(&path).await.df()? {
-        return Err(datafusion::error::DataFusionError::Execution(format!(
+        return Err(DataFusionError::Execution(format!(
             "metadata file {path} already exists"
         )));
     }
     metadata.write_to(file_io, location).await.df()?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsigned_ids_wrap_to_the_same_bits() {
+        let mut v = serde_json::json!({
+            "current-snapshot-id": 9876543210123456789u64,
+            "snapshots": [{"snapshot-id": 9876543210123456789u64, "parent-snapshot-id": 5}],
+            "refs": {"main": {"snapshot-id": 9876543210123456789u64}}
+        });
+        wrap_unsigned_snapshot_ids(&mut v);
+        let wrapped = 9876543210123456789u64 as i64;
+        assert!(wrapped < 0);
+        assert_eq!(v["current-snapshot-id"], wrapped);
+        assert_eq!(v["snapshots"][0]["snapshot-id"], wrapped);
+        assert_eq!(v["snapshots"][0]["parent-snapshot-id"], 5);
+        assert_eq!(v["refs"]["main"]["snapshot-id"], wrapped);
+    }
 }

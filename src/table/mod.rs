@@ -1,10 +1,16 @@
 //! The DataFusion face of one Iceberg table: [`IcebergTableProvider`] (scan, INSERT) and the
 //! `CREATE EXTERNAL TABLE ... STORED AS ICEBERG` factory.
 
+mod by_path;
 mod factory;
+mod function;
 mod provider;
+mod snapshots;
 pub(crate) mod spec;
 
+pub use by_path::{find_metadata_file, open_table_at};
 pub use factory::IcebergTableFactory;
+pub use function::IcebergScanFunction;
 pub use provider::IcebergTableProvider;
+pub use snapshots::IcebergSnapshotsFunction;
 pub use spec::{parse_partitioning, parse_sort_order, TableDefinition};

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::common::stats::Precision;
+use datafusion::common::Statistics;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
@@ -22,6 +24,7 @@ use iceberg::table::Table;
 
 use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
+use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
 use crate::scan::{group_files, plan_files};
@@ -37,6 +40,7 @@ pub struct IcebergTableProvider {
     snapshot_id: Option<i64>,
     store: Option<Arc<dyn MetadataStore>>,
     schema: SchemaRef,
+    locations: LocationMap,
 }
 
 /// The Arrow schema DataFusion sees for an Iceberg schema (no field-id metadata).
@@ -79,19 +83,67 @@ impl IcebergTableProvider {
             snapshot_id: None,
             store,
             schema,
+            locations: LocationMap::default(),
         })
     }
 
-    /// Pins scans to a snapshot.
+    /// Resolves recorded file locations through `locations` (tables whose files moved).
+    pub fn with_locations(mut self, locations: LocationMap) -> Self {
+        self.locations = locations;
+        self
+    }
+
+    /// Pins scans to a snapshot, read with the schema that snapshot was written with.
+    /// The provider becomes read-only.
     pub fn with_snapshot_id(mut self, snapshot_id: i64) -> Result<Self> {
-        if self.table.metadata().snapshot_by_id(snapshot_id).is_none() {
+        let metadata = self.table.metadata();
+        let Some(snapshot) = metadata.snapshot_by_id(snapshot_id) else {
             return Err(DataFusionError::Plan(format!(
                 "table '{}' has no snapshot {snapshot_id}",
                 self.table.identifier()
             )));
-        }
+        };
+        self.schema = arrow_schema(snapshot.schema(metadata).df()?.as_ref())?;
         self.snapshot_id = Some(snapshot_id);
+        self.store = None;
         Ok(self)
+    }
+
+    /// Pins scans to the snapshot a branch or tag points at.
+    pub fn with_ref(self, name: &str) -> Result<Self> {
+        let Some(snapshot) = self.table.metadata().snapshot_for_ref(name) else {
+            return Err(DataFusionError::Plan(format!(
+                "table '{}' has no branch or tag '{name}'",
+                self.table.identifier()
+            )));
+        };
+        let id = snapshot.snapshot_id();
+        self.with_snapshot_id(id)
+    }
+
+    /// Pins scans to the snapshot that was current at `timestamp_ms` (milliseconds since the
+    /// epoch), by the table's snapshot log.
+    pub fn with_timestamp_ms(self, timestamp_ms: i64) -> Result<Self> {
+        let metadata = self.table.metadata();
+        let id = metadata
+            .history()
+            .iter()
+            .filter(|entry| entry.timestamp_ms() <= timestamp_ms)
+            .max_by_key(|entry| entry.timestamp_ms())
+            .map(|entry| entry.snapshot_id)
+            .ok_or_else(|| {
+                DataFusionError::Plan(format!(
+                    "table '{}' has no snapshot at or before timestamp {timestamp_ms} ms",
+                    self.table.identifier()
+                ))
+            })?;
+        self.with_snapshot_id(id)
+    }
+
+    /// The snapshot scans read (`None`: the table has no snapshot yet).
+    pub fn snapshot_id(&self) -> Option<i64> {
+        self.snapshot_id
+            .or_else(|| self.table.metadata().current_snapshot_id())
     }
 
     /// The table as loaded.
@@ -146,10 +198,17 @@ impl TableProvider for IcebergTableProvider {
         if files.is_empty() {
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
-        let groups = group_files(&files, state.config().target_partitions())?;
+        let groups = group_files(&files, state.config().target_partitions(), &self.locations)?;
+        // Row counts come from the manifests and are exact: the snapshot has no delete files.
+        let rows: u64 = files.iter().map(|f| f.record_count).sum();
+        let bytes: u64 = files.iter().map(|f| f.size).sum();
+        let statistics = Statistics::new_unknown(&self.schema)
+            .with_num_rows(Precision::Exact(rows as usize))
+            .with_total_byte_size(Precision::Inexact(bytes as usize));
         let source = Arc::new(ParquetSource::new(Arc::clone(&self.schema)));
         let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
             .with_file_groups(groups)
+            .with_statistics(statistics)
             .with_projection_indices(projection.cloned())?
             .with_limit(limit)
             .build();
@@ -172,7 +231,7 @@ impl TableProvider for IcebergTableProvider {
         }
         let Some(store) = &self.store else {
             return Err(DataFusionError::Plan(format!(
-                "table '{}' was opened read-only (not through a catalog)",
+                "table '{}' is read-only here (opened by path or at a past snapshot)",
                 self.table.identifier()
             )));
         };
