@@ -196,11 +196,9 @@ impl SchemaProvider for IcebergSchemaProvider {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let ident = self.ident(name);
-        if !self.catalog.table_exists(&ident).await? {
+        let Some(table) = self.catalog.try_load_table(&self.ident(name)).await? else {
             return Ok(None);
-        }
-        let table = self.catalog.load_table(&ident).await?;
+        };
         let store: Arc<dyn MetadataStore> = self.catalog.clone();
         Ok(Some(Arc::new(IcebergTableProvider::try_new(
             table,

@@ -335,18 +335,20 @@ impl SqlCatalog {
 
     /// Loads a table's current metadata.
     pub async fn load_table(self: &Arc<Self>, ident: &TableIdent) -> Result<Table> {
+        self.try_load_table(ident)
+            .await?
+            .ok_or_else(|| table_not_found(ident))
+    }
+
+    /// Loads a table's current metadata, or `None` when the catalog has no such table.
+    pub async fn try_load_table(self: &Arc<Self>, ident: &TableIdent) -> Result<Option<Table>> {
         let Some(location) = self.metadata_location(ident).await? else {
-            return Err(table_not_found(ident));
+            return Ok(None);
         };
         let metadata = read_metadata(&self.file_io, &location)
             .await
             .map_err(|e| e.context(format!("loading table '{ident}'")))?;
-        table_handle(
-            ident.clone(),
-            location.to_string(),
-            metadata,
-            self.file_io.clone(),
-        )
+        table_handle(ident.clone(), location, metadata, self.file_io.clone()).map(Some)
     }
 
     /// The location a new table gets when the caller gives none.

@@ -246,7 +246,7 @@ impl TableProvider for IcebergTableProvider {
         Ok(Arc::new(CommitExec::new(
             writer,
             Arc::clone(store),
-            self.table.identifier().clone(),
+            self.table.clone(),
             written,
         )))
     }

@@ -18,7 +18,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use iceberg::io::FileIO;
-use iceberg::TableIdent;
+use iceberg::table::Table;
 
 use crate::catalog::MetadataStore;
 use crate::physical_plan::write::{decode_data_files, WrittenFiles};
@@ -36,7 +36,8 @@ use crate::snapshot::{commit, SnapshotChanges};
 pub struct CommitExec {
     input: Arc<dyn ExecutionPlan>,
     store: Arc<dyn MetadataStore>,
-    ident: TableIdent,
+    /// The table as planned: its schema and specs describe the files the writers produce.
+    table: Table,
     written: WrittenFiles,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
@@ -51,11 +52,11 @@ fn count_schema() -> SchemaRef {
 }
 
 impl CommitExec {
-    /// A commit of `input`'s files to table `ident` in `store`.
+    /// A commit of `input`'s files, written for `table`, to that table in `store`.
     pub fn new(
         input: Arc<dyn ExecutionPlan>,
         store: Arc<dyn MetadataStore>,
-        ident: TableIdent,
+        table: Table,
         written: WrittenFiles,
     ) -> Self {
         let properties = Arc::new(PlanProperties::new(
@@ -67,7 +68,7 @@ impl CommitExec {
         Self {
             input,
             store,
-            ident,
+            table,
             written,
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
@@ -77,7 +78,11 @@ impl CommitExec {
 
 impl DisplayAs for CommitExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "CommitExec: table={}, operation=append", self.ident)
+        write!(
+            f,
+            "CommitExec: table={}, operation=append",
+            self.table.identifier()
+        )
     }
 }
 
@@ -124,7 +129,7 @@ impl ExecutionPlan for CommitExec {
         Ok(Arc::new(Self::new(
             input,
             Arc::clone(&self.store),
-            self.ident.clone(),
+            self.table.clone(),
             self.written.clone(),
         )))
     }
@@ -141,13 +146,13 @@ impl ExecutionPlan for CommitExec {
         }
         let mut input = self.input.execute(0, context)?;
         let store = Arc::clone(&self.store);
-        let ident = self.ident.clone();
+        let table = self.table.clone();
         let written = self.written.clone();
         let files_metric = MetricBuilder::new(&self.metrics).counter("files_committed", 0);
         let attempts_metric = MetricBuilder::new(&self.metrics).counter("commit_attempts", 0);
         let fut = async move {
             let file_io = store.file_io().clone();
-            let table = Arc::clone(&store).load(&ident).await?;
+            let ident = table.identifier().clone();
             let mut files = vec![];
             while let Some(batch) = input.next().await {
                 match batch.and_then(|b| decode_data_files(&b, table.metadata())) {
