@@ -1,5 +1,9 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
+mod field_ids;
+
+pub use field_ids::FieldIdAdapterFactory;
+
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
 use datafusion::error::{DataFusionError, Result};

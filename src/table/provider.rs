@@ -27,7 +27,7 @@ use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
-use crate::scan::{group_files, plan_files};
+use crate::scan::{group_files, plan_files, FieldIdAdapterFactory};
 
 /// An Iceberg table as a DataFusion [`TableProvider`].
 ///
@@ -205,10 +205,16 @@ impl TableProvider for IcebergTableProvider {
         let statistics = Statistics::new_unknown(&self.schema)
             .with_num_rows(Precision::Exact(rows as usize))
             .with_total_byte_size(Precision::Inexact(bytes as usize));
+        let read_schema = match self.snapshot_id {
+            Some(_) => snapshot.schema(metadata).df()?,
+            None => metadata.current_schema().clone(),
+        };
+        let adapter = FieldIdAdapterFactory::new(&read_schema, metadata.properties());
         let source = Arc::new(ParquetSource::new(Arc::clone(&self.schema)));
         let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
             .with_file_groups(groups)
             .with_statistics(statistics)
+            .with_expr_adapter(Some(Arc::new(adapter)))
             .with_projection_indices(projection.cloned())?
             .with_limit(limit)
             .build();

@@ -9,6 +9,7 @@ Subcommands:
   create-warehouse --warehouse DIR [--overwrite]
   read --warehouse DIR --table NS.NAME [--catalog-uri URI] [--catalog-name NAME]
   list --warehouse DIR [--catalog-uri URI] [--catalog-name NAME]
+  evolve --warehouse DIR   (pyns.evolved: schema and partition evolution across appends)
   duckdb-read --metadata PATH
 
 Value normalisation (shared by every subcommand): ints as ints, floats as
@@ -242,6 +243,71 @@ def cmd_create_warehouse(args) -> dict:
     }
 
 
+def cmd_evolve(args) -> dict:
+    """Creates pyns.evolved in an existing warehouse and evolves it between appends:
+    promote int->long and float->double, rename, drop, re-add a dropped name with a new id,
+    add a column, and change the partition spec (identity(cat) -> + bucket(2, id))."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import BucketTransform, IdentityTransform
+    from pyiceberg.types import FloatType, IntegerType, LongType, NestedField, StringType, DoubleType
+
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        catalog.create_namespace("pyns")
+    except Exception:  # noqa: BLE001 - already there
+        pass
+    schema = Schema(
+        NestedField(1, "id", IntegerType(), required=False),
+        NestedField(2, "b", StringType(), required=False),
+        NestedField(3, "c", FloatType(), required=False),
+        NestedField(4, "cat", StringType(), required=False),
+    )
+    t = catalog.create_table("pyns.evolved", schema=schema)
+    with t.update_spec() as spec:
+        spec.add_field("cat", IdentityTransform(), "cat")
+    t = catalog.load_table("pyns.evolved")
+    t.append(pa.table({
+        "id": pa.array([1, 2, 3], pa.int32()),
+        "b": ["x", None, "z"],
+        "c": pa.array([1.5, 2.5, None], pa.float32()),
+        "cat": ["p", "q", "p"],
+    }))
+    with t.update_schema() as u:
+        u.update_column("id", LongType())
+        u.update_column("c", DoubleType())
+        u.rename_column("b", "bb")
+    t = catalog.load_table("pyns.evolved")
+    t.append(pa.table({
+        "id": pa.array([4], pa.int64()),
+        "bb": ["w"],
+        "c": pa.array([4.25], pa.float64()),
+        "cat": ["q"],
+    }))
+    with t.update_schema() as u:
+        u.delete_column("c")
+    t = catalog.load_table("pyns.evolved")
+    with t.update_schema() as u:
+        u.add_column("c", StringType())
+        u.add_column("extra", LongType())
+    t = catalog.load_table("pyns.evolved")
+    with t.update_spec() as spec:
+        spec.add_field("id", BucketTransform(2), "id_bucket")
+    t = catalog.load_table("pyns.evolved")
+    t.append(pa.table({
+        "id": pa.array([5, 6], pa.int64()),
+        "bb": ["v", None],
+        "cat": ["p", "r"],
+        "c": ["new-c", None],
+        "extra": pa.array([50, 60], pa.int64()),
+    }))
+    t = catalog.load_table("pyns.evolved")
+    names, rows = arrow_to_rows(t.scan().to_arrow())
+    catalog.close()
+    return {"columns": names, "rows": sort_rows(rows)}
+
+
 def cmd_read(args) -> dict:
     warehouse = abs_dir(args.warehouse)
     catalog = load_catalog(warehouse, args.catalog_uri, args.catalog_name)
@@ -345,6 +411,10 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--catalog-uri", default=None)
     ls.add_argument("--catalog-name", default=CATALOG_NAME)
     ls.set_defaults(func=cmd_list)
+
+    e = sub.add_parser("evolve", help="create pyns.evolved with schema and partition evolution")
+    e.add_argument("--warehouse", required=True)
+    e.set_defaults(func=cmd_evolve)
 
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)

@@ -1,0 +1,211 @@
+//! Schema evolution by field id: file columns are matched to table columns by Iceberg field id
+//! (or through the table's name mapping when files carry no ids), never by name alone.
+//!
+//! ```text
+//!  file schema (ids in PARQUET:field_id)      table schema
+//!   a#1  b#2  c#3 (dropped)             ──►   a#1  bb#2 (renamed)  c#5 (new, same old name)
+//!  renamed view handed to DataFusion:  a    bb   __iceberg_unmapped_2
+//! ```
+//! DataFusion's default expression adapter then does the rest on the renamed view: casts for
+//! promoted types (int→long, float→double, decimal widening), NULL for columns a file lacks.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::error::Result;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr_adapter::{
+    DefaultPhysicalExprAdapterFactory, PhysicalExprAdapter, PhysicalExprAdapterFactory,
+};
+use iceberg::spec::{NameMapping, DEFAULT_SCHEMA_NAME_MAPPING};
+
+/// Parquet's field-id key in Arrow field metadata.
+const PARQUET_FIELD_ID: &str = "PARQUET:field_id";
+
+/// Maps each file's columns onto the table's columns by field id.
+#[derive(Debug, Clone)]
+pub struct FieldIdAdapterFactory {
+    /// Table column name for each top-level field id.
+    names_by_id: HashMap<i32, String>,
+    /// Field id for each file column name, from `schema.name-mapping.default`.
+    mapped_ids: HashMap<String, i32>,
+}
+
+impl FieldIdAdapterFactory {
+    /// An adapter for reading files into `schema`, with the table's `properties`.
+    pub fn new(schema: &iceberg::spec::Schema, properties: &HashMap<String, String>) -> Self {
+        let names_by_id = schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| (f.id, f.name.clone()))
+            .collect();
+        let mapped_ids = properties
+            .get(DEFAULT_SCHEMA_NAME_MAPPING)
+            .and_then(|json| match serde_json::from_str::<NameMapping>(json) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    log::warn!("ignoring unreadable {DEFAULT_SCHEMA_NAME_MAPPING}: {e}");
+                    None
+                }
+            })
+            .map(|m| {
+                m.fields()
+                    .iter()
+                    .filter_map(|f| f.field_id().map(|id| (f, id)))
+                    .flat_map(|(f, id)| f.names().iter().map(move |n| (n.clone(), id)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            names_by_id,
+            mapped_ids,
+        }
+    }
+
+    /// The file schema with each column renamed to the table column of the same field id.
+    fn renamed(&self, physical: &Schema) -> Schema {
+        let ids: Vec<Option<i32>> = physical
+            .fields()
+            .iter()
+            .map(|f| {
+                f.metadata()
+                    .get(PARQUET_FIELD_ID)
+                    .and_then(|v| v.parse().ok())
+                    .or_else(|| self.mapped_ids.get(f.name()).copied())
+            })
+            .collect();
+        if ids.iter().all(Option::is_none) {
+            // No ids and no name mapping: names are all there is.
+            return physical.clone();
+        }
+        let fields: Vec<Field> = physical
+            .fields()
+            .iter()
+            .zip(ids)
+            .enumerate()
+            .map(|(i, (f, id))| {
+                let name = id
+                    .and_then(|id| self.names_by_id.get(&id).cloned())
+                    .unwrap_or_else(|| format!("__iceberg_unmapped_{i}"));
+                f.as_ref().clone().with_name(name)
+            })
+            .collect();
+        Schema::new_with_metadata(fields, physical.metadata().clone())
+    }
+}
+
+impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
+    fn create(
+        &self,
+        logical_file_schema: SchemaRef,
+        physical_file_schema: SchemaRef,
+    ) -> Result<Arc<dyn PhysicalExprAdapter>> {
+        let renamed = Arc::new(self.renamed(&physical_file_schema));
+        Ok(Arc::new(FieldIdAdapter {
+            inner: DefaultPhysicalExprAdapterFactory.create(logical_file_schema, renamed)?,
+            physical: physical_file_schema,
+        }))
+    }
+}
+
+/// Rewrites through the renamed view, then gives columns back their names in the file (the
+/// parquet reader re-resolves columns by name against what it read).
+#[derive(Debug)]
+struct FieldIdAdapter {
+    inner: Arc<dyn PhysicalExprAdapter>,
+    physical: SchemaRef,
+}
+
+impl PhysicalExprAdapter for FieldIdAdapter {
+    fn rewrite(&self, expr: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
+        let rewritten = self.inner.rewrite(expr)?;
+        rewritten
+            .transform(|e| {
+                let Some(col) = e.as_any().downcast_ref::<Column>() else {
+                    return Ok(Transformed::no(e));
+                };
+                match self.physical.fields().get(col.index()) {
+                    Some(f) if f.name() != col.name() => Ok(Transformed::yes(
+                        Arc::new(Column::new(f.name(), col.index())) as Arc<dyn PhysicalExpr>,
+                    )),
+                    _ => Ok(Transformed::no(e)),
+                }
+            })
+            .map(|t| t.data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::DataType;
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+
+    use super::*;
+
+    fn with_id(name: &str, t: DataType, id: i32) -> Field {
+        Field::new(name, t, true).with_metadata(HashMap::from([(
+            PARQUET_FIELD_ID.to_string(),
+            id.to_string(),
+        )]))
+    }
+
+    #[test]
+    fn renames_by_id_and_hides_dropped_columns() {
+        let table = iceberg::spec::Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "a", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "bb", Type::Primitive(PrimitiveType::String)).into(),
+                NestedField::optional(5, "c", Type::Primitive(PrimitiveType::String)).into(),
+            ])
+            .build()
+            .unwrap();
+        let factory = FieldIdAdapterFactory::new(&table, &HashMap::new());
+        let file = Schema::new(vec![
+            with_id("a", DataType::Int32, 1),
+            with_id("b", DataType::Utf8, 2),
+            with_id("c", DataType::Float32, 3),
+        ]);
+        let names: Vec<String> = factory
+            .renamed(&file)
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["a", "bb", "__iceberg_unmapped_2"]);
+    }
+
+    #[test]
+    fn name_mapping_supplies_missing_ids() {
+        let table = iceberg::spec::Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "label", Type::Primitive(PrimitiveType::String)).into(),
+            ])
+            .build()
+            .unwrap();
+        let props = HashMap::from([(
+            DEFAULT_SCHEMA_NAME_MAPPING.to_string(),
+            r#"[{"field-id": 1, "names": ["id", "ID"]}, {"field-id": 2, "names": ["name"]}]"#
+                .to_string(),
+        )]);
+        let factory = FieldIdAdapterFactory::new(&table, &props);
+        let file = Schema::new(vec![
+            Field::new("ID", DataType::Int64, true),
+            Field::new("name", DataType::Utf8, true),
+        ]);
+        let names: Vec<String> = factory
+            .renamed(&file)
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["id", "label"]);
+        // Without ids or a mapping, names are kept.
+        let plain = FieldIdAdapterFactory::new(&table, &HashMap::new());
+        assert_eq!(plain.renamed(&file), file);
+    }
+}
