@@ -1,12 +1,16 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
 mod field_ids;
+mod predicate;
 
 pub use field_ids::FieldIdAdapterFactory;
+pub use predicate::to_predicate;
 
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
 use datafusion::error::{DataFusionError, Result};
+use futures::TryStreamExt;
+use iceberg::expr::Predicate;
 use iceberg::spec::{DataContentType, ManifestContentType, SnapshotRef};
 use iceberg::table::Table;
 
@@ -22,6 +26,47 @@ pub struct PlannedFile {
     pub size: u64,
     /// Row count from the manifest.
     pub record_count: u64,
+}
+
+/// The data files of `snapshot` that may hold rows matching `filter` (all of them without one):
+/// manifests are skipped by their partition summaries, files by partition values and column
+/// bounds, through the iceberg crate's evaluators. Refuses files that have delete files.
+pub async fn plan_files_pruned(
+    table: &Table,
+    snapshot: &SnapshotRef,
+    filter: Option<Predicate>,
+) -> Result<Vec<PlannedFile>> {
+    let Some(filter) = filter else {
+        return plan_files(table, snapshot).await;
+    };
+    let scan = table
+        .scan()
+        .snapshot_id(snapshot.snapshot_id())
+        .select_all()
+        .with_filter(filter)
+        .build()
+        .df()?;
+    let tasks: Vec<_> = scan.plan_files().await.df()?.try_collect().await.df()?;
+    let mut files = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        if let Some(delete) = task.deletes.first() {
+            return Err(delete_files_error(table, snapshot, &delete.file_path));
+        }
+        files.push(PlannedFile {
+            record_count: task.record_count.unwrap_or(0),
+            size: task.file_size_in_bytes,
+            path: task.data_file_path,
+        });
+    }
+    Ok(files)
+}
+
+fn delete_files_error(table: &Table, snapshot: &SnapshotRef, path: &str) -> DataFusionError {
+    DataFusionError::NotImplemented(format!(
+        "table '{}' snapshot {} has delete files ({path}); reading merge-on-read deletes is not supported yet",
+        table.identifier(),
+        snapshot.snapshot_id(),
+    ))
 }
 
 /// The data files of `snapshot`, refusing snapshots that carry delete files.
@@ -40,12 +85,7 @@ pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<Pla
             if manifest.content == ManifestContentType::Deletes
                 || entry.content_type() != DataContentType::Data
             {
-                return Err(DataFusionError::NotImplemented(format!(
-                    "table '{}' snapshot {} has delete files ({}); reading merge-on-read deletes is not supported yet",
-                    table.identifier(),
-                    snapshot.snapshot_id(),
-                    entry.file_path()
-                )));
+                return Err(delete_files_error(table, snapshot, entry.file_path()));
             }
             files.push(PlannedFile {
                 path: entry.file_path().to_string(),

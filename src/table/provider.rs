@@ -27,7 +27,7 @@ use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
-use crate::scan::{group_files, plan_files, FieldIdAdapterFactory};
+use crate::scan::{group_files, plan_files_pruned, to_predicate, FieldIdAdapterFactory};
 
 /// An Iceberg table as a DataFusion [`TableProvider`].
 ///
@@ -179,7 +179,7 @@ impl TableProvider for IcebergTableProvider {
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let metadata = self.table.metadata();
@@ -194,16 +194,22 @@ impl TableProvider for IcebergTableProvider {
         let Some(snapshot) = snapshot else {
             return Ok(Arc::new(EmptyExec::new(projected)));
         };
-        let files = plan_files(&self.table, &snapshot).await?;
+        let files = plan_files_pruned(&self.table, &snapshot, to_predicate(filters)).await?;
         if files.is_empty() {
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
         let groups = group_files(&files, state.config().target_partitions(), &self.locations)?;
-        // Row counts come from the manifests and are exact: the snapshot has no delete files.
+        // Row counts come from the manifests: the snapshot has no delete files.
         let rows: u64 = files.iter().map(|f| f.record_count).sum();
         let bytes: u64 = files.iter().map(|f| f.size).sum();
+        // Filters make the count an upper bound.
+        let rows = if filters.is_empty() {
+            Precision::Exact(rows as usize)
+        } else {
+            Precision::Inexact(rows as usize)
+        };
         let statistics = Statistics::new_unknown(&self.schema)
-            .with_num_rows(Precision::Exact(rows as usize))
+            .with_num_rows(rows)
             .with_total_byte_size(Precision::Inexact(bytes as usize));
         let read_schema = match self.snapshot_id {
             Some(_) => snapshot.schema(metadata).df()?,
