@@ -270,4 +270,15 @@ fn schema_and_partition_evolution_by_pyiceberg_reads_identically() {
         as_lists(&filtered, &["id"]),
         [[serde_json::json!(4)], [serde_json::json!(5)]]
     );
+    // id was promoted int -> long: older files' bounds are 4-byte ints and must not prune wrongly.
+    let promoted = ours(
+        &wh,
+        "SELECT id FROM pyns.evolved WHERE id > 1 AND cat = 'p' ORDER BY id",
+    );
+    assert_eq!(
+        as_lists(&promoted, &["id"]),
+        [[serde_json::json!(3)], [serde_json::json!(5)]]
+    );
+    let promoted = ours(&wh, "SELECT count(*) AS n FROM pyns.evolved WHERE id > 1");
+    assert_eq!(promoted[0]["n"], serde_json::json!(5));
 }

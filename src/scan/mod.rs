@@ -4,7 +4,7 @@ mod field_ids;
 mod predicate;
 
 pub use field_ids::FieldIdAdapterFactory;
-pub use predicate::to_predicate;
+pub use predicate::{promoted_columns, to_predicate};
 
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
@@ -39,6 +39,9 @@ pub async fn plan_files_pruned(
     let Some(filter) = filter else {
         return plan_files(table, snapshot).await;
     };
+    if matches!(filter, Predicate::AlwaysTrue) {
+        return plan_files(table, snapshot).await;
+    }
     let scan = table
         .scan()
         .snapshot_id(snapshot.snapshot_id())

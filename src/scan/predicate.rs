@@ -3,18 +3,43 @@
 //! Only what is certain is converted: a conjunct that cannot be expressed is dropped (pruning
 //! becomes weaker, never wrong), and an OR or NOT with any unconvertible part is dropped whole.
 
+use std::collections::HashSet;
+
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use iceberg::expr::{Predicate, Reference};
 use iceberg::spec::Datum;
 
 /// The conjunction of every filter that converts, or `None` when none does.
-pub fn to_predicate(filters: &[Expr]) -> Option<Predicate> {
+///
+/// Conjuncts that reference a column in `excluded` are left out (columns whose type changed
+/// over the table's history: their older bounds and partition values are stored in the old
+/// type, which the iceberg crate's evaluators compare wrongly with the new one).
+pub fn to_predicate(filters: &[Expr], excluded: &HashSet<String>) -> Option<Predicate> {
     filters
         .iter()
         .flat_map(split_and)
+        .filter(|e| !e.column_refs().iter().any(|c| excluded.contains(&c.name)))
         .filter_map(convert)
         .reduce(Predicate::and)
+}
+
+/// Names (in `schema`) of the columns whose type differs in some schema of the table's history.
+pub fn promoted_columns(
+    metadata: &iceberg::spec::TableMetadata,
+    schema: &iceberg::spec::Schema,
+) -> HashSet<String> {
+    let mut out = HashSet::new();
+    for field in schema.as_struct().fields() {
+        let changed = metadata.schemas_iter().any(|old| {
+            old.field_by_id(field.id)
+                .is_some_and(|f| f.field_type != field.field_type)
+        });
+        if changed {
+            out.insert(field.name.clone());
+        }
+    }
+    out
 }
 
 fn split_and(e: &Expr) -> Vec<&Expr> {
@@ -140,17 +165,30 @@ mod tests {
 
     #[test]
     fn converts_what_it_can_and_drops_the_rest() {
-        let p = to_predicate(&[col("a").gt(lit(5i64)).and(col("b").eq(lit("x")))]).unwrap();
+        let none = HashSet::new();
+        let p = to_predicate(&[col("a").gt(lit(5i64)).and(col("b").eq(lit("x")))], &none).unwrap();
         assert_eq!(p.to_string(), "(a > 5) AND (b = \"x\")");
-        let p = to_predicate(&[lit(5i64).lt_eq(col("a"))]).unwrap();
+        // Conjuncts on excluded (type-promoted) columns are left out.
+        let promoted = HashSet::from(["a".to_string()]);
+        let p = to_predicate(
+            &[col("a").gt(lit(5i64)).and(col("b").eq(lit("x")))],
+            &promoted,
+        )
+        .unwrap();
+        assert_eq!(p.to_string(), "b = \"x\"");
+        let p = to_predicate(&[lit(5i64).lt_eq(col("a"))], &none).unwrap();
         assert_eq!(p.to_string(), "a >= 5");
         // An unconvertible conjunct is dropped; an unconvertible OR side drops the OR.
         let odd = col("a").eq(col("b"));
-        let p = to_predicate(&[odd.clone(), col("c").is_null()]).unwrap();
+        let p = to_predicate(&[odd.clone(), col("c").is_null()], &none).unwrap();
         assert_eq!(p.to_string(), "c IS NULL");
-        assert!(to_predicate(&[col("c").is_null().or(odd.clone())]).is_none());
-        assert!(to_predicate(&[odd]).is_none());
-        let p = to_predicate(&[col("a").in_list(vec![lit(1i32), lit(2i32)], false)]).unwrap();
+        assert!(to_predicate(&[col("c").is_null().or(odd.clone())], &none).is_none());
+        assert!(to_predicate(&[odd], &none).is_none());
+        let p = to_predicate(
+            &[col("a").in_list(vec![lit(1i32), lit(2i32)], false)],
+            &none,
+        )
+        .unwrap();
         assert!(p.to_string().contains("IN"), "{p}");
     }
 }

@@ -26,8 +26,11 @@ use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
+use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
-use crate::scan::{group_files, plan_files_pruned, to_predicate, FieldIdAdapterFactory};
+use crate::scan::{
+    group_files, plan_files_pruned, promoted_columns, to_predicate, FieldIdAdapterFactory,
+};
 
 /// An Iceberg table as a DataFusion [`TableProvider`].
 ///
@@ -41,6 +44,16 @@ pub struct IcebergTableProvider {
     store: Option<Arc<dyn MetadataStore>>,
     schema: SchemaRef,
     locations: LocationMap,
+}
+
+/// The data file count a snapshot's summary records (0 when it does not say).
+fn snapshot_file_count(snapshot: &iceberg::spec::SnapshotRef) -> usize {
+    snapshot
+        .summary()
+        .additional_properties
+        .get("total-data-files")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The Arrow schema DataFusion sees for an Iceberg schema (no field-id metadata).
@@ -194,9 +207,29 @@ impl TableProvider for IcebergTableProvider {
         let Some(snapshot) = snapshot else {
             return Ok(Arc::new(EmptyExec::new(projected)));
         };
-        let files = plan_files_pruned(&self.table, &snapshot, to_predicate(filters)).await?;
+        let read_schema = match self.snapshot_id {
+            Some(_) => snapshot.schema(metadata).df()?,
+            None => metadata.current_schema().clone(),
+        };
+        let predicate = to_predicate(filters, &promoted_columns(metadata, &read_schema));
+        let summary = ScanSummary {
+            table: self.table.identifier().to_string(),
+            snapshot_id: snapshot.snapshot_id(),
+            total_files: snapshot_file_count(&snapshot),
+            scanned_files: 0,
+            predicate: predicate.as_ref().map(|p| p.to_string()),
+        };
+        let files = plan_files_pruned(&self.table, &snapshot, predicate).await?;
+        let summary = ScanSummary {
+            scanned_files: files.len(),
+            total_files: summary.total_files.max(files.len()),
+            ..summary
+        };
         if files.is_empty() {
-            return Ok(Arc::new(EmptyExec::new(projected)));
+            return Ok(Arc::new(IcebergScanExec::new(
+                Arc::new(EmptyExec::new(projected)),
+                summary,
+            )));
         }
         let groups = group_files(&files, state.config().target_partitions(), &self.locations)?;
         // Row counts come from the manifests: the snapshot has no delete files.
@@ -211,10 +244,6 @@ impl TableProvider for IcebergTableProvider {
         let statistics = Statistics::new_unknown(&self.schema)
             .with_num_rows(rows)
             .with_total_byte_size(Precision::Inexact(bytes as usize));
-        let read_schema = match self.snapshot_id {
-            Some(_) => snapshot.schema(metadata).df()?,
-            None => metadata.current_schema().clone(),
-        };
         let adapter = FieldIdAdapterFactory::new(&read_schema, metadata.properties());
         let source = Arc::new(ParquetSource::new(Arc::clone(&self.schema)));
         let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
@@ -224,10 +253,11 @@ impl TableProvider for IcebergTableProvider {
             .with_projection_indices(projection.cloned())?
             .with_limit(limit)
             .build();
-        ParquetFormat::default()
+        let parquet = ParquetFormat::default()
             .with_options(state.table_options().parquet.clone())
             .create_physical_plan(state, config)
-            .await
+            .await?;
+        Ok(Arc::new(IcebergScanExec::new(parquet, summary)))
     }
 
     async fn insert_into(

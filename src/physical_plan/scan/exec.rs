@@ -1,0 +1,134 @@
+//! [`IcebergScanExec`]: a transparent node over the parquet scan of an Iceberg snapshot.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::Statistics;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
+};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+
+/// What planning decided for one scan, shown in `EXPLAIN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanSummary {
+    /// The table scanned.
+    pub table: String,
+    /// The snapshot read.
+    pub snapshot_id: i64,
+    /// Data files the snapshot has.
+    pub total_files: usize,
+    /// Data files left after pruning by partition values and column bounds.
+    pub scanned_files: usize,
+    /// The Iceberg predicate used for pruning, if any.
+    pub predicate: Option<String>,
+}
+
+/// Reads an Iceberg snapshot through its child, DataFusion's parquet scan. It adds nothing at
+/// run time: it forwards execution, statistics, filter pushdown and ordering, and exists so that
+/// plans say which table and snapshot are read and what pruning kept.
+#[derive(Debug)]
+pub struct IcebergScanExec {
+    input: Arc<dyn ExecutionPlan>,
+    summary: ScanSummary,
+}
+
+impl IcebergScanExec {
+    /// Wraps the parquet scan `input` of the scan described by `summary`.
+    pub fn new(input: Arc<dyn ExecutionPlan>, summary: ScanSummary) -> Self {
+        Self { input, summary }
+    }
+
+    /// What planning decided.
+    pub fn summary(&self) -> &ScanSummary {
+        &self.summary
+    }
+}
+
+impl DisplayAs for IcebergScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let s = &self.summary;
+        write!(
+            f,
+            "IcebergScanExec: table={}, snapshot={}, files={} of {}",
+            s.table, s.snapshot_id, s.scanned_files, s.total_files
+        )?;
+        if let Some(p) = &s.predicate {
+            write!(f, ", pruning_predicate={p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for IcebergScanExec {
+    fn name(&self) -> &str {
+        "IcebergScanExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input] = <[_; 1]>::try_from(children).map_err(|_| {
+            DataFusionError::Internal("IcebergScanExec takes exactly one child".into())
+        })?;
+        Ok(Arc::new(Self::new(input, self.summary.clone())))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        self.input.execute(partition, context)
+    }
+
+    fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
+        self.input.partition_statistics(partition)
+    }
+
+    fn gather_filters_for_pushdown(
+        &self,
+        _phase: FilterPushdownPhase,
+        parent_filters: Vec<Arc<dyn PhysicalExpr>>,
+        _config: &ConfigOptions,
+    ) -> Result<FilterDescription> {
+        FilterDescription::from_children(parent_filters, &self.children())
+    }
+
+    fn handle_child_pushdown_result(
+        &self,
+        _phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
+    }
+}
