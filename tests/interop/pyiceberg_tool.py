@@ -10,6 +10,7 @@ Subcommands:
   read --warehouse DIR --table NS.NAME [--catalog-uri URI] [--catalog-name NAME]
   list --warehouse DIR [--catalog-uri URI] [--catalog-name NAME]
   evolve --warehouse DIR   (pyns.evolved: schema and partition evolution across appends)
+  types --warehouse DIR    (pyns.types: every primitive type, one row all NULL)
   duckdb-read --metadata PATH
 
 Value normalisation (shared by every subcommand): ints as ints, floats as
@@ -308,6 +309,65 @@ def cmd_evolve(args) -> dict:
     return {"columns": names, "rows": sort_rows(rows)}
 
 
+def cmd_types(args) -> dict:
+    """Creates pyns.types holding every primitive type pyiceberg writes, and returns its rows."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        BinaryType, BooleanType, DateType, DecimalType, DoubleType, FixedType, FloatType,
+        IntegerType, LongType, NestedField, StringType, TimestampType, TimestamptzType, TimeType,
+        UUIDType,
+    )
+
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        catalog.create_namespace("pyns")
+    except Exception:  # noqa: BLE001 - already there
+        pass
+    fields = [
+        ("id", LongType(), pa.int64()),
+        ("b", BooleanType(), pa.bool_()),
+        ("i", IntegerType(), pa.int32()),
+        ("f", FloatType(), pa.float32()),
+        ("d", DoubleType(), pa.float64()),
+        ("dec", DecimalType(10, 3), pa.decimal128(10, 3)),
+        ("s", StringType(), pa.string()),
+        ("bin", BinaryType(), pa.binary()),
+        ("fx", FixedType(3), pa.binary(3)),
+        ("u", UUIDType(), pa.uuid()),
+        ("dt", DateType(), pa.date32()),
+        ("tm", TimeType(), pa.time64("us")),
+        ("ts", TimestampType(), pa.timestamp("us")),
+        ("tstz", TimestamptzType(), pa.timestamp("us", tz="UTC")),
+    ]
+    schema = Schema(*[NestedField(i + 1, n, t, required=False) for i, (n, t, _) in enumerate(fields)])
+    t = catalog.create_table("pyns.types", schema=schema)
+    rows = [
+        [1, True, -7, 1.5, -2.25, decimal.Decimal("123.456"), "héllo", b"\x00\xff", b"abc",
+         uuid.UUID("12345678-1234-5678-1234-567812345678"), dt.date(2024, 2, 29),
+         dt.time(23, 59, 58, 123456), dt.datetime(2024, 2, 29, 12, 0, 1, 500000),
+         dt.datetime(2024, 2, 29, 12, 0, 1, tzinfo=dt.timezone.utc)],
+        [2, False, 2147483647, -0.0, 1e300, decimal.Decimal("-0.001"), "", b"", b"xyz",
+         uuid.UUID("00000000-0000-0000-0000-000000000001"), dt.date(1970, 1, 1),
+         dt.time(0, 0, 0), dt.datetime(1969, 12, 31, 23, 59, 59),
+         dt.datetime(2000, 1, 1, 0, 0, 0, tzinfo=dt.timezone.utc)],
+        [3] + [None] * (len(fields) - 1),
+    ]
+    arrays = []
+    for col, (_, _, pa_type) in enumerate(fields):
+        values = [r[col] for r in rows]
+        if pa_type == pa.uuid():
+            arrays.append(pa.array([v.bytes if v else None for v in values], pa.binary(16)).cast(pa.uuid()))
+        else:
+            arrays.append(pa.array(values, pa_type))
+    t.append(pa.table(arrays, names=[n for n, _, _ in fields]))
+    t = catalog.load_table("pyns.types")
+    names, out = arrow_to_rows(t.scan().to_arrow())
+    catalog.close()
+    return {"columns": names, "rows": sort_rows(out)}
+
+
 def cmd_read(args) -> dict:
     warehouse = abs_dir(args.warehouse)
     catalog = load_catalog(warehouse, args.catalog_uri, args.catalog_name)
@@ -415,6 +475,10 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evolve", help="create pyns.evolved with schema and partition evolution")
     e.add_argument("--warehouse", required=True)
     e.set_defaults(func=cmd_evolve)
+
+    ty = sub.add_parser("types", help="create pyns.types with every primitive type")
+    ty.add_argument("--warehouse", required=True)
+    ty.set_defaults(func=cmd_types)
 
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)
