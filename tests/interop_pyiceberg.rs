@@ -174,7 +174,11 @@ fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duc
              INSERT INTO ours.t SELECT value, CASE WHEN value % 5 = 0 THEN NULL ELSE 'n' || CAST(value AS VARCHAR) END,
                to_timestamp_seconds(1748736000 + value * 25200), value * 0.5 FROM generate_series(1, 40);
              INSERT INTO ours.t VALUES (100, 'late', NULL, NULL);
-             CREATE TABLE ours.copy AS SELECT id, label FROM pyns.simple",
+             CREATE TABLE ours.copy AS SELECT id, label FROM pyns.simple;
+             CREATE EXTERNAL TABLE ours.v1 (id BIGINT, d DATE) STORED AS ICEBERG LOCATION ''
+               OPTIONS ('format-version' '1', 'partitioning' 'month(d)');
+             INSERT INTO ours.v1 VALUES (1, DATE '2025-01-02'), (2, DATE '2025-02-03');
+             INSERT INTO ours.v1 VALUES (3, NULL)",
         ])
         .output()
         .unwrap();
@@ -199,6 +203,13 @@ fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duc
     sorted_theirs.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
     assert_eq!(mine.len(), 41);
     assert_eq!(sorted_theirs, mine);
+
+    // Format v1 (no sequence numbers) too.
+    let v1 = tool(&["read", "--warehouse", &whs, "--table", "ours.v1"]);
+    assert_eq!(
+        v1["rows"],
+        serde_json::json!([[1, "2025-01-02"], [2, "2025-02-03"], [3, null]])
+    );
 
     let copy = tool(&["read", "--warehouse", &whs, "--table", "ours.copy"]);
     assert_eq!(copy["rows"].as_array().unwrap().len(), 10);
