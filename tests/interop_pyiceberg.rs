@@ -354,3 +354,64 @@ fn every_primitive_type_written_by_pyiceberg_reads_back() {
     );
     assert_eq!(as_lists(&hits, &["id"]), [[serde_json::json!(1)]]);
 }
+
+#[test]
+fn nested_types_read_and_renamed_nested_fields_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let theirs = tool(&["nested", "--warehouse", &wh.display().to_string()]);
+    let mine = ours(&wh, "SELECT id, s, l FROM pyns.nested ORDER BY id");
+    // Structs: a field absent from our JSON is NULL.
+    let with_nulls = |v: Option<&Value>| match v {
+        Some(Value::Object(o)) => serde_json::json!({
+            "x": o.get("x").cloned().unwrap_or(Value::Null),
+            "y": o.get("y").cloned().unwrap_or(Value::Null),
+        }),
+        Some(other) => other.clone(),
+        None => Value::Null,
+    };
+    let mine: Vec<Value> = mine
+        .iter()
+        .map(|r| {
+            serde_json::json!([
+                r["id"],
+                with_nulls(r.get("s")),
+                r.get("l").cloned().unwrap_or(Value::Null)
+            ])
+        })
+        .collect();
+    assert_eq!(Value::Array(mine), theirs["rows"]);
+    let maps = ours(
+        &wh,
+        "SELECT id, m['k1'] AS k1, m['k2'] AS k2, cardinality(m) AS n FROM pyns.nested ORDER BY id",
+    );
+    let maps = as_lists(&maps, &["id", "k1", "k2", "n"]);
+    assert_eq!(
+        maps,
+        [
+            [
+                serde_json::json!(1),
+                serde_json::json!(5),
+                Value::Null,
+                serde_json::json!(2)
+            ],
+            [
+                serde_json::json!(2),
+                Value::Null,
+                Value::Null,
+                serde_json::json!(0)
+            ],
+            [serde_json::json!(3), Value::Null, Value::Null, Value::Null],
+        ]
+    );
+    // A renamed struct field is refused, not read as NULL.
+    let out = Command::new(env!("CARGO_BIN_EXE_iceberg-exec"))
+        .args(["--warehouse"])
+        .arg(&wh)
+        .args(["sql", "SELECT s FROM pyns.nested_renamed"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("renamed from 'x' to 'xx'"), "{err}");
+}

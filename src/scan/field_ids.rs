@@ -12,9 +12,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::datatypes::{Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_adapter::{
@@ -32,6 +32,8 @@ pub struct FieldIdAdapterFactory {
     names_by_id: HashMap<i32, String>,
     /// Field id for each file column name, from `schema.name-mapping.default`.
     mapped_ids: HashMap<String, i32>,
+    /// Leaf name of every nested (non top-level) field, by id.
+    nested_names_by_id: HashMap<i32, String>,
 }
 
 impl FieldIdAdapterFactory {
@@ -60,9 +62,18 @@ impl FieldIdAdapterFactory {
                     .collect()
             })
             .unwrap_or_default();
+        let top: std::collections::HashSet<i32> =
+            schema.as_struct().fields().iter().map(|f| f.id).collect();
+        let nested_names_by_id = schema
+            .field_id_to_fields()
+            .iter()
+            .filter(|(id, _)| !top.contains(id))
+            .map(|(id, f)| (*id, f.name.clone()))
+            .collect();
         Self {
             names_by_id,
             mapped_ids,
+            nested_names_by_id,
         }
     }
 
@@ -98,12 +109,59 @@ impl FieldIdAdapterFactory {
     }
 }
 
+/// The nested fields (below the top level) of `field`, with their parquet field ids.
+fn nested_with_ids(field: &Field, out: &mut Vec<(i32, String)>) {
+    let children: Vec<&Field> = match field.data_type() {
+        DataType::Struct(children) => children.iter().map(|c| c.as_ref()).collect(),
+        DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) => {
+            vec![c.as_ref()]
+        }
+        DataType::Map(entries, _) => match entries.data_type() {
+            DataType::Struct(kv) => kv.iter().map(|c| c.as_ref()).collect(),
+            _ => vec![],
+        },
+        _ => vec![],
+    };
+    for child in children {
+        if let Some(id) = child
+            .metadata()
+            .get(PARQUET_FIELD_ID)
+            .and_then(|v| v.parse().ok())
+        {
+            out.push((id, child.name().clone()));
+        }
+        nested_with_ids(child, out);
+    }
+}
+
+impl FieldIdAdapterFactory {
+    /// Fails when a struct field inside a column was renamed since the file was written: nested
+    /// columns are still matched by name, and a silent NULL would be a wrong answer.
+    fn check_nested_names(&self, physical: &Schema) -> Result<()> {
+        let mut nested = vec![];
+        for f in physical.fields() {
+            nested_with_ids(f, &mut nested);
+        }
+        for (id, file_name) in nested {
+            if let Some(table_name) = self.nested_names_by_id.get(&id) {
+                if table_name != &file_name {
+                    return Err(DataFusionError::NotImplemented(format!(
+                        "nested field {id} was renamed from '{file_name}' to '{table_name}'; reading renamed nested fields is not supported yet"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
     fn create(
         &self,
         logical_file_schema: SchemaRef,
         physical_file_schema: SchemaRef,
     ) -> Result<Arc<dyn PhysicalExprAdapter>> {
+        self.check_nested_names(&physical_file_schema)?;
         let renamed = Arc::new(self.renamed(&physical_file_schema));
         Ok(Arc::new(FieldIdAdapter {
             inner: DefaultPhysicalExprAdapterFactory.create(logical_file_schema, renamed)?,
@@ -141,8 +199,7 @@ impl PhysicalExprAdapter for FieldIdAdapter {
 
 #[cfg(test)]
 mod tests {
-    use arrow::datatypes::DataType;
-    use iceberg::spec::{NestedField, PrimitiveType, Type};
+    use iceberg::spec::{NestedField, PrimitiveType, StructType, Type};
 
     use super::*;
 
@@ -176,6 +233,36 @@ mod tests {
             .map(|f| f.name().clone())
             .collect();
         assert_eq!(names, ["a", "bb", "__iceberg_unmapped_2"]);
+    }
+
+    #[test]
+    fn renamed_nested_fields_are_refused() {
+        let inner = StructType::new(vec![NestedField::optional(
+            3,
+            "x_renamed",
+            Type::Primitive(PrimitiveType::Int),
+        )
+        .into()]);
+        let table = iceberg::spec::Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "s", Type::Struct(inner)).into()
+            ])
+            .build()
+            .unwrap();
+        let factory = FieldIdAdapterFactory::new(&table, &HashMap::new());
+        let file = Schema::new(vec![with_id(
+            "s",
+            DataType::Struct(vec![Arc::new(with_id("x", DataType::Int32, 3))].into()),
+            1,
+        )]);
+        let e = factory.check_nested_names(&file).unwrap_err().to_string();
+        assert!(e.contains("renamed from 'x' to 'x_renamed'"), "{e}");
+        let same = Schema::new(vec![with_id(
+            "s",
+            DataType::Struct(vec![Arc::new(with_id("x_renamed", DataType::Int32, 3))].into()),
+            1,
+        )]);
+        factory.check_nested_names(&same).unwrap();
     }
 
     #[test]

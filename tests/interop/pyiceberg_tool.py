@@ -11,6 +11,7 @@ Subcommands:
   list --warehouse DIR [--catalog-uri URI] [--catalog-name NAME]
   evolve --warehouse DIR   (pyns.evolved: schema and partition evolution across appends)
   types --warehouse DIR    (pyns.types: every primitive type, one row all NULL)
+  nested --warehouse DIR   (pyns.nested: struct, list, map; pyns.nested_renamed: a struct field renamed)
   duckdb-read --metadata PATH
 
 Value normalisation (shared by every subcommand): ints as ints, floats as
@@ -368,6 +369,52 @@ def cmd_types(args) -> dict:
     return {"columns": names, "rows": sort_rows(out)}
 
 
+def cmd_nested(args) -> dict:
+    """Creates pyns.nested (struct, list, map columns) and pyns.nested_renamed (a struct field
+    renamed after the data was written); returns pyns.nested's rows."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, ListType, LongType, MapType, NestedField, StringType, StructType
+
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        catalog.create_namespace("pyns")
+    except Exception:  # noqa: BLE001 - already there
+        pass
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "s", StructType(
+            NestedField(3, "x", IntegerType(), required=False),
+            NestedField(4, "y", StringType(), required=False),
+        ), required=False),
+        NestedField(5, "l", ListType(6, LongType(), element_required=False), required=False),
+        NestedField(7, "m", MapType(8, StringType(), 9, LongType(), value_required=False), required=False),
+    )
+    arrow_schema = pa.schema([
+        pa.field("id", pa.int64()),
+        pa.field("s", pa.struct([pa.field("x", pa.int32()), pa.field("y", pa.string())])),
+        pa.field("l", pa.list_(pa.int64())),
+        pa.field("m", pa.map_(pa.string(), pa.int64())),
+    ])
+    data = pa.Table.from_pylist([
+        {"id": 1, "s": {"x": 10, "y": "a"}, "l": [1, 2, None], "m": [("k1", 5), ("k2", None)]},
+        {"id": 2, "s": {"x": None, "y": "b"}, "l": [], "m": []},
+        {"id": 3, "s": None, "l": None, "m": None},
+    ], schema=arrow_schema)
+    for name in ("pyns.nested", "pyns.nested_renamed"):
+        t = catalog.create_table(name, schema=schema)
+        t.append(data)
+    t = catalog.load_table("pyns.nested_renamed")
+    with t.update_schema() as u:
+        u.rename_column("s.x", "xx")
+    t = catalog.load_table("pyns.nested")
+    rows = t.scan(selected_fields=("id", "s", "l")).to_arrow()
+    names, out = arrow_to_rows(rows)
+    catalog.close()
+    return {"columns": names, "rows": sort_rows(out)}
+
+
 def cmd_read(args) -> dict:
     warehouse = abs_dir(args.warehouse)
     catalog = load_catalog(warehouse, args.catalog_uri, args.catalog_name)
@@ -479,6 +526,10 @@ def build_parser() -> argparse.ArgumentParser:
     ty = sub.add_parser("types", help="create pyns.types with every primitive type")
     ty.add_argument("--warehouse", required=True)
     ty.set_defaults(func=cmd_types)
+
+    ne = sub.add_parser("nested", help="create pyns.nested and pyns.nested_renamed")
+    ne.add_argument("--warehouse", required=True)
+    ne.set_defaults(func=cmd_nested)
 
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)
