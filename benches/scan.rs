@@ -1,0 +1,86 @@
+//! Scan speed against the physical limit: the same parquet files read by DataFusion's own
+//! `ListingTable`, in the same run. Ours / ListingTable is the cost of reading through Iceberg
+//! metadata (target: within 1.1x).
+//!
+//! `cargo bench --bench scan` (rows: `ICEBERG_EXEC_BENCH_ROWS`, default 10M in 20 files).
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use datafusion::prelude::ParquetReadOptions;
+use iceberg_exec::{IcebergSession, WarehouseConfig};
+
+fn rows() -> u64 {
+    std::env::var("ICEBERG_EXEC_BENCH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000_000)
+}
+
+fn bench_scan(c: &mut Criterion) {
+    let rows = rows();
+    let files = 20;
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let session = rt
+        .block_on(IcebergSession::open(WarehouseConfig::local(dir.path())))
+        .expect("session");
+    let ctx = session.context().clone();
+    rt.block_on(async {
+        ctx.sql("CREATE SCHEMA b").await?.collect().await?;
+        ctx.sql("CREATE TABLE b.t (id BIGINT, k BIGINT, v DOUBLE, s VARCHAR)")
+            .await?
+            .collect()
+            .await?;
+        // One append per file: ids ascend across files, so a range predicate can prune.
+        for f in 0..files {
+            let lo = f * rows / files + 1;
+            let hi = (f + 1) * rows / files;
+            ctx.sql(&format!(
+                "INSERT INTO b.t SELECT value, value * 7919 % 1000003, CAST(value % 1000 AS DOUBLE) / 7.0,
+                        'str-' || CAST(value % 5000 AS VARCHAR) FROM generate_series({lo}, {hi})"
+            ))
+            .await?
+            .collect()
+            .await?;
+        }
+        ctx.register_parquet(
+            "peer",
+            &format!("{}/b/t/data/", dir.path().canonicalize()?.display()),
+            ParquetReadOptions::default(),
+        )
+        .await?;
+        Ok::<_, datafusion::error::DataFusionError>(())
+    })
+    .expect("setup");
+
+    let queries = [
+        ("full_scan", "SELECT sum(v), max(s), min(k) FROM {t}"),
+        (
+            "selective",
+            "SELECT count(*), sum(v) FROM {t} WHERE id BETWEEN 2000000 AND 2100000",
+        ),
+    ];
+    let mut group = c.benchmark_group(format!("scan_{rows}_rows_{files}_files"));
+    group.sample_size(10);
+    for (name, sql) in queries {
+        for (engine, table) in [
+            ("iceberg_exec", "b.t"),
+            ("datafusion_listing_table", "peer"),
+        ] {
+            let q = sql.replace("{t}", table);
+            let expected = rt
+                .block_on(async { ctx.sql(&q).await?.collect().await })
+                .expect("query");
+            assert!(!expected.is_empty());
+            group.bench_function(format!("{name}/{engine}"), |b| {
+                b.iter(|| {
+                    rt.block_on(async { ctx.sql(&q).await?.collect().await })
+                        .expect("query")
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_scan);
+criterion_main!(benches);
