@@ -97,3 +97,52 @@ async fn tables_with_delete_files_are_refused_not_misread() {
         assert!(e.contains("has delete files"), "{table}: {e}");
     }
 }
+
+#[tokio::test]
+async fn delete_files_are_refused_only_where_they_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let root = fixtures();
+    let table = root.join("data/persistent/equality_deletes/warehouse/mydb/mytable");
+    let scan = |extra: &str| {
+        format!(
+            "iceberg_scan('{}', 'base_dir', '{}'{extra})",
+            table.display(),
+            root.display()
+        )
+    };
+    // Before the first equality delete (sequence 1): all four rows.
+    assert_eq!(
+        rows(
+            &s,
+            &format!(
+                "SELECT id, name FROM {} ORDER BY id",
+                scan(", 'snapshot_id', 853766660775201079")
+            )
+        )
+        .await,
+        ["1|a", "2|b", "3|c", "4|d"]
+    );
+    // Sequence 5: the deletes of sequences 2..4 apply to the first file only. Pruned to the
+    // second file (ids 5 and 6, data sequence 5), nothing applies and the rows are exact.
+    let at5 = scan(", 'snapshot_id', 3340507003387467420");
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT id, name, bir FROM {at5} WHERE id >= 5 ORDER BY id")
+        )
+        .await,
+        ["5|e|2025-01-05", "6|f|2025-01-06"]
+    );
+    let e = sql(&s, &format!("SELECT * FROM {at5}"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("delete files that apply to"), "{e}");
+    // Latest: the delete of name = 'f' (sequence 6) applies to the second file as well.
+    let e = sql(&s, &format!("SELECT * FROM {} WHERE id >= 5", scan("")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("delete files that apply to"), "{e}");
+}

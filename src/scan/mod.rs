@@ -1,10 +1,14 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
+mod deletes;
 mod field_ids;
 mod predicate;
 
+pub use deletes::{DataFileRef, DeleteFileRef, DeleteIndex};
 pub use field_ids::FieldIdAdapterFactory;
 pub use predicate::{promoted_columns, to_predicate};
+
+use std::collections::HashSet;
 
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
@@ -30,18 +34,16 @@ pub struct PlannedFile {
 
 /// The data files of `snapshot` that may hold rows matching `filter` (all of them without one):
 /// manifests are skipped by their partition summaries, files by partition values and column
-/// bounds, through the iceberg crate's evaluators. Refuses files that have delete files.
+/// bounds, through the iceberg crate's evaluators. Refuses files that delete files apply to.
 pub async fn plan_files_pruned(
     table: &Table,
     snapshot: &SnapshotRef,
     filter: Option<Predicate>,
 ) -> Result<Vec<PlannedFile>> {
-    let Some(filter) = filter else {
-        return plan_files(table, snapshot).await;
+    let filter = match filter {
+        None | Some(Predicate::AlwaysTrue) => return plan_files(table, snapshot).await,
+        Some(f) => f,
     };
-    if matches!(filter, Predicate::AlwaysTrue) {
-        return plan_files(table, snapshot).await;
-    }
     let scan = table
         .scan()
         .snapshot_id(snapshot.snapshot_id())
@@ -50,54 +52,134 @@ pub async fn plan_files_pruned(
         .build()
         .df()?;
     let tasks: Vec<_> = scan.plan_files().await.df()?.try_collect().await.df()?;
-    let mut files = Vec::with_capacity(tasks.len());
-    for task in tasks {
-        if let Some(delete) = task.deletes.first() {
-            return Err(delete_files_error(table, snapshot, &delete.file_path));
-        }
-        files.push(PlannedFile {
+    let files: Vec<PlannedFile> = tasks
+        .into_iter()
+        .map(|task| PlannedFile {
             record_count: task.record_count.unwrap_or(0),
             size: task.file_size_in_bytes,
             path: task.data_file_path,
-        });
+        })
+        .collect();
+    if may_have_deletes(table, snapshot).await? {
+        // Which deletes apply is decided by our own rules, not by the pruning planner.
+        let listing = list_snapshot(table, snapshot).await?;
+        let kept: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        refuse_deleted(
+            table,
+            snapshot,
+            &listing.deletes,
+            listing
+                .data
+                .iter()
+                .map(|(_, d)| d)
+                .filter(|d| kept.contains(d.path.as_str())),
+        )?;
     }
     Ok(files)
 }
 
-fn delete_files_error(table: &Table, snapshot: &SnapshotRef, path: &str) -> DataFusionError {
-    DataFusionError::NotImplemented(format!(
-        "table '{}' snapshot {} has delete files ({path}); reading merge-on-read deletes is not supported yet",
-        table.identifier(),
-        snapshot.snapshot_id(),
-    ))
+/// Whether the snapshot's manifest list names any delete manifest that may hold live files.
+async fn may_have_deletes(table: &Table, snapshot: &SnapshotRef) -> Result<bool> {
+    let list = table.manifest_list_reader(snapshot).load().await.df()?;
+    Ok(list.entries().iter().any(|m| {
+        m.content == ManifestContentType::Deletes
+            && (m.added_files_count.is_none_or(|n| n > 0)
+                || m.existing_files_count.is_none_or(|n| n > 0))
+    }))
 }
 
-/// The data files of `snapshot`, refusing snapshots that carry delete files.
-///
-/// Delete files are not applied yet, and returning rows they delete would be wrong, so a
-/// snapshot with any live delete file is an error.
-pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<PlannedFile>> {
+/// Every live file of a snapshot: data files with what delete planning needs, delete files
+/// indexed by scope.
+struct SnapshotListing {
+    data: Vec<(PlannedFile, DataFileRef)>,
+    deletes: DeleteIndex,
+}
+
+async fn list_snapshot(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotListing> {
+    let metadata = table.metadata();
     let list = table.manifest_list_reader(snapshot).load().await.df()?;
-    let mut files = vec![];
+    let mut data = vec![];
+    let mut deletes = vec![];
     for manifest in list.entries() {
+        let spec_id = manifest.partition_spec_id;
+        let unpartitioned = metadata
+            .partition_spec_by_id(spec_id)
+            .is_none_or(|s| s.is_unpartitioned());
         let loaded = manifest.load_manifest(table.file_io()).await.df()?;
         for entry in loaded.entries() {
             if !entry.is_alive() {
                 continue;
             }
-            if manifest.content == ManifestContentType::Deletes
-                || entry.content_type() != DataContentType::Data
-            {
-                return Err(delete_files_error(table, snapshot, entry.file_path()));
+            let file = entry.data_file();
+            let data_seq = entry.sequence_number().unwrap_or(0);
+            match entry.content_type() {
+                DataContentType::Data => data.push((
+                    PlannedFile {
+                        path: file.file_path().to_string(),
+                        size: file.file_size_in_bytes(),
+                        record_count: file.record_count(),
+                    },
+                    DataFileRef {
+                        path: file.file_path().to_string(),
+                        data_seq,
+                        spec_id,
+                        partition: file.partition().clone(),
+                    },
+                )),
+                content => deletes.push(DeleteFileRef {
+                    path: file.file_path().to_string(),
+                    content,
+                    data_seq,
+                    spec_id,
+                    spec_unpartitioned: unpartitioned,
+                    partition: file.partition().clone(),
+                    referenced_data_file: file.referenced_data_file(),
+                    equality_ids: file.equality_ids().unwrap_or_default(),
+                }),
             }
-            files.push(PlannedFile {
-                path: entry.file_path().to_string(),
-                size: entry.file_size_in_bytes(),
-                record_count: entry.record_count(),
-            });
         }
     }
-    Ok(files)
+    Ok(SnapshotListing {
+        data,
+        deletes: DeleteIndex::new(deletes),
+    })
+}
+
+/// Fails when a delete file applies to one of `files`: applying deletes is not supported yet, and
+/// reading such a file without them would return deleted rows.
+fn refuse_deleted<'a>(
+    table: &Table,
+    snapshot: &SnapshotRef,
+    deletes: &DeleteIndex,
+    files: impl Iterator<Item = &'a DataFileRef>,
+) -> Result<()> {
+    if deletes.is_empty() {
+        return Ok(());
+    }
+    for f in files {
+        if let Some(d) = deletes.applicable(f).first() {
+            return Err(DataFusionError::NotImplemented(format!(
+                "table '{}' snapshot {} has delete files that apply to {} ({}); reading merge-on-read deletes is not supported yet",
+                table.identifier(),
+                snapshot.snapshot_id(),
+                f.path,
+                d.path,
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The data files of `snapshot`, refusing files that delete files apply to.
+pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<PlannedFile>> {
+    let listing = list_snapshot(table, snapshot).await?;
+    refuse_deleted(
+        table,
+        snapshot,
+        &listing.deletes,
+        listing.data.iter().map(|(_, d)| d),
+    )?;
+    Ok(listing.data.into_iter().map(|(p, _)| p).collect())
 }
 
 /// Splits files into at most `target` groups of similar total size (largest first, each into the

@@ -1,0 +1,199 @@
+//! Which delete files apply to which data files, by the spec's scan-planning rules.
+//!
+//! ```text
+//! position delete  applies to data file D  iff  D.data_seq <= delete.data_seq
+//!                  and (referenced_data_file = D.path   when the delete names one,
+//!                       else same spec and partition, or the delete's spec is unpartitioned)
+//! equality delete  applies to data file D  iff  D.data_seq <  delete.data_seq
+//!                  and (same spec and partition, or the delete's spec is unpartitioned)
+//! ```
+
+use std::collections::HashMap;
+
+use iceberg::spec::{DataContentType, Struct};
+
+/// What planning needs to know of a data file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataFileRef {
+    /// Recorded location.
+    pub path: String,
+    /// Data sequence number (inherited from the manifest when not written in the entry).
+    pub data_seq: i64,
+    /// Partition spec the file was written for.
+    pub spec_id: i32,
+    /// Partition tuple.
+    pub partition: Struct,
+}
+
+/// What planning needs to know of a delete file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeleteFileRef {
+    /// Recorded location.
+    pub path: String,
+    /// Position or equality deletes.
+    pub content: DataContentType,
+    /// Data sequence number.
+    pub data_seq: i64,
+    /// Partition spec the file was written for.
+    pub spec_id: i32,
+    /// Whether that spec is unpartitioned (then the delete applies in every partition).
+    pub spec_unpartitioned: bool,
+    /// Partition tuple.
+    pub partition: Struct,
+    /// The one data file a position delete file covers, when it says so.
+    pub referenced_data_file: Option<String>,
+    /// Equality field ids (equality deletes).
+    pub equality_ids: Vec<i32>,
+}
+
+/// Delete files indexed for assignment to data files.
+#[derive(Debug, Default)]
+pub struct DeleteIndex {
+    /// Position deletes that name their data file, by that file's path.
+    by_data_file: HashMap<String, Vec<DeleteFileRef>>,
+    /// Partition-scoped deletes, by (spec, partition).
+    by_partition: HashMap<(i32, Struct), Vec<DeleteFileRef>>,
+    /// Deletes of unpartitioned specs: they apply everywhere.
+    global: Vec<DeleteFileRef>,
+}
+
+impl DeleteIndex {
+    /// Indexes `deletes`.
+    pub fn new(deletes: impl IntoIterator<Item = DeleteFileRef>) -> Self {
+        let mut index = Self::default();
+        for d in deletes {
+            if let (DataContentType::PositionDeletes, Some(target)) =
+                (d.content, d.referenced_data_file.clone())
+            {
+                index.by_data_file.entry(target).or_default().push(d);
+            } else if d.spec_unpartitioned {
+                index.global.push(d);
+            } else {
+                index
+                    .by_partition
+                    .entry((d.spec_id, d.partition.clone()))
+                    .or_default()
+                    .push(d);
+            }
+        }
+        index
+    }
+
+    /// Whether there are no delete files at all.
+    pub fn is_empty(&self) -> bool {
+        self.by_data_file.is_empty() && self.by_partition.is_empty() && self.global.is_empty()
+    }
+
+    /// The delete files that apply to `data`.
+    pub fn applicable(&self, data: &DataFileRef) -> Vec<&DeleteFileRef> {
+        let candidates = self
+            .by_data_file
+            .get(&data.path)
+            .into_iter()
+            .flatten()
+            .chain(
+                self.by_partition
+                    .get(&(data.spec_id, data.partition.clone()))
+                    .into_iter()
+                    .flatten(),
+            )
+            .chain(self.global.iter());
+        candidates
+            .filter(|d| match d.content {
+                DataContentType::PositionDeletes => data.data_seq <= d.data_seq,
+                DataContentType::EqualityDeletes => data.data_seq < d.data_seq,
+                DataContentType::Data => false,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::Literal;
+
+    use super::*;
+
+    fn part(v: i64) -> Struct {
+        Struct::from_iter([Some(Literal::long(v))])
+    }
+
+    fn data(path: &str, seq: i64, p: i64) -> DataFileRef {
+        DataFileRef {
+            path: path.into(),
+            data_seq: seq,
+            spec_id: 0,
+            partition: part(p),
+        }
+    }
+
+    fn delete(content: DataContentType, seq: i64, p: Option<i64>) -> DeleteFileRef {
+        DeleteFileRef {
+            path: format!("del-{seq}-{p:?}"),
+            content,
+            data_seq: seq,
+            spec_id: if p.is_some() { 0 } else { 1 },
+            spec_unpartitioned: p.is_none(),
+            partition: p.map(part).unwrap_or_else(Struct::empty),
+            referenced_data_file: None,
+            equality_ids: vec![1],
+        }
+    }
+
+    #[test]
+    fn sequence_numbers_gate_each_kind() {
+        let idx = DeleteIndex::new([
+            delete(DataContentType::PositionDeletes, 3, Some(0)),
+            delete(DataContentType::EqualityDeletes, 3, Some(0)),
+        ]);
+        let kinds = |seq| {
+            let mut k: Vec<_> = idx
+                .applicable(&data("a", seq, 0))
+                .iter()
+                .map(|d| d.content)
+                .collect();
+            k.sort_by_key(|c| *c as i32);
+            k
+        };
+        // Older data: both apply.
+        assert_eq!(
+            kinds(2),
+            [
+                DataContentType::PositionDeletes,
+                DataContentType::EqualityDeletes
+            ]
+        );
+        // Same sequence number: position deletes apply, equality deletes do not.
+        assert_eq!(kinds(3), [DataContentType::PositionDeletes]);
+        // Newer data: nothing applies.
+        assert!(kinds(4).is_empty());
+    }
+
+    #[test]
+    fn partition_scope_and_global_deletes() {
+        let idx = DeleteIndex::new([
+            delete(DataContentType::EqualityDeletes, 5, Some(0)),
+            delete(DataContentType::EqualityDeletes, 5, None),
+        ]);
+        assert_eq!(idx.applicable(&data("a", 1, 0)).len(), 2);
+        // Another partition sees only the unpartitioned (global) delete.
+        let other = idx.applicable(&data("b", 1, 1));
+        assert_eq!(other.len(), 1);
+        assert!(other[0].spec_unpartitioned);
+        // Same partition values under another spec are another partition.
+        let mut d = data("c", 1, 0);
+        d.spec_id = 2;
+        assert_eq!(idx.applicable(&d).len(), 1);
+    }
+
+    #[test]
+    fn referenced_data_file_targets_one_file() {
+        let mut pos = delete(DataContentType::PositionDeletes, 4, Some(0));
+        pos.referenced_data_file = Some("a".into());
+        let idx = DeleteIndex::new([pos]);
+        assert_eq!(idx.applicable(&data("a", 1, 0)).len(), 1);
+        assert!(idx.applicable(&data("b", 1, 0)).is_empty());
+        assert!(!idx.is_empty());
+        assert!(DeleteIndex::default().is_empty());
+    }
+}
