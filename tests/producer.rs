@@ -1,0 +1,102 @@
+//! The snapshot producer beyond appends: removing data files (what DELETE and copy-on-write
+//! commit), with summaries, sequence numbers and the removed files' manifest entries.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use common::{rows, session, sql};
+use iceberg::spec::{ManifestStatus, Operation};
+use iceberg::TableIdent;
+use iceberg_exec::snapshot::{commit, SnapshotChanges};
+use iceberg_exec::MetadataStore;
+
+#[tokio::test]
+async fn delete_snapshot_removes_files_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(&s, "CREATE EXTERNAL TABLE ns.t (id BIGINT, r VARCHAR) STORED AS ICEBERG LOCATION '' PARTITIONED BY (r)")
+        .await
+        .unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (1, 'a'), (2, 'b'), (3, 'a')")
+        .await
+        .unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (4, 'b')").await.unwrap();
+
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await
+        .unwrap();
+    assert_eq!(files.len(), 3);
+    let removed: Vec<String> = files
+        .iter()
+        .filter(|f| f.path.contains("r=b"))
+        .map(|f| f.path.clone())
+        .collect();
+    assert_eq!(removed.len(), 2);
+
+    let changes = SnapshotChanges {
+        operation: Operation::Delete,
+        removed_files: removed.iter().cloned().collect::<HashSet<_>>(),
+        ..Default::default()
+    };
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let outcome = commit(Arc::clone(&store), &ident, changes).await.unwrap();
+    let md = outcome.table.metadata();
+    let current = md.current_snapshot().unwrap();
+    assert_eq!(current.sequence_number(), 3);
+    assert_eq!(current.summary().operation, Operation::Delete);
+    let props = &current.summary().additional_properties;
+    assert_eq!(props["deleted-data-files"], "2");
+    assert_eq!(props["deleted-records"], "2");
+    assert_eq!(props["total-records"], "2");
+    assert_eq!(props["total-data-files"], "1");
+
+    // The removed files are recorded as DELETED entries, the kept one as EXISTING with its
+    // original sequence number.
+    let list = outcome
+        .table
+        .manifest_list_reader(current)
+        .load()
+        .await
+        .unwrap();
+    let mut statuses = vec![];
+    for m in list.entries() {
+        for e in m
+            .load_manifest(outcome.table.file_io())
+            .await
+            .unwrap()
+            .entries()
+        {
+            statuses.push((
+                e.status(),
+                e.sequence_number(),
+                removed.contains(&e.file_path().to_string()),
+            ));
+        }
+    }
+    statuses.sort_by_key(|(st, seq, _)| (*st as i32, *seq));
+    assert!(statuses.contains(&(ManifestStatus::Deleted, Some(1), true)));
+    assert!(statuses.contains(&(ManifestStatus::Deleted, Some(2), true)));
+    assert!(statuses.contains(&(ManifestStatus::Existing, Some(1), false)));
+    assert_eq!(
+        rows(&s, "SELECT id FROM ns.t ORDER BY id").await,
+        ["1", "3"]
+    );
+
+    // Removing a file that is no longer in the table is a conflict; nothing changes.
+    let again = SnapshotChanges {
+        operation: Operation::Delete,
+        removed_files: removed.iter().cloned().collect(),
+        ..Default::default()
+    };
+    let before = s.catalog().load_table(&ident).await.unwrap();
+    let e = commit(store, &ident, again).await.unwrap_err().to_string();
+    assert!(e.contains("no longer in the table"), "{e}");
+    let after = s.catalog().load_table(&ident).await.unwrap();
+    assert_eq!(after.metadata_location(), before.metadata_location());
+}
