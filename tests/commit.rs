@@ -76,6 +76,8 @@ async fn concurrent_appends_all_land() {
 enum Fault {
     AlwaysConflict,
     SwapFails,
+    /// The swap takes effect, then the reply is lost (a dropped connection).
+    SwapAppliesThenFails,
 }
 
 #[derive(Debug)]
@@ -91,9 +93,20 @@ impl MetadataStore for FaultyStore {
         self.inner.load_table(ident).await
     }
 
-    async fn swap(self: Arc<Self>, _: &TableIdent, _: &str, _: &str) -> Result<SwapOutcome> {
+    async fn swap(
+        self: Arc<Self>,
+        ident: &TableIdent,
+        expected: &str,
+        new: &str,
+    ) -> Result<SwapOutcome> {
         self.swaps.fetch_add(1, Ordering::SeqCst);
         match self.fault {
+            Fault::SwapAppliesThenFails => {
+                Arc::clone(&self.inner).swap(ident, expected, new).await?;
+                Err(DataFusionError::IoError(std::io::Error::other(
+                    "connection reset (simulated)",
+                )))
+            }
             Fault::AlwaysConflict => Ok(SwapOutcome::Conflict),
             Fault::SwapFails => Err(DataFusionError::IoError(std::io::Error::other(
                 "disk full (simulated)",
@@ -167,7 +180,7 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
     let swaps = store.swaps.load(Ordering::SeqCst);
     match fault {
         Fault::AlwaysConflict => assert_eq!(swaps, 4, "1 attempt + 3 retries"),
-        Fault::SwapFails => assert_eq!(swaps, 1),
+        Fault::SwapFails | Fault::SwapAppliesThenFails => assert_eq!(swaps, 1),
     }
     err
 }
@@ -182,4 +195,34 @@ async fn conflict_exhaustion_cleans_up() {
 async fn swap_error_cleans_up() {
     let err = failing_commit_leaves_table_unchanged(Fault::SwapFails).await;
     assert!(err.contains("disk full (simulated)"), "{err}");
+}
+
+#[tokio::test]
+async fn a_swap_that_took_effect_is_a_success_even_if_it_reported_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(&s, "CREATE TABLE ns.t (id INT)").await.unwrap();
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let before = s.catalog().load_table(&ident).await.unwrap();
+    let store = Arc::new(FaultyStore {
+        inner: Arc::clone(s.catalog()),
+        fault: Fault::SwapAppliesThenFails,
+        swaps: AtomicUsize::new(0),
+    });
+    let ctx = datafusion::prelude::SessionContext::new();
+    let provider =
+        IcebergTableProvider::try_new(before, Some(store.clone() as Arc<dyn MetadataStore>))
+            .unwrap();
+    ctx.register_table("t", Arc::new(provider)).unwrap();
+    let out = ctx
+        .sql("INSERT INTO t VALUES (1), (2)")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(common::render(&out), ["2"]);
+    // The files the commit references are all still there.
+    assert_eq!(rows(&s, "SELECT sum(id) FROM ns.t").await, ["3"]);
 }

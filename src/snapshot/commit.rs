@@ -24,6 +24,54 @@ pub struct CommitOutcome {
     pub attempts: u32,
 }
 
+/// A commit whose effect is unknown: the files it wrote may be part of the table now, so
+/// nothing may be deleted.
+#[derive(Debug)]
+pub struct CommitStateUnknown(pub String);
+
+impl std::fmt::Display for CommitStateUnknown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CommitStateUnknown {}
+
+/// Whether `e` (or a cause of it) says the commit's outcome is unknown.
+pub fn is_commit_state_unknown(e: &DataFusionError) -> bool {
+    match e {
+        DataFusionError::External(inner) => inner.is::<CommitStateUnknown>(),
+        DataFusionError::Context(_, inner) => is_commit_state_unknown(inner),
+        _ => false,
+    }
+}
+
+/// The outcome of a swap that took effect. Nothing after this point may delete files.
+fn committed(
+    ident: &TableIdent,
+    producer: &SnapshotProducer,
+    new_path: String,
+    new_metadata: iceberg::spec::TableMetadata,
+    file_io: &iceberg::io::FileIO,
+    attempts: u32,
+) -> Result<CommitOutcome> {
+    let unknown = |what: String| {
+        DataFusionError::External(Box::new(CommitStateUnknown(format!(
+            "table '{ident}' was committed, but {what}"
+        ))))
+    };
+    let snapshot_id = producer
+        .snapshot_id()
+        .ok_or_else(|| unknown("its snapshot id is missing".into()))?;
+    let table = table_handle(ident.clone(), new_path, new_metadata, file_io.clone())
+        .map_err(|e| unknown(format!("its handle could not be built: {e}")))?;
+    Ok(CommitOutcome {
+        table,
+        snapshot_id,
+        attempts,
+    })
+}
+
 struct RetryPolicy {
     retries: u32,
     min_wait: Duration,
@@ -46,7 +94,8 @@ impl RetryPolicy {
         let exp = self
             .min_wait
             .saturating_mul(1u32 << attempt.min(20))
-            .min(self.max_wait);
+            .min(self.max_wait)
+            .min(Duration::from_secs(3600));
         // Jitter spreads competing writers apart.
         let jitter = rand::random::<f64>() * 0.5 + 0.75;
         exp.mul_f64(jitter)
@@ -95,15 +144,7 @@ pub async fn commit(
         let expected = table.metadata_location_result().df()?.to_string();
         match Arc::clone(&store).swap(ident, &expected, &new_path).await {
             Ok(SwapOutcome::Swapped) => {
-                let snapshot_id = producer.snapshot_id().ok_or_else(|| {
-                    DataFusionError::Internal("committed without a snapshot id".into())
-                })?;
-                let table = table_handle(ident.clone(), new_path, new_metadata, file_io.clone())?;
-                return Ok(CommitOutcome {
-                    table,
-                    snapshot_id,
-                    attempts: attempt,
-                });
+                return committed(ident, &producer, new_path, new_metadata, &file_io, attempt)
             }
             Ok(SwapOutcome::Conflict) => {
                 let _ = file_io.delete(&new_path).await;
@@ -117,12 +158,32 @@ pub async fn commit(
                     )));
                 }
                 tokio::time::sleep(policy.backoff(attempt - 1)).await;
-                table = Arc::clone(&store).load(ident).await?;
+                table = match Arc::clone(&store).load(ident).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        producer.cleanup_all(&file_io).await;
+                        return Err(e);
+                    }
+                };
             }
             Err(e) => {
-                let _ = file_io.delete(&new_path).await;
-                producer.cleanup_all(&file_io).await;
-                return Err(e);
+                // The swap may have happened even though it reported an error (say, the
+                // connection dropped after the UPDATE ran): look before deleting anything.
+                match Arc::clone(&store).load(ident).await {
+                    Ok(now) if now.metadata_location() == Some(new_path.as_str()) => {
+                        return committed(ident, &producer, new_path, new_metadata, &file_io, attempt)
+                    }
+                    Ok(_) => {
+                        let _ = file_io.delete(&new_path).await;
+                        producer.cleanup_all(&file_io).await;
+                        return Err(e);
+                    }
+                    Err(reload) => {
+                        return Err(DataFusionError::External(Box::new(CommitStateUnknown(format!(
+                            "commit to table '{ident}' failed ({e}) and the table could not be                              reloaded to check whether it took effect ({reload}); files are kept"
+                        )))))
+                    }
+                }
             }
         }
     }

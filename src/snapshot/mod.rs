@@ -5,5 +5,5 @@ mod commit;
 pub(crate) mod metadata_file;
 mod producer;
 
-pub use commit::{commit, CommitOutcome};
+pub use commit::{commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown};
 pub use producer::{NewFile, SnapshotChanges, SnapshotProducer, MAIN_BRANCH};

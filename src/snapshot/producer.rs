@@ -382,7 +382,7 @@ impl SnapshotProducer {
     /// Deletes the files written for the last attempt (after a lost compare-and-swap).
     pub async fn cleanup_attempt(&mut self, file_io: &FileIO) {
         for f in self.attempt_files.drain(..) {
-            let _ = file_io.delete(&f).await;
+            delete_logged(file_io, &f).await;
         }
     }
 
@@ -390,9 +390,16 @@ impl SnapshotProducer {
     pub async fn cleanup_all(&mut self, file_io: &FileIO) {
         self.cleanup_attempt(file_io).await;
         for f in self.shared_files.drain(..) {
-            let _ = file_io.delete(&f).await;
+            delete_logged(file_io, &f).await;
         }
         self.new_manifests = None;
+    }
+}
+
+/// Deletes a file written for a failed commit; one that cannot be removed is only an orphan.
+async fn delete_logged(file_io: &FileIO, path: &str) {
+    if let Err(e) = file_io.delete(path).await {
+        log::warn!("could not remove {path} after a failed commit: {e}");
     }
 }
 

@@ -22,7 +22,7 @@ use iceberg::table::Table;
 
 use crate::catalog::MetadataStore;
 use crate::physical_plan::write::{decode_data_files, WrittenFiles};
-use crate::snapshot::{commit, SnapshotChanges};
+use crate::snapshot::{commit, is_commit_state_unknown, SnapshotChanges};
 
 /// Commits the data files produced by its input as one append snapshot and returns one row,
 /// `count`: the number of rows added.
@@ -183,7 +183,9 @@ impl ExecutionPlan for CommitExec {
                     Ok(RecordBatch::try_new(count_schema(), vec![array])?)
                 }
                 Err(e) => {
-                    delete_all(&file_io, written.take()).await;
+                    if !is_commit_state_unknown(&e) {
+                        delete_all(&file_io, written.take()).await;
+                    }
                     Err(e)
                 }
             }
