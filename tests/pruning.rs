@@ -96,3 +96,41 @@ async fn partition_and_bounds_pruning_with_oracle() {
         assert!(!ours.is_empty(), "{predicate} selects something");
     }
 }
+
+#[tokio::test]
+async fn files_with_nan_values_are_never_pruned_by_planning() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(&s, "CREATE TABLE ns.f (id BIGINT, v DOUBLE)")
+        .await
+        .unwrap();
+    // A file of NaNs only: Iceberg's metrics evaluation would call it unable to match `v > 1`,
+    // while DataFusion orders NaN above every number.
+    sql(
+        &s,
+        "INSERT INTO ns.f VALUES (1, CAST('NaN' AS DOUBLE)), (2, CAST('NaN' AS DOUBLE))",
+    )
+    .await
+    .unwrap();
+    sql(&s, "INSERT INTO ns.f VALUES (5, 7.0)").await.unwrap();
+    for predicate in ["v > 1.0", "NOT (v < 1.0)", "v = CAST('NaN' AS DOUBLE)"] {
+        let df = s
+            .context()
+            .sql(&format!("SELECT id FROM ns.f WHERE {predicate}"))
+            .await
+            .unwrap();
+        let plan = df.clone().create_physical_plan().await.unwrap();
+        assert_eq!(
+            scanned_files(&plan),
+            2,
+            "{predicate}: planning must keep both files"
+        );
+    }
+    let ids = render(
+        &sql(&s, "SELECT id FROM ns.f WHERE v > 1.0 ORDER BY id")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(ids, ["1", "2", "5"]);
+}

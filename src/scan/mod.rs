@@ -6,7 +6,7 @@ mod predicate;
 
 pub use deletes::{DataFileRef, DeleteFileRef, DeleteIndex};
 pub use field_ids::FieldIdAdapterFactory;
-pub use predicate::{promoted_columns, to_predicate};
+pub use predicate::{to_predicate, unprunable_columns};
 
 use std::collections::HashSet;
 

@@ -24,18 +24,34 @@ pub fn to_predicate(filters: &[Expr], excluded: &HashSet<String>) -> Option<Pred
         .reduce(Predicate::and)
 }
 
-/// Names (in `schema`) of the columns whose type differs in some schema of the table's history.
-pub fn promoted_columns(
+/// Names (in `schema`) of the columns that must not be used for pruning:
+/// - columns whose type differs in some schema of the table's history (older bounds and
+///   partition values are stored in the old type, which the iceberg crate's evaluators compare
+///   wrongly with the new one);
+/// - float and double columns (the evaluators treat NaN unlike DataFusion's total order, and
+///   would prune files whose NaN rows DataFusion returns);
+/// - columns whose name means another field, or nothing, in the schema of the snapshot being
+///   read (the iceberg crate binds pruning predicates by name to that schema).
+pub fn unprunable_columns(
     metadata: &iceberg::spec::TableMetadata,
     schema: &iceberg::spec::Schema,
+    snapshot_schema: &iceberg::spec::Schema,
 ) -> HashSet<String> {
+    use iceberg::spec::{PrimitiveType, Type};
     let mut out = HashSet::new();
     for field in schema.as_struct().fields() {
-        let changed = metadata.schemas_iter().any(|old| {
+        let promoted = metadata.schemas_iter().any(|old| {
             old.field_by_id(field.id)
                 .is_some_and(|f| f.field_type != field.field_type)
         });
-        if changed {
+        let floating = matches!(
+            *field.field_type,
+            Type::Primitive(PrimitiveType::Float | PrimitiveType::Double)
+        );
+        let renamed = snapshot_schema
+            .field_by_name(&field.name)
+            .is_none_or(|f| f.id != field.id);
+        if promoted || floating || renamed {
             out.insert(field.name.clone());
         }
     }

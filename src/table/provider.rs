@@ -29,7 +29,7 @@ use crate::physical_plan::commit::CommitExec;
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
 use crate::scan::{
-    group_files, plan_files_pruned, promoted_columns, to_predicate, FieldIdAdapterFactory,
+    group_files, plan_files_pruned, to_predicate, unprunable_columns, FieldIdAdapterFactory,
 };
 
 /// An Iceberg table as a DataFusion [`TableProvider`].
@@ -211,7 +211,11 @@ impl TableProvider for IcebergTableProvider {
             Some(_) => snapshot.schema(metadata).df()?,
             None => metadata.current_schema().clone(),
         };
-        let predicate = to_predicate(filters, &promoted_columns(metadata, &read_schema));
+        let snapshot_schema = snapshot.schema(metadata).df()?;
+        let predicate = to_predicate(
+            filters,
+            &unprunable_columns(metadata, &read_schema, &snapshot_schema),
+        );
         let summary = ScanSummary {
             table: self.table.identifier().to_string(),
             snapshot_id: snapshot.snapshot_id(),
