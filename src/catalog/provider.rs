@@ -12,6 +12,7 @@ use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::dml::InsertOp;
+use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
 use super::{MetadataStore, SqlCatalog};
@@ -141,7 +142,26 @@ async fn create_from_provider(
     let table = catalog
         .create_table(ident.namespace(), def.to_creation(ident.name())?)
         .await?;
-    let store: Arc<dyn MetadataStore> = catalog.clone();
+    let metadata_file = table.metadata_location().map(str::to_string);
+    let filled = fill(Arc::clone(&catalog), table, source).await;
+    if let Err(e) = filled {
+        // The table was created but not filled: remove it, so the statement has no effect.
+        let _ = catalog.drop_table(&ident).await;
+        if let Some(f) = metadata_file {
+            let _ = catalog.file_io().delete(&f).await;
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Appends the rows of `source` to the new `table`.
+async fn fill(
+    catalog: Arc<SqlCatalog>,
+    table: Table,
+    source: Arc<dyn TableProvider>,
+) -> Result<()> {
+    let store: Arc<dyn MetadataStore> = catalog;
     let provider = IcebergTableProvider::try_new(table, Some(store))?;
     let ctx = SessionContext::new();
     let state = ctx.state();
@@ -155,12 +175,7 @@ async fn create_from_provider(
             .insert_into(&state, input, InsertOp::Append)
             .await?;
         let optimized = optimize(&state, plan)?;
-        let result = datafusion::physical_plan::collect(optimized, ctx.task_ctx()).await;
-        if let Err(e) = result {
-            // The table was created but not filled: remove it so the statement has no effect.
-            let _ = catalog.drop_table(&ident).await;
-            return Err(e);
-        }
+        datafusion::physical_plan::collect(optimized, ctx.task_ctx()).await?;
     }
     Ok(())
 }

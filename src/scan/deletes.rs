@@ -3,7 +3,7 @@
 //! ```text
 //! position delete  applies to data file D  iff  D.data_seq <= delete.data_seq
 //!                  and (referenced_data_file = D.path   when the delete names one,
-//!                       else same spec and partition, or the delete's spec is unpartitioned)
+//!                       else same spec and partition)
 //! equality delete  applies to data file D  iff  D.data_seq <  delete.data_seq
 //!                  and (same spec and partition, or the delete's spec is unpartitioned)
 //! ```
@@ -66,7 +66,9 @@ impl DeleteIndex {
                 (d.content, d.referenced_data_file.clone())
             {
                 index.by_data_file.entry(target).or_default().push(d);
-            } else if d.spec_unpartitioned {
+            } else if d.spec_unpartitioned && d.content == DataContentType::EqualityDeletes {
+                // Only equality deletes of an unpartitioned spec apply in every partition;
+                // position deletes stay scoped to their own spec and partition.
                 index.global.push(d);
             } else {
                 index
@@ -184,6 +186,16 @@ mod tests {
         let mut d = data("c", 1, 0);
         d.spec_id = 2;
         assert_eq!(idx.applicable(&d).len(), 1);
+    }
+
+    #[test]
+    fn unpartitioned_position_deletes_are_not_global() {
+        let idx = DeleteIndex::new([delete(DataContentType::PositionDeletes, 5, None)]);
+        assert!(idx.applicable(&data("a", 1, 0)).is_empty());
+        let mut unpartitioned = data("b", 1, 0);
+        unpartitioned.spec_id = 1;
+        unpartitioned.partition = Struct::empty();
+        assert_eq!(idx.applicable(&unpartitioned).len(), 1);
     }
 
     #[test]

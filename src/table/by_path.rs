@@ -72,10 +72,21 @@ pub fn find_metadata_file(path: &Path) -> Result<PathBuf> {
         )));
     }
     candidates.sort();
-    candidates
-        .pop()
-        .map(|(_, p)| p)
-        .ok_or_else(|| not_found(format!("no *.metadata.json in {}", dir.display())))
+    let Some((top, newest)) = candidates.pop() else {
+        return Err(not_found(format!(
+            "no *.metadata.json in {}",
+            dir.display()
+        )));
+    };
+    if candidates.last().is_some_and(|(v, _)| *v == top) {
+        // Catalog tables leave the metadata of lost commits behind under the same version:
+        // only the catalog knows which one is current.
+        return Err(not_found(format!(
+            "several metadata files have version {top} in {}; name the metadata.json to read",
+            dir.display()
+        )));
+    }
+    Ok(newest)
 }
 
 /// Opens the table at `path` (read-only), resolving recorded locations through `locations`.
@@ -101,6 +112,22 @@ mod tests {
         assert_eq!(version_of("v12.metadata.json"), Some(12));
         assert_eq!(version_of("00012-6a1b.metadata.json"), Some(12));
         assert_eq!(version_of("vfinal.metadata.json"), None);
+    }
+
+    #[test]
+    fn ambiguous_versions_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let md = dir.path().join("metadata");
+        std::fs::create_dir(&md).unwrap();
+        for n in [
+            "00001-aaaa.metadata.json",
+            "00001-bbbb.metadata.json",
+            "00000-cccc.metadata.json",
+        ] {
+            std::fs::write(md.join(n), "{}").unwrap();
+        }
+        let e = find_metadata_file(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("several metadata files have version 1"), "{e}");
     }
 
     #[test]

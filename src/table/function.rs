@@ -77,10 +77,12 @@ fn integer(e: &Expr, what: &str) -> Result<i64> {
 
 /// Milliseconds since the epoch from an integer or a `YYYY-MM-DD[ HH:MM:SS[.fff]]` string (UTC).
 fn timestamp_ms(e: &Expr) -> Result<i64> {
-    if let Ok(ms) = integer(e, "as_of") {
-        return Ok(ms);
-    }
-    let text = string(e, "as_of")?;
+    let text = match literal(e)? {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => s,
+        _ => return integer(e, "as_of"),
+    };
     let parsed = chrono::NaiveDateTime::parse_from_str(&text, "%Y-%m-%d %H:%M:%S%.f")
         .or_else(|_| chrono::NaiveDateTime::parse_from_str(&text, "%Y-%m-%dT%H:%M:%S%.f"))
         .or_else(|_| {

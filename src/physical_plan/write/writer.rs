@@ -132,18 +132,23 @@ fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
         )));
     }
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+    // A value that does not fit the column's type is an error, never a silent NULL.
+    let options = arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
     for (field, column) in target.fields().iter().zip(batch.columns()) {
+        let column = if column.data_type() == field.data_type() {
+            Arc::clone(column)
+        } else {
+            arrow::compute::cast_with_options(column, field.data_type(), &options)?
+        };
         if !field.is_nullable() && column.null_count() > 0 {
             return Err(DataFusionError::Execution(format!(
                 "column '{}' is required (NOT NULL) but the inserted rows hold NULL",
                 field.name()
             )));
         }
-        let column = if column.data_type() == field.data_type() {
-            Arc::clone(column)
-        } else {
-            arrow::compute::cast(column, field.data_type())?
-        };
         columns.push(column);
     }
     Ok(RecordBatch::try_new(Arc::clone(target), columns)?)
