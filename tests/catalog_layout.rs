@@ -128,3 +128,55 @@ async fn written_files_carry_column_metrics_and_snapshot_lineage() {
     assert_eq!(f.lower_bounds()[&score], Datum::double(1.0));
     assert_eq!(f.upper_bounds()[&score], Datum::double(2.5));
 }
+
+#[tokio::test]
+async fn register_an_existing_table_under_another_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = common::session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE TABLE ns.t AS SELECT value AS id FROM generate_series(1, 3)",
+    )
+    .await
+    .unwrap();
+    let t = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let location = t.metadata_location().unwrap().to_string();
+    let copy = TableIdent::from_strs(["ns", "t_again"]).unwrap();
+    s.catalog().register_table(&copy, &location).await.unwrap();
+    assert_eq!(rows(&s, "SELECT sum(id) FROM ns.t_again").await, ["6"]);
+    let e = s
+        .catalog()
+        .register_table(&copy, &location)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("already exists"), "{e}");
+    let nowhere = TableIdent::from_strs(["nope", "t"]).unwrap();
+    let e = s
+        .catalog()
+        .register_table(&nowhere, &location)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("namespace 'nope' does not exist"), "{e}");
+    let e = s
+        .catalog()
+        .register_table(
+            &TableIdent::from_strs(["ns", "bad"]).unwrap(),
+            "/no/such/v1.metadata.json",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!e.is_empty());
+    assert!(!s
+        .catalog()
+        .table_exists(&TableIdent::from_strs(["ns", "bad"]).unwrap())
+        .await
+        .unwrap());
+}

@@ -398,10 +398,30 @@ impl SqlCatalog {
         )
         .await?;
 
+        let inserted = self.insert_table_row(&ident, &metadata_location).await;
+        if let Err(e) = inserted {
+            // The table was not recorded: its metadata file must not linger.
+            let _ = self.file_io.delete(&metadata_location).await;
+            return Err(e);
+        }
+        table_handle(
+            ident,
+            metadata_location.to_string(),
+            metadata,
+            self.file_io.clone(),
+        )
+    }
+
+    /// Records a table in the catalog (`iceberg_type = 'TABLE'` where the column exists).
+    async fn insert_table_row(
+        self: &Arc<Self>,
+        ident: &TableIdent,
+        metadata_location: &str,
+    ) -> Result<()> {
         let this = Arc::clone(self);
         let id = ident.clone();
-        let loc = metadata_location.clone();
-        let inserted = io_runtime::spawn(async move {
+        let loc = metadata_location.to_string();
+        io_runtime::spawn(async move {
             let sql = if this.has_iceberg_type {
                 "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, \
                  metadata_location, previous_metadata_location, iceberg_type) \
@@ -417,20 +437,10 @@ impl SqlCatalog {
                 .bind(&loc)
                 .execute(&this.pool)
                 .await
-                .map_err(|e| db_err(&format!("create table '{id}'"), e))
+                .map_err(|e| db_err(&format!("record table '{id}'"), e))?;
+            Ok(())
         })
-        .await;
-        if let Err(e) = inserted {
-            // The table was not recorded: its metadata file must not linger.
-            let _ = self.file_io.delete(&metadata_location).await;
-            return Err(e);
-        }
-        table_handle(
-            ident,
-            metadata_location.to_string(),
-            metadata,
-            self.file_io.clone(),
-        )
+        .await
     }
 
     /// Registers an existing table (by its metadata file) under a new identifier.
@@ -446,24 +456,13 @@ impl SqlCatalog {
                 "table '{ident}' already exists"
             )));
         }
-        let this = Arc::clone(self);
-        let id = ident.clone();
-        let loc = metadata_location.to_string();
-        io_runtime::spawn(async move {
-            sqlx::query(
-                "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, \
-                 metadata_location, previous_metadata_location) VALUES ($1, $2, $3, $4, NULL)",
-            )
-            .bind(&this.name)
-            .bind(ns_key(id.namespace()))
-            .bind(id.name())
-            .bind(&loc)
-            .execute(&this.pool)
-            .await
-            .map_err(|e| db_err("register table", e))?;
-            Ok(())
-        })
-        .await?;
+        if !self.namespace_exists(ident.namespace()).await? {
+            return Err(DataFusionError::Plan(format!(
+                "namespace '{}' does not exist",
+                ns_key(ident.namespace())
+            )));
+        }
+        self.insert_table_row(ident, metadata_location).await?;
         table_handle(
             ident.clone(),
             metadata_location.to_string(),

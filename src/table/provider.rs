@@ -41,6 +41,9 @@ use crate::scan::{
 pub struct IcebergTableProvider {
     table: Table,
     snapshot_id: Option<i64>,
+    /// Whether the pinned snapshot is read with its own schema (snapshots, tags, times) rather
+    /// than the table's current one (branches).
+    snapshot_schema: bool,
     store: Option<Arc<dyn MetadataStore>>,
     schema: SchemaRef,
     locations: LocationMap,
@@ -94,6 +97,7 @@ impl IcebergTableProvider {
         Ok(Self {
             table,
             snapshot_id: None,
+            snapshot_schema: false,
             store,
             schema,
             locations: LocationMap::default(),
@@ -118,20 +122,34 @@ impl IcebergTableProvider {
         };
         self.schema = arrow_schema(snapshot.schema(metadata).df()?.as_ref())?;
         self.snapshot_id = Some(snapshot_id);
+        self.snapshot_schema = true;
         self.store = None;
         Ok(self)
     }
 
     /// Pins scans to the snapshot a branch or tag points at.
+    ///
+    /// A tag is read with the schema of its snapshot; a branch with the table's current schema
+    /// (a branch moves on, like the table).
     pub fn with_ref(self, name: &str) -> Result<Self> {
-        let Some(snapshot) = self.table.metadata().snapshot_for_ref(name) else {
+        let metadata = self.table.metadata();
+        let Some(snapshot) = metadata.snapshot_for_ref(name) else {
             return Err(DataFusionError::Plan(format!(
                 "table '{}' has no branch or tag '{name}'",
                 self.table.identifier()
             )));
         };
         let id = snapshot.snapshot_id();
-        self.with_snapshot_id(id)
+        // The iceberg crate keeps refs private; their serialized form says branch or tag.
+        let json =
+            serde_json::to_value(metadata).map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let branch = json["refs"][name]["type"] == "branch";
+        let mut pinned = self.with_snapshot_id(id)?;
+        if branch {
+            pinned.schema = arrow_schema(pinned.table.metadata().current_schema())?;
+            pinned.snapshot_schema = false;
+        }
+        Ok(pinned)
     }
 
     /// Pins scans to the snapshot that was current at `timestamp_ms` (milliseconds since the
@@ -207,9 +225,9 @@ impl TableProvider for IcebergTableProvider {
         let Some(snapshot) = snapshot else {
             return Ok(Arc::new(EmptyExec::new(projected)));
         };
-        let read_schema = match self.snapshot_id {
-            Some(_) => snapshot.schema(metadata).df()?,
-            None => metadata.current_schema().clone(),
+        let read_schema = match self.snapshot_schema {
+            true => snapshot.schema(metadata).df()?,
+            false => metadata.current_schema().clone(),
         };
         let snapshot_schema = snapshot.schema(metadata).df()?;
         let predicate = to_predicate(
