@@ -24,6 +24,8 @@ fn bench_scan(c: &mut Criterion) {
         .block_on(IcebergSession::open(WarehouseConfig::local(dir.path())))
         .expect("session");
     let ctx = session.context().clone();
+    // DataFusion alone, same defaults, over the same files.
+    let peer = datafusion::prelude::SessionContext::new();
     rt.block_on(async {
         ctx.sql("CREATE SCHEMA b").await?.collect().await?;
         ctx.sql("CREATE TABLE b.t (id BIGINT, k BIGINT, v DOUBLE, s VARCHAR)")
@@ -42,7 +44,7 @@ fn bench_scan(c: &mut Criterion) {
             .collect()
             .await?;
         }
-        ctx.register_parquet(
+        peer.register_parquet(
             "peer",
             &format!("{}/b/t/data/", dir.path().canonicalize()?.display()),
             ParquetReadOptions::default(),
@@ -53,31 +55,43 @@ fn bench_scan(c: &mut Criterion) {
     .expect("setup");
 
     let queries = [
-        ("full_scan", "SELECT sum(v), max(s), min(k) FROM {t}"),
+        (
+            "full_scan",
+            "SELECT round(sum(v), 3) AS sv, max(s) AS ms, min(k) AS mk FROM {t}",
+        ),
         (
             "selective",
-            "SELECT count(*), sum(v) FROM {t} WHERE id BETWEEN 2000000 AND 2100000",
+            "SELECT count(*) AS n, round(sum(v), 3) AS sv FROM {t} WHERE id BETWEEN 2000000 AND 2100000",
         ),
     ];
     let mut group = c.benchmark_group(format!("scan_{rows}_rows_{files}_files"));
     group.sample_size(10);
     for (name, sql) in queries {
-        for (engine, table) in [
-            ("iceberg_exec", "b.t"),
-            ("datafusion_listing_table", "peer"),
+        let mut answers = vec![];
+        for (engine, context, table) in [
+            ("iceberg_exec", &ctx, "b.t"),
+            ("datafusion_listing_table", &peer, "peer"),
         ] {
             let q = sql.replace("{t}", table);
-            let expected = rt
-                .block_on(async { ctx.sql(&q).await?.collect().await })
+            let answer = rt
+                .block_on(async { context.sql(&q).await?.collect().await })
                 .expect("query");
-            assert!(!expected.is_empty());
+            answers.push(
+                datafusion::arrow::util::pretty::pretty_format_batches(&answer)
+                    .expect("format")
+                    .to_string(),
+            );
             group.bench_function(format!("{name}/{engine}"), |b| {
                 b.iter(|| {
-                    rt.block_on(async { ctx.sql(&q).await?.collect().await })
+                    rt.block_on(async { context.sql(&q).await?.collect().await })
                         .expect("query")
                 })
             });
         }
+        assert_eq!(
+            answers[0], answers[1],
+            "{name}: both engines give the same answer"
+        );
     }
     group.finish();
 }
