@@ -225,11 +225,11 @@ impl TableProvider for IcebergTableProvider {
         let Some(snapshot) = snapshot else {
             return Ok(Arc::new(EmptyExec::new(projected)));
         };
+        let snapshot_schema = snapshot.schema(metadata).df()?;
         let read_schema = match self.snapshot_schema {
-            true => snapshot.schema(metadata).df()?,
+            true => snapshot_schema.clone(),
             false => metadata.current_schema().clone(),
         };
-        let snapshot_schema = snapshot.schema(metadata).df()?;
         let predicate = to_predicate(
             filters,
             &unprunable_columns(metadata, &read_schema, &snapshot_schema),

@@ -21,6 +21,7 @@ use iceberg::io::FileIO;
 use iceberg::table::Table;
 
 use crate::catalog::MetadataStore;
+use crate::physical_plan::single_child;
 use crate::physical_plan::write::{decode_data_files, WrittenFiles};
 use crate::snapshot::{commit, is_commit_state_unknown, SnapshotChanges};
 
@@ -124,8 +125,7 @@ impl ExecutionPlan for CommitExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let [input] = <[_; 1]>::try_from(children)
-            .map_err(|_| DataFusionError::Internal("CommitExec takes exactly one child".into()))?;
+        let input = single_child("CommitExec", children)?;
         Ok(Arc::new(Self::new(
             input,
             Arc::clone(&self.store),

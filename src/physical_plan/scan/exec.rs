@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Statistics;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::TaskContext;
+
+use crate::physical_plan::single_child;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter_pushdown::{
     ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
@@ -96,9 +98,7 @@ impl ExecutionPlan for IcebergScanExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let [input] = <[_; 1]>::try_from(children).map_err(|_| {
-            DataFusionError::Internal("IcebergScanExec takes exactly one child".into())
-        })?;
+        let input = single_child("IcebergScanExec", children)?;
         Ok(Arc::new(Self::new(input, self.summary.clone())))
     }
 

@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
+
+use crate::physical_plan::single_child;
 use datafusion::physical_expr::{
     Distribution, EquivalenceProperties, LexRequirement, OrderingRequirements,
 };
@@ -160,11 +162,7 @@ impl ExecutionPlan for DataFileWriterExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let [input] = <[_; 1]>::try_from(children).map_err(|_| {
-            datafusion::error::DataFusionError::Internal(
-                "DataFileWriterExec takes exactly one child".into(),
-            )
-        })?;
+        let input = single_child("DataFileWriterExec", children)?;
         Ok(Arc::new(Self::try_new(
             input,
             self.table.clone(),
