@@ -77,72 +77,124 @@ async fn without_the_location_mapping_the_error_names_the_missing_file() {
     assert!(e.contains("lineitem_iceberg/metadata/snap-"), "{e}");
 }
 
-#[tokio::test]
-async fn tables_with_delete_files_are_refused_not_misread() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = session(dir.path()).await;
+fn scan_of(table: &str, extra: &str) -> String {
     let root = fixtures();
-    for table in [
-        "data/persistent/equality_deletes/warehouse/mydb/mytable",
-        "data/persistent/equality_deletes/warehouse/mydb/mytable_partitioned",
-        "data/persistent/equality_delete_cross_partition/warehouse/ns/t/metadata/vfinal.metadata.json",
-        "data/persistent/equality_delete_extra_column/warehouse/ns/t/metadata/vfinal.metadata.json",
-    ] {
-        let q = format!(
-            "SELECT * FROM iceberg_scan('{}', 'base_dir', '{}')",
-            root.join(table).display(),
-            root.display()
-        );
-        let e = sql(&s, &q).await.unwrap_err().to_string();
-        assert!(e.contains("has delete files"), "{table}: {e}");
-    }
+    format!(
+        "iceberg_scan('{}', 'base_dir', '{}'{extra})",
+        root.join("data/persistent").join(table).display(),
+        root.display()
+    )
 }
 
 #[tokio::test]
-async fn delete_files_are_refused_only_where_they_apply() {
+async fn equality_deletes_unpartitioned() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
-    let root = fixtures();
-    let table = root.join("data/persistent/equality_deletes/warehouse/mydb/mytable");
-    let scan = |extra: &str| {
-        format!(
-            "iceberg_scan('{}', 'base_dir', '{}'{extra})",
-            table.display(),
-            root.display()
+    let t = scan_of("equality_deletes/warehouse/mydb/mytable", "");
+    assert_eq!(
+        rows(&s, &format!("SELECT * FROM {t} ORDER BY 1")).await,
+        ["4|d|2025-01-04", "5|e|2025-01-05"]
+    );
+    assert_eq!(rows(&s, &format!("SELECT count(*) FROM {t}")).await, ["2"]);
+    assert_eq!(
+        rows(&s, &format!("SELECT bir FROM {t} WHERE id = 4")).await,
+        ["2025-01-04"]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT count(*) FROM {t} WHERE bir >= DATE '2025-01-01'")
         )
-    };
+        .await,
+        ["2"]
+    );
+    // EXPLAIN shows the join and the delete files it reads.
+    let plan = rows(&s, &format!("EXPLAIN SELECT name FROM {t}"))
+        .await
+        .join("\n");
+    assert!(plan.contains("EqualityDeleteExec"), "{plan}");
+    assert!(plan.contains("delete_files=4"), "{plan}");
+}
+
+#[tokio::test]
+async fn equality_deletes_partitioned() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let t = scan_of("equality_deletes/warehouse/mydb/mytable_partitioned", "");
+    assert_eq!(
+        rows(&s, &format!("SELECT name FROM {t} ORDER BY 1")).await,
+        ["a", "d", "e"]
+    );
+    assert_eq!(rows(&s, &format!("SELECT count(*) FROM {t}")).await, ["3"]);
+}
+
+#[tokio::test]
+async fn equality_delete_stays_in_its_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let t = scan_of(
+        "equality_delete_cross_partition/warehouse/ns/t/metadata/vfinal.metadata.json",
+        "",
+    );
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT part, key, val FROM {t} ORDER BY part, key")
+        )
+        .await,
+        ["0|999|p0-k999", "1|100|p1-k100", "1|888|p1-k888"]
+    );
+}
+
+#[tokio::test]
+async fn equality_delete_file_with_an_extra_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let t = scan_of(
+        "equality_delete_extra_column/warehouse/ns/t/metadata/vfinal.metadata.json",
+        "",
+    );
+    assert_eq!(
+        rows(&s, &format!("SELECT id, val FROM {t} ORDER BY id")).await,
+        ["1|a", "3|c"]
+    );
+    assert_eq!(rows(&s, &format!("SELECT count(*) FROM {t}")).await, ["2"]);
+}
+
+#[tokio::test]
+async fn deletes_apply_by_sequence_number_at_every_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let t = |extra: &str| scan_of("equality_deletes/warehouse/mydb/mytable", extra);
     // Before the first equality delete (sequence 1): all four rows.
     assert_eq!(
         rows(
             &s,
             &format!(
                 "SELECT id, name FROM {} ORDER BY id",
-                scan(", 'snapshot_id', 853766660775201079")
+                t(", 'snapshot_id', 853766660775201079")
             )
         )
         .await,
         ["1|a", "2|b", "3|c", "4|d"]
     );
-    // Sequence 5: the deletes of sequences 2..4 apply to the first file only. Pruned to the
-    // second file (ids 5 and 6, data sequence 5), nothing applies and the rows are exact.
-    let at5 = scan(", 'snapshot_id', 3340507003387467420");
+    // Sequence 5: the deletes of sequences 2..4 removed b, 1 and (3, c); the rows appended at
+    // sequence 5 are older than no delete yet.
+    let at5 = t(", 'snapshot_id', 3340507003387467420");
+    assert_eq!(
+        rows(&s, &format!("SELECT id, name FROM {at5} ORDER BY id")).await,
+        ["4|d", "5|e", "6|f"]
+    );
+    // Pruned to the second file, the filter and the deletes compose.
     assert_eq!(
         rows(
             &s,
-            &format!("SELECT id, name, bir FROM {at5} WHERE id >= 5 ORDER BY id")
+            &format!(
+                "SELECT id, name, bir FROM {} WHERE id >= 5 ORDER BY id",
+                t("")
+            )
         )
         .await,
-        ["5|e|2025-01-05", "6|f|2025-01-06"]
+        ["5|e|2025-01-05"]
     );
-    let e = sql(&s, &format!("SELECT * FROM {at5}"))
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("delete files that apply to"), "{e}");
-    // Latest: the delete of name = 'f' (sequence 6) applies to the second file as well.
-    let e = sql(&s, &format!("SELECT * FROM {} WHERE id >= 5", scan("")))
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("delete files that apply to"), "{e}");
 }

@@ -1,7 +1,10 @@
 //! Our physical operators, one folder per family.
 
 pub mod commit;
+pub mod equality_delete;
+pub mod positional_delete;
 pub mod scan;
+mod spill;
 pub mod write;
 
 use std::sync::Arc;

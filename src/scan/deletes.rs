@@ -30,6 +30,10 @@ pub struct DataFileRef {
 pub struct DeleteFileRef {
     /// Recorded location.
     pub path: String,
+    /// File size in bytes.
+    pub size: u64,
+    /// Delete rows in the file.
+    pub record_count: u64,
     /// Position or equality deletes.
     pub content: DataContentType,
     /// Data sequence number.
@@ -132,6 +136,8 @@ mod tests {
     fn delete(content: DataContentType, seq: i64, p: Option<i64>) -> DeleteFileRef {
         DeleteFileRef {
             path: format!("del-{seq}-{p:?}"),
+            size: 1,
+            record_count: 1,
             content,
             data_seq: seq,
             spec_id: if p.is_some() { 0 } else { 1 },

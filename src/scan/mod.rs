@@ -10,31 +10,61 @@ pub use predicate::{to_predicate, unprunable_columns};
 
 use std::collections::HashSet;
 
+use datafusion::common::ScalarValue;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
 use datafusion::error::{DataFusionError, Result};
+
 use futures::TryStreamExt;
 use iceberg::expr::Predicate;
-use iceberg::spec::{DataContentType, ManifestContentType, SnapshotRef};
+use iceberg::spec::{DataContentType, ManifestContentType, SnapshotRef, Struct};
 use iceberg::table::Table;
 
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 
-/// A data file chosen for a scan.
+/// A data file chosen for a scan, with the delete files that apply to it.
 #[derive(Debug, Clone)]
 pub struct PlannedFile {
     /// Location as recorded in the manifest.
     pub path: String,
     /// File size in bytes.
     pub size: u64,
-    /// Row count from the manifest.
+    /// Row count from the manifest (before deletes).
     pub record_count: u64,
+    /// Data sequence number (0 when the snapshot has no delete files: then it is not needed).
+    pub data_seq: i64,
+    /// Partition spec the file was written for.
+    pub spec_id: i32,
+    /// Partition tuple.
+    pub partition: Struct,
+    /// Delete files that apply to this file, by the spec's rules.
+    pub deletes: Vec<DeleteFileRef>,
 }
 
-/// The data files of `snapshot` that may hold rows matching `filter` (all of them without one):
-/// manifests are skipped by their partition summaries, files by partition values and column
-/// bounds, through the iceberg crate's evaluators. Refuses files that delete files apply to.
+impl PlannedFile {
+    fn new(data: DataFileRef, size: u64, record_count: u64, deletes: Vec<DeleteFileRef>) -> Self {
+        Self {
+            path: data.path,
+            size,
+            record_count,
+            data_seq: data.data_seq,
+            spec_id: data.spec_id,
+            partition: data.partition,
+            deletes,
+        }
+    }
+
+    /// Whether no delete file applies: the manifest's row count is exact.
+    pub fn is_clean(&self) -> bool {
+        self.deletes.is_empty()
+    }
+}
+
+/// The data files of `snapshot` that may hold rows matching `filter` (all of them without one),
+/// each with the delete files that apply to it: manifests are skipped by their partition
+/// summaries, files by partition values and column bounds, through the iceberg crate's
+/// evaluators; which deletes apply is decided by this crate's own rules ([`DeleteIndex`]).
 pub async fn plan_files_pruned(
     table: &Table,
     snapshot: &SnapshotRef,
@@ -52,30 +82,28 @@ pub async fn plan_files_pruned(
         .build()
         .df()?;
     let tasks: Vec<_> = scan.plan_files().await.df()?.try_collect().await.df()?;
-    let files: Vec<PlannedFile> = tasks
-        .into_iter()
-        .map(|task| PlannedFile {
-            record_count: task.record_count.unwrap_or(0),
-            size: task.file_size_in_bytes,
-            path: task.data_file_path,
-        })
-        .collect();
-    if may_have_deletes(table, snapshot).await? {
-        // Which deletes apply is decided by our own rules, not by the pruning planner.
-        let listing = list_snapshot(table, snapshot).await?;
-        let kept: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        refuse_deleted(
-            table,
-            snapshot,
-            &listing.deletes,
-            listing
-                .data
-                .iter()
-                .map(|(_, d)| d)
-                .filter(|d| kept.contains(d.path.as_str())),
-        )?;
+    if !may_have_deletes(table, snapshot).await? {
+        return Ok(tasks
+            .into_iter()
+            .map(|task| {
+                let data = DataFileRef {
+                    path: task.data_file_path,
+                    data_seq: 0,
+                    spec_id: task.partition_spec.as_ref().map_or(0, |s| s.spec_id()),
+                    partition: task.partition.unwrap_or_else(Struct::empty),
+                };
+                PlannedFile::new(
+                    data,
+                    task.file_size_in_bytes,
+                    task.record_count.unwrap_or(0),
+                    vec![],
+                )
+            })
+            .collect());
     }
-    Ok(files)
+    let kept: HashSet<String> = tasks.into_iter().map(|t| t.data_file_path).collect();
+    let listing = list_snapshot(table, snapshot).await?;
+    Ok(listing.plan(|d| kept.contains(&d.path)))
 }
 
 /// Whether the snapshot's manifest list names any delete manifest that may hold live files.
@@ -91,8 +119,23 @@ async fn may_have_deletes(table: &Table, snapshot: &SnapshotRef) -> Result<bool>
 /// Every live file of a snapshot: data files with what delete planning needs, delete files
 /// indexed by scope.
 struct SnapshotListing {
-    data: Vec<(PlannedFile, DataFileRef)>,
+    data: Vec<(DataFileRef, u64, u64)>,
     deletes: DeleteIndex,
+}
+
+impl SnapshotListing {
+    /// The data files `keep` accepts, each with its applicable delete files.
+    fn plan(self, keep: impl Fn(&DataFileRef) -> bool) -> Vec<PlannedFile> {
+        let deletes = self.deletes;
+        self.data
+            .into_iter()
+            .filter(|(d, _, _)| keep(d))
+            .map(|(d, size, rows)| {
+                let applicable = deletes.applicable(&d).into_iter().cloned().collect();
+                PlannedFile::new(d, size, rows, applicable)
+            })
+            .collect()
+    }
 }
 
 async fn list_snapshot(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotListing> {
@@ -114,20 +157,19 @@ async fn list_snapshot(table: &Table, snapshot: &SnapshotRef) -> Result<Snapshot
             let data_seq = entry.sequence_number().unwrap_or(0);
             match entry.content_type() {
                 DataContentType::Data => data.push((
-                    PlannedFile {
-                        path: file.file_path().to_string(),
-                        size: file.file_size_in_bytes(),
-                        record_count: file.record_count(),
-                    },
                     DataFileRef {
                         path: file.file_path().to_string(),
                         data_seq,
                         spec_id,
                         partition: file.partition().clone(),
                     },
+                    file.file_size_in_bytes(),
+                    file.record_count(),
                 )),
                 content => deletes.push(DeleteFileRef {
                     path: file.file_path().to_string(),
+                    size: file.file_size_in_bytes(),
+                    record_count: file.record_count(),
                     content,
                     data_seq,
                     spec_id,
@@ -145,49 +187,20 @@ async fn list_snapshot(table: &Table, snapshot: &SnapshotRef) -> Result<Snapshot
     })
 }
 
-/// Fails when a delete file applies to one of `files`: applying deletes is not supported yet, and
-/// reading such a file without them would return deleted rows.
-fn refuse_deleted<'a>(
-    table: &Table,
-    snapshot: &SnapshotRef,
-    deletes: &DeleteIndex,
-    files: impl Iterator<Item = &'a DataFileRef>,
-) -> Result<()> {
-    if deletes.is_empty() {
-        return Ok(());
-    }
-    for f in files {
-        if let Some(d) = deletes.applicable(f).first() {
-            return Err(DataFusionError::NotImplemented(format!(
-                "table '{}' snapshot {} has delete files that apply to {} ({}); reading merge-on-read deletes is not supported yet",
-                table.identifier(),
-                snapshot.snapshot_id(),
-                f.path,
-                d.path,
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The data files of `snapshot`, refusing files that delete files apply to.
+/// The data files of `snapshot`, each with the delete files that apply to it.
 pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<PlannedFile>> {
-    let listing = list_snapshot(table, snapshot).await?;
-    refuse_deleted(
-        table,
-        snapshot,
-        &listing.deletes,
-        listing.data.iter().map(|(_, d)| d),
-    )?;
-    Ok(listing.data.into_iter().map(|(p, _)| p).collect())
+    Ok(list_snapshot(table, snapshot).await?.plan(|_| true))
 }
 
 /// Splits files into at most `target` groups of similar total size (largest first, each into the
 /// currently smallest group).
+///
+/// `partition_values` gives each file the values of the scan's per-file constant columns.
 pub fn group_files(
     files: &[PlannedFile],
     target: usize,
     locations: &LocationMap,
+    partition_values: impl Fn(&PlannedFile) -> Vec<ScalarValue>,
 ) -> Result<Vec<FileGroup>> {
     let target = target.max(1).min(files.len().max(1));
     let mut order: Vec<&PlannedFile> = files.iter().collect();
@@ -199,10 +212,10 @@ pub fn group_files(
             .min_by_key(|(s, _)| *s)
             .ok_or_else(|| DataFusionError::Internal("no file groups".into()))?;
         *size += f.size;
-        group.push(PartitionedFile::new(
-            locations.object_path(&f.path)?.to_string(),
-            f.size,
-        ));
+        group.push(
+            PartitionedFile::new(locations.object_path(&f.path)?.to_string(), f.size)
+                .with_partition_values(partition_values(f)),
+        );
     }
     Ok(groups
         .into_iter()
@@ -224,9 +237,13 @@ mod tests {
                 path: format!("/tmp/f{i}.parquet"),
                 size: *s,
                 record_count: 1,
+                data_seq: 0,
+                spec_id: 0,
+                partition: Struct::empty(),
+                deletes: vec![],
             })
             .collect();
-        let groups = group_files(&files, 2, &LocationMap::default()).unwrap();
+        let groups = group_files(&files, 2, &LocationMap::default(), |_| vec![]).unwrap();
         assert_eq!(groups.len(), 2);
         let sizes: Vec<u64> = groups
             .iter()
@@ -235,7 +252,7 @@ mod tests {
         assert_eq!(sizes.iter().sum::<u64>(), 315);
         assert!(sizes.iter().all(|s| (150..=165).contains(s)), "{sizes:?}");
         assert_eq!(
-            group_files(&files[..1], 8, &LocationMap::default())
+            group_files(&files[..1], 8, &LocationMap::default(), |_| vec![])
                 .unwrap()
                 .len(),
             1

@@ -5,6 +5,7 @@ mod by_path;
 mod factory;
 mod function;
 mod provider;
+mod scan_plan;
 mod snapshots;
 pub(crate) mod spec;
 

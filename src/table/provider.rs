@@ -7,14 +7,9 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
-use datafusion::common::stats::Precision;
-use datafusion::common::Statistics;
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::file_format::FileFormat;
-use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
+
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::LexRequirement;
@@ -28,9 +23,8 @@ use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
-use crate::scan::{
-    group_files, plan_files_pruned, to_predicate, unprunable_columns, FieldIdAdapterFactory,
-};
+use crate::scan::{plan_files_pruned, to_predicate, unprunable_columns};
+use crate::table::scan_plan::{plan_scan, ScanRequest};
 
 /// An Iceberg table as a DataFusion [`TableProvider`].
 ///
@@ -239,11 +233,19 @@ impl TableProvider for IcebergTableProvider {
             snapshot_id: snapshot.snapshot_id(),
             total_files: snapshot_file_count(&snapshot),
             scanned_files: 0,
+            delete_files: 0,
             predicate: predicate.as_ref().map(|p| p.to_string()),
         };
         let files = plan_files_pruned(&self.table, &snapshot, predicate).await?;
+        let mut deletes: Vec<&str> = files
+            .iter()
+            .flat_map(|f| f.deletes.iter().map(|d| d.path.as_str()))
+            .collect();
+        deletes.sort_unstable();
+        deletes.dedup();
         let summary = ScanSummary {
             scanned_files: files.len(),
+            delete_files: deletes.len(),
             total_files: summary.total_files.max(files.len()),
             ..summary
         };
@@ -253,32 +255,16 @@ impl TableProvider for IcebergTableProvider {
                 summary,
             )));
         }
-        let groups = group_files(&files, state.config().target_partitions(), &self.locations)?;
-        // Row counts come from the manifests: the snapshot has no delete files.
-        let rows: u64 = files.iter().map(|f| f.record_count).sum();
-        let bytes: u64 = files.iter().map(|f| f.size).sum();
-        // Filters make the count an upper bound.
-        let rows = if filters.is_empty() {
-            Precision::Exact(rows as usize)
-        } else {
-            Precision::Inexact(rows as usize)
+        let request = ScanRequest {
+            table: &self.table,
+            read_schema: &read_schema,
+            schema: &self.schema,
+            projection,
+            filtered: !filters.is_empty(),
+            limit,
+            locations: &self.locations,
         };
-        let statistics = Statistics::new_unknown(&self.schema)
-            .with_num_rows(rows)
-            .with_total_byte_size(Precision::Inexact(bytes as usize));
-        let adapter = FieldIdAdapterFactory::new(&read_schema, metadata.properties());
-        let source = Arc::new(ParquetSource::new(Arc::clone(&self.schema)));
-        let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), source)
-            .with_file_groups(groups)
-            .with_statistics(statistics)
-            .with_expr_adapter(Some(Arc::new(adapter)))
-            .with_projection_indices(projection.cloned())?
-            .with_limit(limit)
-            .build();
-        let parquet = ParquetFormat::default()
-            .with_options(state.table_options().parquet.clone())
-            .create_physical_plan(state, config)
-            .await?;
+        let parquet = plan_scan(state, &request, &files).await?;
         Ok(Arc::new(IcebergScanExec::new(parquet, summary)))
     }
 

@@ -29,11 +29,14 @@ pub struct ScanSummary {
     pub total_files: usize,
     /// Data files left after pruning by partition values and column bounds.
     pub scanned_files: usize,
+    /// Delete files that apply to the scanned data files.
+    pub delete_files: usize,
     /// The Iceberg predicate used for pruning, if any.
     pub predicate: Option<String>,
 }
 
-/// Reads an Iceberg snapshot through its child, DataFusion's parquet scan. It adds nothing at
+/// Reads an Iceberg snapshot through its child (DataFusion's parquet scan, with this crate's
+/// delete operators above it when deletes apply). It adds nothing at
 /// run time: it forwards execution, statistics, filter pushdown and ordering, and exists so that
 /// plans say which table and snapshot are read and what pruning kept.
 #[derive(Debug)]
@@ -62,6 +65,9 @@ impl DisplayAs for IcebergScanExec {
             "IcebergScanExec: table={}, snapshot={}, files={} of {}",
             s.table, s.snapshot_id, s.scanned_files, s.total_files
         )?;
+        if s.delete_files > 0 {
+            write!(f, ", delete_files={}", s.delete_files)?;
+        }
         if let Some(p) = &s.predicate {
             write!(f, ", pruning_predicate={p}")?;
         }

@@ -1,0 +1,619 @@
+//! [`EqualityDeleteExec`]: a hash anti-join of data rows against equality-deleted keys, gated
+//! per row by sequence number and partition scope, spilling as a Grace hash join.
+//!
+//! ```text
+//!   build (child 1): delete rows (key…, delete_seq, scope) ─► KeyTable (shared by all partitions)
+//!   probe (child 0): data rows (…, key…, _data_seq, _scope) ─► keep unless KeyTable says deleted
+//!
+//!   build larger than its reservation:
+//!     build rows ─► hash(key, level 0) ─► F spill files   probe rows ─► same hash ─► F spill files
+//!     then per partition p: load build p (split again at level 1, 2, … if still too large),
+//!     stream probe p through it
+//! ```
+//! Keys compare in Arrow's row format: NULL equals NULL, NULL never equals a value, and types
+//! are the table's (both sides are read through the same schema).
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, Int32Array, Int64Array,
+    RecordBatch, UInt32Array,
+};
+use arrow::compute::{cast, filter_record_batch, take_record_batch};
+use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef};
+use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::Statistics;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::disk_manager::RefCountedTempFile;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics,
+};
+use datafusion::physical_plan::spill::SpillManager;
+use datafusion::physical_plan::stream::RecordBatchReceiverStream;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::mpsc::Sender;
+use tokio::sync::OnceCell;
+
+use super::table::{partition_of, KeyTable};
+use crate::physical_plan::spill::SpillWriter;
+
+/// Deepest Grace re-partitioning before giving up.
+const MAX_LEVEL: u32 = 6;
+/// Rows per batch when spilling the key table.
+const SPILL_BATCH_ROWS: usize = 8192;
+
+type SharedBuild = std::result::Result<Arc<Built>, Arc<DataFusionError>>;
+
+/// The build side, once read.
+#[derive(Debug)]
+enum Built {
+    /// Every key fits in memory.
+    Memory {
+        table: KeyTable,
+        _reservation: MemoryReservation,
+    },
+    /// Keys partitioned by `partition_of(key, 0)` into spill files (`None`: no key there).
+    Spilled(Vec<Option<RefCountedTempFile>>),
+}
+
+/// Where the hidden columns and keys are in the probe input.
+#[derive(Debug, Clone)]
+pub struct EqualityDeleteColumns {
+    /// Key columns, in the order of the build side's key columns.
+    pub keys: Vec<usize>,
+    /// The data sequence number column (Int64).
+    pub data_seq: usize,
+    /// The partition scope column (Int32).
+    pub scope: usize,
+}
+
+/// Removes rows whose key an applicable equality delete holds: a row dies iff a build row with
+/// an equal key, in its scope or the global scope, has a delete sequence number greater than
+/// the row's data sequence number.
+///
+/// Child 0 is the data (probe); child 1 yields the delete rows as `key…, delete_seq (Int64),
+/// scope (Int32)`.
+#[derive(Debug)]
+pub struct EqualityDeleteExec {
+    input: Arc<dyn ExecutionPlan>,
+    build: Arc<dyn ExecutionPlan>,
+    columns: EqualityDeleteColumns,
+    equality_ids: Vec<i32>,
+    fanout: usize,
+    shared: Arc<OnceCell<SharedBuild>>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl EqualityDeleteExec {
+    /// Joins `input` against the deleted keys `build` yields, for the equality field ids
+    /// `equality_ids`, splitting into `fanout` partitions when the keys do not fit in memory.
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        build: Arc<dyn ExecutionPlan>,
+        columns: EqualityDeleteColumns,
+        equality_ids: Vec<i32>,
+        fanout: usize,
+    ) -> Result<Self> {
+        let probe = input.schema();
+        let build_schema = build.schema();
+        let k = columns.keys.len();
+        if k == 0 || build_schema.fields().len() != k + 2 {
+            return Err(DataFusionError::Internal(format!(
+                "EqualityDeleteExec: {k} key columns but a build side of {} columns",
+                build_schema.fields().len()
+            )));
+        }
+        for (i, &c) in columns.keys.iter().enumerate() {
+            let (p, b) = (probe.field(c), build_schema.field(i));
+            if p.data_type() != b.data_type() {
+                return Err(DataFusionError::Internal(format!(
+                    "EqualityDeleteExec: key {} is {} in the data but {} in the deletes",
+                    p.name(),
+                    p.data_type(),
+                    b.data_type()
+                )));
+            }
+        }
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(Arc::clone(&probe)),
+            input.output_partitioning().clone(),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Ok(Self {
+            input,
+            build,
+            columns,
+            equality_ids,
+            fanout: fanout.max(2),
+            shared: Arc::new(OnceCell::new()),
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        })
+    }
+
+    fn key_names(&self) -> Vec<String> {
+        let schema = self.input.schema();
+        self.columns
+            .keys
+            .iter()
+            .map(|&i| schema.field(i).name().clone())
+            .collect()
+    }
+}
+
+impl DisplayAs for EqualityDeleteExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "EqualityDeleteExec: equality_ids={:?}, keys=[{}]",
+            self.equality_ids,
+            self.key_names().join(", ")
+        )
+    }
+}
+
+impl ExecutionPlan for EqualityDeleteExec {
+    fn name(&self) -> &str {
+        "EqualityDeleteExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false, false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input, &self.build]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let [input, build] = <[_; 2]>::try_from(children).map_err(|_| {
+            DataFusionError::Internal("EqualityDeleteExec takes exactly two children".into())
+        })?;
+        Ok(Arc::new(Self::try_new(
+            input,
+            build,
+            self.columns.clone(),
+            self.equality_ids.clone(),
+            self.fanout,
+        )?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, Arc::clone(&context))?;
+        let schema = self.schema();
+        let build_schema = self.build.schema();
+        let k = self.columns.keys.len();
+        let key_fields: Vec<SortField> = build_schema.fields()[..k]
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        let spill_metrics = SpillMetrics::new(&self.metrics, partition);
+        let keys_schema = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Binary, false),
+            Field::new("scope", DataType::Int32, false),
+            Field::new("seq", DataType::Int64, false),
+        ]));
+        let joiner = Joiner {
+            converter: RowConverter::new(key_fields)?,
+            columns: self.columns.clone(),
+            fanout: self.fanout,
+            key_spill: SpillManager::new(context.runtime_env(), spill_metrics.clone(), keys_schema),
+            probe_spill: SpillManager::new(
+                context.runtime_env(),
+                spill_metrics.clone(),
+                Arc::clone(&schema),
+            ),
+            env: context.runtime_env(),
+            spill_metrics,
+            pool: Arc::clone(context.memory_pool()),
+            partition,
+            deleted: MetricBuilder::new(&self.metrics).counter("equality_deleted_rows", partition),
+            build_keys: MetricBuilder::new(&self.metrics).counter("build_keys", partition),
+            grace_partitions: MetricBuilder::new(&self.metrics)
+                .counter("grace_partitions", partition),
+        };
+        let build = Arc::clone(&self.build);
+        let shared = Arc::clone(&self.shared);
+        let mut builder = RecordBatchReceiverStream::builder(schema, 2);
+        let tx = builder.tx();
+        builder.spawn(async move {
+            let built = shared
+                .get_or_init(|| async {
+                    joiner
+                        .build(build, context)
+                        .await
+                        .map(Arc::new)
+                        .map_err(Arc::new)
+                })
+                .await
+                .clone()
+                .map_err(DataFusionError::Shared)?;
+            joiner.probe(&built, input, &tx).await
+        });
+        Ok(builder.build())
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn partition_statistics(&self, _partition: Option<usize>) -> Result<Statistics> {
+        Ok(Statistics::new_unknown(&self.schema()))
+    }
+}
+
+/// Sends `batch` downstream; false once nobody listens any more.
+async fn send(tx: &Sender<Result<RecordBatch>>, batch: RecordBatch) -> bool {
+    batch.num_rows() == 0 || tx.send(Ok(batch)).await.is_ok()
+}
+
+/// Spill files being written, one per hash partition.
+struct Partitioner<'a> {
+    level: u32,
+    joiner: &'a Joiner,
+    schema: SchemaRef,
+    writers: Vec<Option<SpillWriter>>,
+}
+
+impl<'a> Partitioner<'a> {
+    fn new(joiner: &'a Joiner, manager: &SpillManager, level: u32) -> Self {
+        Self {
+            level,
+            joiner,
+            schema: Arc::clone(manager.schema()),
+            writers: (0..joiner.fanout).map(|_| None).collect(),
+        }
+    }
+
+    /// Appends each row of `batch` to the partition of its key.
+    fn push<'k>(
+        &mut self,
+        batch: &RecordBatch,
+        keys: impl Iterator<Item = &'k [u8]>,
+    ) -> Result<()> {
+        let fanout = self.writers.len();
+        let mut indices: Vec<Vec<u32>> = vec![vec![]; fanout];
+        for (i, key) in keys.enumerate() {
+            indices[partition_of(key, self.level, fanout)].push(i as u32);
+        }
+        for (p, idx) in indices.into_iter().enumerate() {
+            if idx.is_empty() {
+                continue;
+            }
+            let part = take_record_batch(batch, &UInt32Array::from(idx))?;
+            let writer = match &mut self.writers[p] {
+                Some(w) => w,
+                slot => slot.insert(SpillWriter::create(
+                    &self.joiner.env,
+                    &self.schema,
+                    self.joiner.spill_metrics.clone(),
+                    "EqualityDeleteExec",
+                )?),
+            };
+            writer.append(&part)?;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Vec<Option<RefCountedTempFile>>> {
+        self.writers
+            .into_iter()
+            .map(|w| match w {
+                Some(w) => w.finish().map(Some),
+                None => Ok(None),
+            })
+            .collect()
+    }
+}
+
+/// What loading a build partition gave.
+enum Loaded {
+    Fits(KeyTable, MemoryReservation),
+    /// Too large: the keys, split again at the given level.
+    Split(Vec<Option<RefCountedTempFile>>),
+}
+
+/// One partition's share of the join.
+struct Joiner {
+    converter: RowConverter,
+    columns: EqualityDeleteColumns,
+    fanout: usize,
+    key_spill: SpillManager,
+    probe_spill: SpillManager,
+    env: Arc<RuntimeEnv>,
+    spill_metrics: SpillMetrics,
+    pool: Arc<dyn MemoryPool>,
+    partition: usize,
+    deleted: Count,
+    build_keys: Count,
+    grace_partitions: Count,
+}
+
+/// The (key, scope, seq) rows of a table, for spilling.
+fn key_batches(table: &KeyTable) -> Result<Vec<RecordBatch>> {
+    let mut out = vec![];
+    let entries: Vec<(&[u8], i32, i64)> = table.iter().collect();
+    for chunk in entries.chunks(SPILL_BATCH_ROWS) {
+        let mut keys = BinaryBuilder::new();
+        for (k, _, _) in chunk {
+            keys.append_value(k);
+        }
+        let scope = Int32Array::from_iter_values(chunk.iter().map(|(_, s, _)| *s));
+        let seq = Int64Array::from_iter_values(chunk.iter().map(|(_, _, q)| *q));
+        out.push(RecordBatch::try_from_iter([
+            ("key", Arc::new(keys.finish()) as ArrayRef),
+            ("scope", Arc::new(scope) as ArrayRef),
+            ("seq", Arc::new(seq) as ArrayRef),
+        ])?);
+    }
+    Ok(out)
+}
+
+fn binary_keys(batch: &RecordBatch) -> Result<&BinaryArray> {
+    batch.column(0).as_binary_opt::<i32>().ok_or_else(|| {
+        DataFusionError::Internal("EqualityDeleteExec: spilled keys are not binary".into())
+    })
+}
+
+impl Joiner {
+    fn reservation(&self, what: &str) -> MemoryReservation {
+        MemoryConsumer::new(format!("EqualityDeleteExec[{what}]"))
+            .with_can_spill(true)
+            .register(&self.pool)
+    }
+
+    fn encode(&self, columns: &[ArrayRef]) -> Result<Rows> {
+        Ok(self.converter.convert_columns(columns)?)
+    }
+
+    fn probe_keys(&self, batch: &RecordBatch) -> Result<Rows> {
+        let cols: Vec<ArrayRef> = self
+            .columns
+            .keys
+            .iter()
+            .map(|&i| Arc::clone(batch.column(i)))
+            .collect();
+        self.encode(&cols)
+    }
+
+    /// Reads the delete rows of `build` into a key table, or into spill partitions when the
+    /// pool refuses the table.
+    async fn build(
+        &self,
+        build: Arc<dyn ExecutionPlan>,
+        context: Arc<TaskContext>,
+    ) -> Result<Built> {
+        let k = self.columns.keys.len();
+        let streams = (0..build.output_partitioning().partition_count())
+            .map(|p| build.execute(p, Arc::clone(&context)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut input = futures::stream::select_all(streams);
+        let mut table = KeyTable::default();
+        let reservation = self.reservation("build");
+        let mut spill: Option<Partitioner> = None;
+        while let Some(batch) = input.next().await {
+            let batch = batch?;
+            let rows = self.encode(&batch.columns()[..k])?;
+            let seq = cast(batch.column(k), &DataType::Int64)?;
+            let seq = seq.as_primitive::<Int64Type>();
+            let scope = cast(batch.column(k + 1), &DataType::Int32)?;
+            let scope = scope.as_primitive::<Int32Type>();
+            if spill.is_none() {
+                let key_bytes: usize = rows.iter().map(|r| r.as_ref().len()).sum();
+                let projected = table.size_after(rows.num_rows(), key_bytes);
+                if reservation.try_resize(projected).is_ok() {
+                    for i in 0..rows.num_rows() {
+                        table.insert(rows.row(i).as_ref(), scope.value(i), seq.value(i));
+                    }
+                    reservation.resize(table.size());
+                    continue;
+                }
+                // The pool refuses: everything goes to disk, partitioned by key.
+                let mut p = Partitioner::new(self, &self.key_spill, 0);
+                for kb in key_batches(&table)? {
+                    p.push(&kb, binary_keys(&kb)?.iter().flatten())?;
+                }
+                table = KeyTable::default();
+                reservation.resize(0);
+                spill = Some(p);
+            }
+            if let Some(p) = spill.as_mut() {
+                let mut keys = BinaryBuilder::new();
+                for r in rows.iter() {
+                    keys.append_value(r.as_ref());
+                }
+                let kb = RecordBatch::try_new(
+                    Arc::clone(self.key_spill.schema()),
+                    vec![
+                        Arc::new(keys.finish()),
+                        Arc::new(scope.clone()),
+                        Arc::new(seq.clone()),
+                    ],
+                )?;
+                p.push(&kb, rows.iter().map(|r| r.data()))?;
+            }
+        }
+        match spill {
+            None => {
+                self.build_keys.add(table.len());
+                Ok(Built::Memory {
+                    table,
+                    _reservation: reservation,
+                })
+            }
+            Some(p) => Ok(Built::Spilled(p.finish()?)),
+        }
+    }
+
+    /// Keeps the rows of `batch` that `table` does not delete.
+    fn filter(&self, table: &KeyTable, batch: &RecordBatch) -> Result<RecordBatch> {
+        if table.is_empty() {
+            return Ok(batch.clone());
+        }
+        let rows = self.probe_keys(batch)?;
+        let seq = cast(batch.column(self.columns.data_seq), &DataType::Int64)?;
+        let seq = seq.as_primitive::<Int64Type>();
+        let scope = cast(batch.column(self.columns.scope), &DataType::Int32)?;
+        let scope = scope.as_primitive::<Int32Type>();
+        let keep: BooleanArray = (0..batch.num_rows())
+            .map(|i| Some(!table.is_deleted(rows.row(i).as_ref(), scope.value(i), seq.value(i))))
+            .collect();
+        let kept = filter_record_batch(batch, &keep)?;
+        self.deleted.add(batch.num_rows() - kept.num_rows());
+        Ok(kept)
+    }
+
+    /// Streams the probe input through the built keys to `tx`.
+    async fn probe(
+        &self,
+        built: &Built,
+        mut input: SendableRecordBatchStream,
+        tx: &Sender<Result<RecordBatch>>,
+    ) -> Result<()> {
+        match built {
+            Built::Memory { table, .. } => {
+                while let Some(batch) = input.next().await {
+                    if !send(tx, self.filter(table, &batch?)?).await {
+                        return Ok(());
+                    }
+                }
+                Ok(())
+            }
+            Built::Spilled(build_files) => {
+                let mut probe = Partitioner::new(self, &self.probe_spill, 0);
+                while let Some(batch) = input.next().await {
+                    let batch = batch?;
+                    let rows = self.probe_keys(&batch)?;
+                    probe.push(&batch, rows.iter().map(|r| r.data()))?;
+                }
+                let probe_files = probe.finish()?;
+                self.join_partitions(build_files.clone(), probe_files, 1, tx)
+                    .await
+            }
+        }
+    }
+
+    /// Joins matching pairs of build and probe partitions, splitting further at `level` when a
+    /// build partition does not fit.
+    fn join_partitions<'a>(
+        &'a self,
+        build: Vec<Option<RefCountedTempFile>>,
+        probe: Vec<Option<RefCountedTempFile>>,
+        level: u32,
+        tx: &'a Sender<Result<RecordBatch>>,
+    ) -> BoxFuture<'a, Result<()>> {
+        async move {
+            for (b, p) in build.into_iter().zip(probe) {
+                let Some(p) = p else { continue };
+                self.grace_partitions.add(1);
+                let mut stream = self.probe_spill.read_spill_as_stream(p.clone(), None)?;
+                let Some(b) = b else {
+                    // No deleted key hashes here: every probe row lives.
+                    while let Some(batch) = stream.next().await {
+                        if !send(tx, batch?).await {
+                            return Ok(());
+                        }
+                    }
+                    continue;
+                };
+                match self.load(b, level).await? {
+                    Loaded::Fits(table, _reservation) => {
+                        while let Some(batch) = stream.next().await {
+                            if !send(tx, self.filter(&table, &batch?)?).await {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    Loaded::Split(sub_build) => {
+                        drop(stream);
+                        let mut split = Partitioner::new(self, &self.probe_spill, level);
+                        let mut stream = self.probe_spill.read_spill_as_stream(p, None)?;
+                        while let Some(batch) = stream.next().await {
+                            let batch = batch?;
+                            let rows = self.probe_keys(&batch)?;
+                            split.push(&batch, rows.iter().map(|r| r.data()))?;
+                        }
+                        let sub_probe = split.finish()?;
+                        self.join_partitions(sub_build, sub_probe, level + 1, tx)
+                            .await?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    /// Loads one spilled build partition, or splits it at `level` when the pool refuses it.
+    async fn load(&self, file: RefCountedTempFile, level: u32) -> Result<Loaded> {
+        if level > MAX_LEVEL {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "equality deletes: a key partition still exceeds the memory pool after {MAX_LEVEL} rounds of partitioning (partition {})",
+                self.partition
+            )));
+        }
+        let mut stream = self.key_spill.read_spill_as_stream(file, None)?;
+        let mut table = KeyTable::default();
+        let reservation = self.reservation(&self.partition.to_string());
+        let mut split: Option<Partitioner> = None;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let keys = binary_keys(&batch)?;
+            if split.is_none() {
+                let projected = table.size_after(batch.num_rows(), keys.value_data().len());
+                if reservation.try_resize(projected).is_ok() {
+                    let scope = batch.column(1).as_primitive::<Int32Type>();
+                    let seq = batch.column(2).as_primitive::<Int64Type>();
+                    for i in 0..batch.num_rows() {
+                        table.insert(keys.value(i), scope.value(i), seq.value(i));
+                    }
+                    reservation.resize(table.size());
+                    continue;
+                }
+                let mut p = Partitioner::new(self, &self.key_spill, level);
+                for kb in key_batches(&table)? {
+                    p.push(&kb, binary_keys(&kb)?.iter().flatten())?;
+                }
+                table = KeyTable::default();
+                reservation.resize(0);
+                split = Some(p);
+            }
+            if let Some(p) = split.as_mut() {
+                p.push(&batch, keys.iter().flatten())?;
+            }
+        }
+        match split {
+            None => Ok(Loaded::Fits(table, reservation)),
+            Some(p) => Ok(Loaded::Split(p.finish()?)),
+        }
+    }
+}

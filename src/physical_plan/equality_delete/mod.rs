@@ -1,0 +1,7 @@
+//! Equality deletes applied as a spillable, sequence-gated hash anti-join.
+
+mod exec;
+mod table;
+
+pub use exec::{EqualityDeleteColumns, EqualityDeleteExec};
+pub use table::{GLOBAL_SCOPE, NO_SCOPE};

@@ -1,0 +1,523 @@
+//! [`PositionalDeleteExec`]: removes position-deleted rows while DataFusion's parquet reader
+//! reads each data file, by turning the file's deleted positions into a row selection.
+//!
+//! ```text
+//!   position delete files (file_path, pos)        data file D (row groups g0 g1 g2)
+//!        │ rows whose file_path = D                     │
+//!        ▼                                              ▼
+//!   bitmap of D's deleted positions ──► per row group: scan | skip | RowSelection
+//!                                        ──► ParquetAccessPlan on D's PartitionedFile
+//!                                        ──► DataFusion's parquet scan of D alone
+//! ```
+//! Deleted rows are never decoded. The bitmaps of one partition's files are held at once (at
+//! most one bit per row of those files, reserved from the memory pool); row selections are built
+//! for one file at a time, just before it is read.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, Int64Type};
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::Statistics;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
+};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::ObjectStore;
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader};
+use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::file::statistics::Statistics as ParquetStatistics;
+use roaring::RoaringTreemap;
+
+use crate::physical_plan::single_child;
+
+/// Field id of a position delete file's `file_path` column (Iceberg spec, reserved ids).
+const FILE_PATH_ID: i32 = 2147483546;
+/// Field id of a position delete file's `pos` column.
+const POS_ID: i32 = 2147483545;
+
+/// A position delete file to read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PositionDeleteFile {
+    /// Object store location.
+    pub location: String,
+    /// File size in bytes.
+    pub size: u64,
+}
+
+/// The position delete files that apply to one data file.
+#[derive(Debug, Clone)]
+pub struct FileDeletes {
+    /// The data file's location as recorded in the table (what `file_path` holds).
+    pub recorded_path: String,
+    /// The delete files to read for it.
+    pub delete_files: Vec<PositionDeleteFile>,
+}
+
+/// Removes position-deleted rows from a parquet scan (its child, a [`DataSourceExec`] over a
+/// [`FileScanConfig`]) by handing DataFusion's reader a row selection per data file.
+#[derive(Debug)]
+pub struct PositionalDeleteExec {
+    input: Arc<dyn ExecutionPlan>,
+    /// By object store location of the data file.
+    deletes: Arc<HashMap<String, FileDeletes>>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl PositionalDeleteExec {
+    /// Applies `deletes` (keyed by data file object location) to the parquet scan `input`.
+    pub fn try_new(
+        input: Arc<dyn ExecutionPlan>,
+        deletes: HashMap<String, FileDeletes>,
+    ) -> Result<Self> {
+        scan_config(&input)?;
+        Ok(Self {
+            input,
+            deletes: Arc::new(deletes),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    fn delete_file_count(&self) -> usize {
+        let mut all: Vec<&PositionDeleteFile> = self
+            .deletes
+            .values()
+            .flat_map(|d| d.delete_files.iter())
+            .collect();
+        all.sort_by(|a, b| a.location.cmp(&b.location));
+        all.dedup();
+        all.len()
+    }
+}
+
+/// The file scan configuration of a parquet `DataSourceExec`.
+fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> Result<&FileScanConfig> {
+    plan.as_any()
+        .downcast_ref::<DataSourceExec>()
+        .and_then(|d| d.data_source().as_any().downcast_ref::<FileScanConfig>())
+        .ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "PositionalDeleteExec needs a file scan as its input, got {}",
+                plan.name()
+            ))
+        })
+}
+
+impl DisplayAs for PositionalDeleteExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "PositionalDeleteExec: data_files={}, delete_files={}, route=row_selection",
+            self.deletes.len(),
+            self.delete_file_count()
+        )
+    }
+}
+
+impl ExecutionPlan for PositionalDeleteExec {
+    fn name(&self) -> &str {
+        "PositionalDeleteExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = single_child("PositionalDeleteExec", children)?;
+        scan_config(&input)?;
+        Ok(Arc::new(Self {
+            input,
+            deletes: Arc::clone(&self.deletes),
+            metrics: ExecutionPlanMetricsSet::new(),
+        }))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let config = scan_config(&self.input)?;
+        let files: Vec<PartitionedFile> = config
+            .file_groups
+            .get(partition)
+            .map(|g| g.files().to_vec())
+            .unwrap_or_default();
+        if !files
+            .iter()
+            .any(|f| self.deletes.contains_key(f.object_meta.location.as_ref()))
+        {
+            return self.input.execute(partition, context);
+        }
+        let store = context
+            .runtime_env()
+            .object_store(&config.object_store_url)?;
+        let reservation = MemoryConsumer::new(format!("PositionalDeleteExec[{partition}]"))
+            .register(context.memory_pool());
+        let opener = Arc::new(FileOpener {
+            config: config.clone(),
+            store,
+            deletes: Arc::clone(&self.deletes),
+            context,
+            removed: MetricBuilder::new(&self.metrics).counter("position_deleted_rows", partition),
+            files_read: MetricBuilder::new(&self.metrics)
+                .counter("position_delete_files_read", partition),
+        });
+        let schema = self.schema();
+        let stream = futures::stream::once(async move {
+            let bitmaps = Arc::new(opener.load_bitmaps(&files, reservation).await?);
+            let per_file = futures::stream::iter(files).then(move |file| {
+                let opener = Arc::clone(&opener);
+                let bitmaps = Arc::clone(&bitmaps);
+                async move { opener.open(file, &bitmaps.positions).await }
+            });
+            Ok::<_, DataFusionError>(per_file.try_flatten())
+        })
+        .try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
+        // Deleted rows make every count an upper bound.
+        Ok(self.input.partition_statistics(partition)?.to_inexact())
+    }
+
+    fn gather_filters_for_pushdown(
+        &self,
+        _phase: FilterPushdownPhase,
+        parent_filters: Vec<Arc<dyn PhysicalExpr>>,
+        _config: &ConfigOptions,
+    ) -> Result<FilterDescription> {
+        // Filters judge each row on its own: reading fewer rows never changes which positions
+        // are deleted, so they may run inside the scan.
+        FilterDescription::from_children(parent_filters, &self.children())
+    }
+
+    fn handle_child_pushdown_result(
+        &self,
+        _phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
+    }
+}
+
+/// Deleted positions by data file location, and the reservation that pays for them.
+struct Bitmaps {
+    positions: HashMap<String, RoaringTreemap>,
+    _reservation: MemoryReservation,
+}
+
+/// Reads one partition's data files with their deletes applied.
+struct FileOpener {
+    config: FileScanConfig,
+    store: Arc<dyn ObjectStore>,
+    deletes: Arc<HashMap<String, FileDeletes>>,
+    context: Arc<TaskContext>,
+    removed: Count,
+    files_read: Count,
+}
+
+impl FileOpener {
+    /// Reads every delete file that applies to one of `files` once, keeping the positions of
+    /// those files.
+    async fn load_bitmaps(
+        &self,
+        files: &[PartitionedFile],
+        reservation: MemoryReservation,
+    ) -> Result<Bitmaps> {
+        // recorded path -> object location, for the files of this partition that have deletes
+        let mut wanted: HashMap<String, String> = HashMap::new();
+        let mut delete_files: Vec<PositionDeleteFile> = vec![];
+        for f in files {
+            let location = f.object_meta.location.to_string();
+            if let Some(d) = self.deletes.get(&location) {
+                wanted.insert(d.recorded_path.clone(), location);
+                delete_files.extend(d.delete_files.iter().cloned());
+            }
+        }
+        delete_files.sort_by(|a, b| a.location.cmp(&b.location));
+        delete_files.dedup();
+        let mut bitmaps: HashMap<String, RoaringTreemap> = HashMap::new();
+        for file in delete_files {
+            read_position_deletes(&self.store, &file, &wanted, &mut bitmaps).await?;
+            self.files_read.add(1);
+            let size: usize = bitmaps.values().map(|b| b.serialized_size()).sum();
+            reservation.try_resize(size).map_err(|e| {
+                DataFusionError::ResourcesExhausted(format!(
+                    "position deletes of {} data files do not fit in memory: {e}",
+                    wanted.len()
+                ))
+            })?;
+        }
+        Ok(Bitmaps {
+            positions: bitmaps,
+            _reservation: reservation,
+        })
+    }
+
+    /// Reads one data file, skipping its deleted positions.
+    async fn open(
+        &self,
+        file: PartitionedFile,
+        bitmaps: &HashMap<String, RoaringTreemap>,
+    ) -> Result<SendableRecordBatchStream> {
+        let location = file.object_meta.location.to_string();
+        let file = match bitmaps.get(&location) {
+            Some(deleted) if !deleted.is_empty() => {
+                let mut reader = ParquetObjectReader::new(
+                    Arc::clone(&self.store),
+                    file.object_meta.location.clone(),
+                )
+                .with_file_size(file.object_meta.size);
+                let metadata = reader.get_metadata(None).await?;
+                let rows: Vec<u64> = metadata
+                    .row_groups()
+                    .iter()
+                    .map(|rg| rg.num_rows().max(0) as u64)
+                    .collect();
+                let (plan, removed) = access_plan(&rows, deleted);
+                self.removed.add(removed as usize);
+                file.with_extensions(Arc::new(plan))
+            }
+            _ => file,
+        };
+        let config = FileScanConfigBuilder::from(self.config.clone())
+            .with_file_groups(vec![FileGroup::new(vec![file])])
+            .build();
+        DataSourceExec::from_data_source(config).execute(0, Arc::clone(&self.context))
+    }
+}
+
+/// The access plan that skips `deleted` positions of a file whose row groups hold `rows` rows,
+/// and how many of the file's rows it removes.
+pub(crate) fn access_plan(rows: &[u64], deleted: &RoaringTreemap) -> (ParquetAccessPlan, u64) {
+    let mut groups = Vec::with_capacity(rows.len());
+    let mut positions = deleted.iter().peekable();
+    let mut start = 0u64;
+    let mut removed = 0u64;
+    for &n in rows {
+        let end = start + n;
+        let mut selectors: Vec<RowSelector> = vec![];
+        let mut cursor = start;
+        let mut skipped = 0u64;
+        while let Some(&p) = positions.peek() {
+            if p >= end {
+                break;
+            }
+            positions.next();
+            if p < cursor {
+                continue;
+            }
+            if p > cursor {
+                selectors.push(RowSelector::select((p - cursor) as usize));
+            }
+            match selectors.last_mut() {
+                Some(last) if last.skip => last.row_count += 1,
+                _ => selectors.push(RowSelector::skip(1)),
+            }
+            skipped += 1;
+            cursor = p + 1;
+        }
+        if cursor < end {
+            selectors.push(RowSelector::select((end - cursor) as usize));
+        }
+        removed += skipped;
+        groups.push(if skipped == 0 {
+            RowGroupAccess::Scan
+        } else if skipped == n {
+            RowGroupAccess::Skip
+        } else {
+            RowGroupAccess::Selection(RowSelection::from(selectors))
+        });
+        start = end;
+    }
+    (ParquetAccessPlan::new(groups), removed)
+}
+
+/// The top-level column of a position delete file with field id `id` (by name `name` when the
+/// file carries no ids).
+fn column_index(schema: &arrow::datatypes::Schema, id: i32, name: &str) -> Option<usize> {
+    let by_id = schema.fields().iter().position(|f| {
+        f.metadata()
+            .get("PARQUET:field_id")
+            .and_then(|v| v.parse::<i32>().ok())
+            == Some(id)
+    });
+    by_id.or_else(|| schema.fields().iter().position(|f| f.name() == name))
+}
+
+/// Adds the positions `file` deletes in the data files of `wanted` (recorded path → location)
+/// to `bitmaps` (by location). Row groups whose `file_path` bounds exclude every wanted path
+/// are not read.
+async fn read_position_deletes(
+    store: &Arc<dyn ObjectStore>,
+    file: &PositionDeleteFile,
+    wanted: &HashMap<String, String>,
+    bitmaps: &mut HashMap<String, RoaringTreemap>,
+) -> Result<()> {
+    let reader = ParquetObjectReader::new(Arc::clone(store), Path::from(file.location.as_str()))
+        .with_file_size(file.size);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let schema = Arc::clone(builder.schema());
+    let (Some(path_col), Some(pos_col)) = (
+        column_index(&schema, FILE_PATH_ID, "file_path"),
+        column_index(&schema, POS_ID, "pos"),
+    ) else {
+        return Err(DataFusionError::Execution(format!(
+            "position delete file {} has no file_path and pos columns (schema: {schema})",
+            file.location
+        )));
+    };
+    let descr = builder.parquet_schema();
+    let path_leaf = descr
+        .columns()
+        .iter()
+        .position(|c| c.path().parts() == [schema.field(path_col).name().as_str()]);
+    let row_groups: Vec<usize> = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .enumerate()
+        .filter(|(_, rg)| {
+            let Some(leaf) = path_leaf else { return true };
+            match rg.column(leaf).statistics() {
+                Some(ParquetStatistics::ByteArray(s)) => match (s.min_opt(), s.max_opt()) {
+                    (Some(min), Some(max)) => wanted
+                        .keys()
+                        .any(|p| p.as_bytes() >= min.data() && p.as_bytes() <= max.data()),
+                    _ => true,
+                },
+                _ => true,
+            }
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if row_groups.is_empty() {
+        return Ok(());
+    }
+    let mask = ProjectionMask::roots(descr, [path_col, pos_col]);
+    let mut stream = builder
+        .with_projection(mask)
+        .with_row_groups(row_groups)
+        .build()?;
+    // Projected columns keep file order.
+    let (path_idx, pos_idx) = if path_col < pos_col { (0, 1) } else { (1, 0) };
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let paths = arrow::compute::cast(batch.column(path_idx), &DataType::Utf8)?;
+        let paths = paths.as_string::<i32>();
+        let pos = arrow::compute::cast(batch.column(pos_idx), &DataType::Int64)?;
+        let pos = pos.as_primitive::<Int64Type>();
+        let mut current: Option<(&str, Option<&String>)> = None;
+        for i in 0..batch.num_rows() {
+            if paths.is_null(i) || pos.is_null(i) {
+                return Err(DataFusionError::Execution(format!(
+                    "position delete file {} has a NULL file_path or pos",
+                    file.location
+                )));
+            }
+            let p = paths.value(i);
+            let target = match current {
+                Some((last, target)) if last == p => target,
+                _ => {
+                    let target = wanted.get(p);
+                    current = Some((p, target));
+                    target
+                }
+            };
+            if let Some(location) = target {
+                let position = pos.value(i);
+                if position < 0 {
+                    return Err(DataFusionError::Execution(format!(
+                        "position delete file {} deletes negative position {position}",
+                        file.location
+                    )));
+                }
+                bitmaps
+                    .entry(location.clone())
+                    .or_default()
+                    .insert(position as u64);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn describe(plan: &ParquetAccessPlan) -> Vec<String> {
+        plan.inner()
+            .iter()
+            .map(|g| match g {
+                RowGroupAccess::Scan => "scan".to_string(),
+                RowGroupAccess::Skip => "skip".to_string(),
+                RowGroupAccess::Selection(s) => s
+                    .iter()
+                    .map(|r| format!("{}{}", if r.skip { "-" } else { "+" }, r.row_count))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn positions_become_row_group_selections() {
+        // Row groups of 4, 3 and 5 rows: positions 0..4, 4..7, 7..12.
+        let deleted: RoaringTreemap = [1u64, 2, 4, 5, 6, 11, 40].into_iter().collect();
+        let (plan, removed) = access_plan(&[4, 3, 5], &deleted);
+        assert_eq!(describe(&plan), ["+1 -2 +1", "skip", "+4 -1"]);
+        // Position 40 lies beyond the file and removes nothing.
+        assert_eq!(removed, 6);
+        let (plan, removed) = access_plan(&[4, 3], &RoaringTreemap::new());
+        assert_eq!(describe(&plan), ["scan", "scan"]);
+        assert_eq!(removed, 0);
+    }
+}

@@ -1,0 +1,5 @@
+//! Position deletes applied inside the parquet scan.
+
+mod exec;
+
+pub use exec::{FileDeletes, PositionDeleteFile, PositionalDeleteExec};

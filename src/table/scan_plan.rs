@@ -1,0 +1,352 @@
+//! The physical plan of a scan of planned data files, with merge-on-read deletes applied.
+//!
+//! ```text
+//!  no deletes:     DataSourceExec (parquet; projection, filters, limit pushed down)
+//!
+//!  with deletes:   ProjectionExec (back to the requested columns)
+//!                    EqualityDeleteExec × one per distinct equality-id set
+//!                      ├─ PositionalDeleteExec (row selections per data file)
+//!                      │    DataSourceExec (requested + key columns, + _data_seq, _scope constants)
+//!                      └─ DataSourceExec over the set's delete files (key…, delete_seq, scope)
+//! ```
+//! The hidden `_data_seq` and `_scope` columns are per-file constants (DataFusion partition
+//! columns), so they cost nothing to read and exist only when equality deletes apply.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
+use datafusion::catalog::Session;
+use datafusion::common::stats::Precision;
+use datafusion::common::{ScalarValue, Statistics};
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::datasource::table_schema::TableSchema;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::ExecutionPlan;
+use iceberg::spec::{DataContentType, Struct};
+use iceberg::table::Table;
+
+use crate::error::IcebergResultExt;
+use crate::location::LocationMap;
+use crate::physical_plan::equality_delete::{
+    EqualityDeleteColumns, EqualityDeleteExec, GLOBAL_SCOPE, NO_SCOPE,
+};
+use crate::physical_plan::positional_delete::{
+    FileDeletes, PositionDeleteFile, PositionalDeleteExec,
+};
+use crate::scan::{group_files, DeleteFileRef, FieldIdAdapterFactory, PlannedFile};
+use crate::table::provider::arrow_schema;
+
+/// Hidden per-file column: the data file's sequence number.
+const DATA_SEQ_COLUMN: &str = "__iceberg_data_seq";
+/// Hidden per-file column: the partition scope of equality deletes.
+const SCOPE_COLUMN: &str = "__iceberg_delete_scope";
+/// Per-file column of equality delete files: their sequence number.
+const DELETE_SEQ_COLUMN: &str = "__iceberg_delete_seq";
+/// Spill partitions per Grace round of the equality-delete join.
+const EQUALITY_DELETE_FANOUT: usize = 16;
+
+/// What a scan reads.
+pub(crate) struct ScanRequest<'a> {
+    pub table: &'a Table,
+    /// The schema rows are read into (the snapshot's or the table's current one).
+    pub read_schema: &'a iceberg::spec::Schema,
+    /// Its Arrow form.
+    pub schema: &'a SchemaRef,
+    pub projection: Option<&'a Vec<usize>>,
+    /// Whether the query filters rows (then row counts are upper bounds).
+    pub filtered: bool,
+    pub limit: Option<usize>,
+    pub locations: &'a LocationMap,
+}
+
+/// The plan reading `files`, with their deletes applied.
+pub(crate) async fn plan_scan(
+    state: &dyn Session,
+    req: &ScanRequest<'_>,
+    files: &[PlannedFile],
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let has_deletes = files.iter().any(|f| !f.is_clean());
+    let rows: u64 = files.iter().map(|f| f.record_count).sum();
+    let bytes: u64 = files.iter().map(|f| f.size).sum();
+    // Manifest row counts are exact only without filters and without deletes.
+    let rows = if req.filtered || has_deletes {
+        Precision::Inexact(rows as usize)
+    } else {
+        Precision::Exact(rows as usize)
+    };
+    let statistics = Statistics::new_unknown(req.schema)
+        .with_num_rows(rows)
+        .with_total_byte_size(Precision::Inexact(bytes as usize));
+    let target = state.config().target_partitions();
+    let adapter = Arc::new(FieldIdAdapterFactory::new(
+        req.read_schema,
+        req.table.metadata().properties(),
+    ));
+
+    if !has_deletes {
+        let groups = group_files(files, target, req.locations, |_| vec![])?;
+        let config = FileScanConfigBuilder::new(
+            ObjectStoreUrl::local_filesystem(),
+            Arc::new(ParquetSource::new(Arc::clone(req.schema))),
+        )
+        .with_file_groups(groups)
+        .with_statistics(statistics)
+        .with_expr_adapter(Some(adapter))
+        .with_projection_indices(req.projection.cloned())?
+        .with_limit(req.limit)
+        .build();
+        return parquet_plan(state, config).await;
+    }
+
+    let eq = EqualityDeletes::collect(files);
+    let requested: Vec<usize> = match req.projection {
+        Some(p) => p.clone(),
+        None => (0..req.schema.fields().len()).collect(),
+    };
+    // Key columns the query did not ask for are read too, and projected away at the end.
+    let mut needed = requested.clone();
+    for ids in eq.sets.keys() {
+        for id in ids {
+            let idx = top_level_column(req.read_schema, *id)?;
+            if !needed.contains(&idx) {
+                needed.push(idx);
+            }
+        }
+    }
+    let file_columns = req.schema.fields().len();
+    let mut scan_projection = needed.clone();
+    let partition_columns: Vec<FieldRef> = if eq.sets.is_empty() {
+        vec![]
+    } else {
+        scan_projection.extend([file_columns, file_columns + 1]);
+        vec![
+            Arc::new(Field::new(DATA_SEQ_COLUMN, DataType::Int64, false)),
+            Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)),
+        ]
+    };
+    let groups = group_files(files, target, req.locations, |f| {
+        if eq.sets.is_empty() {
+            vec![]
+        } else {
+            vec![
+                ScalarValue::Int64(Some(f.data_seq)),
+                ScalarValue::Int32(Some(eq.scope_of(f.spec_id, &f.partition))),
+            ]
+        }
+    })?;
+    let table_schema = TableSchema::new(Arc::clone(req.schema), partition_columns);
+    let statistics = Statistics {
+        column_statistics: Statistics::new_unknown(table_schema.table_schema()).column_statistics,
+        ..statistics
+    };
+    let source = ParquetSource::new(table_schema);
+    let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+        .with_file_groups(groups)
+        .with_statistics(statistics)
+        .with_expr_adapter(Some(adapter))
+        .with_projection_indices(Some(scan_projection))?
+        .build();
+    let mut plan = parquet_plan(state, config).await?;
+
+    let mut positional = HashMap::new();
+    for f in files {
+        let delete_files = f
+            .deletes
+            .iter()
+            .filter(|d| d.content == DataContentType::PositionDeletes)
+            .map(|d| {
+                Ok(PositionDeleteFile {
+                    location: req.locations.object_path(&d.path)?.to_string(),
+                    size: d.size,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if !delete_files.is_empty() {
+            positional.insert(
+                req.locations.object_path(&f.path)?.to_string(),
+                FileDeletes {
+                    recorded_path: f.path.clone(),
+                    delete_files,
+                },
+            );
+        }
+    }
+    if !positional.is_empty() {
+        plan = Arc::new(PositionalDeleteExec::try_new(plan, positional)?);
+    }
+
+    for (ids, deletes) in &eq.sets {
+        let keys = ids
+            .iter()
+            .map(|id| {
+                let idx = top_level_column(req.read_schema, *id)?;
+                needed.iter().position(|&n| n == idx).ok_or_else(|| {
+                    DataFusionError::Internal(format!("key column {idx} is not read"))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let build = delete_scan(state, req, ids, deletes, &eq).await?;
+        let columns = EqualityDeleteColumns {
+            keys,
+            data_seq: needed.len(),
+            scope: needed.len() + 1,
+        };
+        plan = Arc::new(EqualityDeleteExec::try_new(
+            plan,
+            build,
+            columns,
+            ids.clone(),
+            EQUALITY_DELETE_FANOUT,
+        )?);
+    }
+
+    if scan_projection_len(&needed, &eq) != requested.len() {
+        let schema = plan.schema();
+        let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = (0..requested.len())
+            .map(|i| {
+                let name = schema.field(i).name().clone();
+                (
+                    Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+                    name,
+                )
+            })
+            .collect();
+        plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
+    }
+    Ok(plan)
+}
+
+/// Columns the data scan yields.
+fn scan_projection_len(needed: &[usize], eq: &EqualityDeletes) -> usize {
+    needed.len() + if eq.sets.is_empty() { 0 } else { 2 }
+}
+
+async fn parquet_plan(
+    state: &dyn Session,
+    config: datafusion::datasource::physical_plan::FileScanConfig,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    ParquetFormat::default()
+        .with_options(state.table_options().parquet.clone())
+        .create_physical_plan(state, config)
+        .await
+}
+
+/// The index of the top-level column with field id `id` in `schema`.
+fn top_level_column(schema: &iceberg::spec::Schema, id: i32) -> Result<usize> {
+    if let Some(i) = schema.as_struct().fields().iter().position(|f| f.id == id) {
+        return Ok(i);
+    }
+    Err(match schema.field_by_id(id) {
+        Some(f) => DataFusionError::NotImplemented(format!(
+            "equality deletes on nested field '{}' (id {id}) are not supported yet",
+            f.name
+        )),
+        None => DataFusionError::NotImplemented(format!(
+            "equality deletes on field id {id}, which the schema read no longer has, are not supported yet"
+        )),
+    })
+}
+
+/// The equality delete files that apply to a scan, by equality-id set, and the partition
+/// scopes they are confined to.
+struct EqualityDeletes<'a> {
+    /// Sorted equality ids → delete files.
+    sets: BTreeMap<Vec<i32>, Vec<&'a DeleteFileRef>>,
+    /// (spec, partition) of partition-scoped deletes → scope id.
+    scopes: HashMap<(i32, Struct), i32>,
+}
+
+impl<'a> EqualityDeletes<'a> {
+    fn collect(files: &'a [PlannedFile]) -> Self {
+        let mut sets: BTreeMap<Vec<i32>, Vec<&DeleteFileRef>> = BTreeMap::new();
+        let mut scopes = HashMap::new();
+        let mut seen = HashSet::new();
+        for d in files.iter().flat_map(|f| f.deletes.iter()) {
+            if d.content != DataContentType::EqualityDeletes || !seen.insert(d.path.as_str()) {
+                continue;
+            }
+            let mut ids = d.equality_ids.clone();
+            ids.sort_unstable();
+            ids.dedup();
+            sets.entry(ids).or_default().push(d);
+            if !d.spec_unpartitioned {
+                let next = scopes.len() as i32;
+                scopes
+                    .entry((d.spec_id, d.partition.clone()))
+                    .or_insert(next);
+            }
+        }
+        Self { sets, scopes }
+    }
+
+    /// The scope of a data file of `spec_id` in `partition`.
+    fn scope_of(&self, spec_id: i32, partition: &Struct) -> i32 {
+        self.scopes
+            .get(&(spec_id, partition.clone()))
+            .copied()
+            .unwrap_or(NO_SCOPE)
+    }
+
+    /// The scope a delete file's rows apply in.
+    fn delete_scope(&self, d: &DeleteFileRef) -> i32 {
+        if d.spec_unpartitioned {
+            GLOBAL_SCOPE
+        } else {
+            self.scope_of(d.spec_id, &d.partition)
+        }
+    }
+}
+
+/// Reads the key columns of one equality-id set's delete files (by field id, into the read
+/// schema's types), with each file's sequence number and scope.
+async fn delete_scan(
+    state: &dyn Session,
+    req: &ScanRequest<'_>,
+    ids: &[i32],
+    deletes: &[&DeleteFileRef],
+    eq: &EqualityDeletes<'_>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let fields = ids
+        .iter()
+        .map(|id| {
+            req.read_schema.field_by_id(*id).cloned().ok_or_else(|| {
+                DataFusionError::Internal(format!("field id {id} is not in the schema"))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let keys = iceberg::spec::Schema::builder()
+        .with_fields(fields)
+        .build()
+        .df()?;
+    let file_schema = arrow_schema(&keys)?;
+    let partition_columns: Vec<FieldRef> = vec![
+        Arc::new(Field::new(DELETE_SEQ_COLUMN, DataType::Int64, false)),
+        Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)),
+    ];
+    let target = state.config().target_partitions().max(1).min(deletes.len());
+    let mut groups: Vec<Vec<PartitionedFile>> = vec![vec![]; target];
+    for (i, d) in deletes.iter().enumerate() {
+        groups[i % target].push(
+            PartitionedFile::new(req.locations.object_path(&d.path)?.to_string(), d.size)
+                .with_partition_values(vec![
+                    ScalarValue::Int64(Some(d.data_seq)),
+                    ScalarValue::Int32(Some(eq.delete_scope(d))),
+                ]),
+        );
+    }
+    let adapter = FieldIdAdapterFactory::new(&keys, req.table.metadata().properties());
+    let source = ParquetSource::new(TableSchema::new(file_schema, partition_columns));
+    let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+        .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
+        .with_expr_adapter(Some(Arc::new(adapter)))
+        .build();
+    parquet_plan(state, config).await
+}
