@@ -415,3 +415,182 @@ fn nested_types_read_and_renamed_nested_fields_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("renamed from 'x' to 'xx'"), "{err}");
 }
+
+/// Deletes from several writers on one table, read the same by our CLI, DuckDB and the spec:
+/// position deletes written by pyarrow (`file_path` as `large_string`, one file with and one
+/// without the Arrow schema footer), and position and equality deletes written by this crate.
+#[test]
+fn merge_on_read_deletes_from_pyarrow_and_ours_read_like_duckdb() {
+    use std::sync::Arc;
+
+    use iceberg::spec::{
+        DataContentType, DataFileBuilder, DataFileFormat, Literal, Operation, Struct,
+    };
+    use iceberg_exec::physical_plan::write::{
+        write_equality_delete_file, write_position_delete_file,
+    };
+    use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
+    use iceberg_exec::{IcebergSession, MetadataStore, WarehouseConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_path_buf();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let metadata = rt.block_on(async {
+        let s = IcebergSession::open(WarehouseConfig::local(&wh)).await.unwrap();
+        let ctx = s.context();
+        for q in [
+            "CREATE SCHEMA ns",
+            "CREATE EXTERNAL TABLE ns.t (id BIGINT, part INT NOT NULL, v VARCHAR) STORED AS ICEBERG LOCATION '' PARTITIONED BY (part)",
+            "INSERT INTO ns.t SELECT value, CAST(value % 2 AS INT), 'first-' || value FROM generate_series(0, 99)",
+            "INSERT INTO ns.t SELECT value, CAST(value % 2 AS INT), 'second-' || value FROM generate_series(100, 199)",
+        ] {
+            ctx.sql(q).await.unwrap().collect().await.unwrap();
+        }
+        let ident = iceberg::TableIdent::from_strs(["ns", "t"]).unwrap();
+        let table = s.catalog().load_table(&ident).await.unwrap();
+        let spec_id = table.metadata().default_partition_spec_id();
+        let snapshot = table.metadata().current_snapshot().unwrap().clone();
+        let files = iceberg_exec::scan::plan_files(&table, &snapshot).await.unwrap();
+        // The data file of the first insert in partition 0 (even ids 0..98) and in partition 1.
+        let first_even = files
+            .iter()
+            .find(|f| f.data_seq == 1 && f.partition == Struct::from_iter([Some(Literal::int(0))]))
+            .unwrap()
+            .path
+            .clone();
+        let first_odd = files
+            .iter()
+            .find(|f| f.data_seq == 1 && f.partition == Struct::from_iter([Some(Literal::int(1))]))
+            .unwrap()
+            .path
+            .clone();
+        let part = |p: i32| Struct::from_iter([Some(Literal::int(p))]);
+        let mut added = vec![];
+        // pyarrow: positions 0 and 1 of the even file (ids 0, 2), with the Arrow footer
+        // (large_string) and positions 5 of the odd file (id 11) without it.
+        for (name, target, positions, no_footer, p) in [
+            ("pa-large-string.parquet", &first_even, vec![0, 1], false, 0),
+            ("pa-no-footer.parquet", &first_odd, vec![5], true, 1),
+        ] {
+            let out = wh.join(name);
+            let deletes: Vec<(String, i64)> =
+                positions.iter().map(|pos| (target.clone(), *pos)).collect();
+            let json = serde_json::to_string(&deletes).unwrap();
+            let out_s = out.display().to_string();
+            let mut args = vec!["write-pos-deletes", "--out", &out_s, "--deletes", &json];
+            if no_footer {
+                args.push("--no-arrow-schema");
+            }
+            let written = tool(&args);
+            let file = DataFileBuilder::default()
+                .content(DataContentType::PositionDeletes)
+                .file_path(out_s.clone())
+                .file_format(DataFileFormat::Parquet)
+                .partition(part(p))
+                .partition_spec_id(spec_id)
+                .record_count(written["rows"].as_u64().unwrap())
+                .file_size_in_bytes(written["size"].as_u64().unwrap())
+                .referenced_data_file(Some(target.clone()))
+                .build()
+                .unwrap();
+            added.push(NewFile { spec_id, file });
+        }
+        // Ours: position 10 of the even file (id 20), and an equality delete of ids 40, 42 and
+        // 140 in partition 0 (where they live; both inserts are older than the delete).
+        added.push(
+            write_position_delete_file(&table, spec_id, part(0), vec![(first_even.clone(), 10)])
+                .await
+                .unwrap(),
+        );
+        let id_field = table.metadata().current_schema().field_by_name("id").unwrap().id;
+        let keys = arrow::array::RecordBatch::try_from_iter([
+            ("id", Arc::new(arrow::array::Int64Array::from(vec![40, 42, 140])) as arrow::array::ArrayRef),
+            ("part", Arc::new(arrow::array::Int32Array::from(vec![0, 0, 0])) as _),
+            ("v", Arc::new(arrow::array::StringArray::from(vec![None::<&str>, None, None])) as _),
+        ])
+        .unwrap();
+        added.push(
+            write_equality_delete_file(&table, vec![id_field], spec_id, part(0), &[keys])
+                .await
+                .unwrap(),
+        );
+        let store: Arc<dyn MetadataStore> = s.catalog().clone();
+        let changes = SnapshotChanges {
+            operation: Operation::Delete,
+            added_delete_files: added,
+            ..Default::default()
+        };
+        commit(store, &ident, changes).await.unwrap();
+        // A later insert re-adds id 40: newer than the equality delete, it stays.
+        ctx.sql("INSERT INTO ns.t VALUES (40, 0, 'again-40')")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let table = s.catalog().load_table(&ident).await.unwrap();
+        table.metadata_location().unwrap().to_string()
+    });
+
+    let deleted = [0i64, 2, 11, 20, 40, 42, 140];
+    let mut expected: Vec<Vec<Value>> = (0..200i64)
+        .filter(|i| !deleted.contains(i))
+        .map(|i| {
+            let v = if i < 100 {
+                format!("first-{i}")
+            } else {
+                format!("second-{i}")
+            };
+            vec![
+                serde_json::json!(i),
+                serde_json::json!(i % 2),
+                serde_json::json!(v),
+            ]
+        })
+        .collect();
+    expected.push(vec![
+        serde_json::json!(40),
+        serde_json::json!(0),
+        serde_json::json!("again-40"),
+    ]);
+    let expected = {
+        let mut e = normalise(expected);
+        e.sort_by(|a, b| a.partial_cmp_key().cmp(&b.partial_cmp_key()));
+        e
+    };
+    let mine = {
+        let rows = ours(&wh, "SELECT id, part, v FROM ns.t");
+        let mut m = normalise(as_lists(&rows, &["id", "part", "v"]));
+        m.sort_by(|a, b| a.partial_cmp_key().cmp(&b.partial_cmp_key()));
+        m
+    };
+    assert_eq!(mine, expected, "our CLI");
+    let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+    let mut duck_rows = normalise(
+        duck["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().clone())
+            .collect(),
+    );
+    duck_rows.sort_by(|a, b| a.partial_cmp_key().cmp(&b.partial_cmp_key()));
+    assert_eq!(duck_rows, expected, "DuckDB");
+}
+
+/// A sort key for JSON rows: the display form of each value.
+trait RowKey {
+    fn partial_cmp_key(&self) -> String;
+}
+
+impl RowKey for Vec<Value> {
+    fn partial_cmp_key(&self) -> String {
+        self.iter()
+            .map(|v| match v {
+                Value::Number(n) => format!("{:>20.3}", n.as_f64().unwrap_or(0.0)),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("|")
+    }
+}

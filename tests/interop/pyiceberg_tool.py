@@ -494,6 +494,30 @@ def cmd_duckdb_read(args) -> dict:
     return {"columns": names, "rows": sort_rows(rows)}
 
 
+def cmd_write_pos_deletes(args) -> dict:
+    """A position delete file as pyarrow writes it: file_path as large_string, with or without
+    the Arrow schema in the footer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    deletes = json.loads(args.deletes)
+    schema = pa.schema(
+        [
+            pa.field("file_path", pa.large_string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
+            pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
+        ]
+    )
+    table = pa.table(
+        {
+            "file_path": pa.array([d[0] for d in deletes], pa.large_string()),
+            "pos": pa.array([d[1] for d in deletes], pa.int64()),
+        },
+        schema=schema,
+    )
+    pq.write_table(table, args.out, store_schema=not args.no_arrow_schema)
+    return {"size": os.path.getsize(args.out), "rows": len(deletes)}
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -534,6 +558,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)
     d.set_defaults(func=cmd_duckdb_read)
+
+    w = sub.add_parser("write-pos-deletes", help="write a position delete parquet file with pyarrow")
+    w.add_argument("--out", required=True)
+    w.add_argument("--deletes", required=True, help="JSON list of [file_path, pos]")
+    w.add_argument("--no-arrow-schema", action="store_true", help="omit the Arrow schema footer")
+    w.set_defaults(func=cmd_write_pos_deletes)
     return p
 
 

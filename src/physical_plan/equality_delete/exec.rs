@@ -15,6 +15,7 @@
 
 use std::any::Any;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{
@@ -44,7 +45,6 @@ use datafusion::physical_plan::{
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
-use tokio::sync::OnceCell;
 
 use super::table::{partition_of, KeyTable};
 use crate::physical_plan::spill::SpillWriter;
@@ -54,7 +54,33 @@ const MAX_LEVEL: u32 = 6;
 /// Rows per batch when spilling the key table.
 const SPILL_BATCH_ROWS: usize = 8192;
 
-type SharedBuild = std::result::Result<Arc<Built>, Arc<DataFusionError>>;
+/// The build side shared by the partitions of one execution, dropped (with its memory and
+/// spill files) when the last partition is done with it.
+#[derive(Debug, Default)]
+struct SharedBuild {
+    built: tokio::sync::Mutex<Option<Arc<Built>>>,
+    users: AtomicUsize,
+}
+
+/// One partition's claim on the shared build.
+struct BuildUser(Arc<SharedBuild>);
+
+impl BuildUser {
+    fn new(shared: &Arc<SharedBuild>) -> Self {
+        shared.users.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(shared))
+    }
+}
+
+impl Drop for BuildUser {
+    fn drop(&mut self) {
+        if self.0.users.fetch_sub(1, Ordering::SeqCst) == 1 {
+            if let Ok(mut built) = self.0.built.try_lock() {
+                *built = None;
+            }
+        }
+    }
+}
 
 /// The build side, once read.
 #[derive(Debug)]
@@ -92,7 +118,7 @@ pub struct EqualityDeleteExec {
     columns: EqualityDeleteColumns,
     equality_ids: Vec<i32>,
     fanout: usize,
-    shared: Arc<OnceCell<SharedBuild>>,
+    shared: Arc<SharedBuild>,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
 }
@@ -139,7 +165,7 @@ impl EqualityDeleteExec {
             columns,
             equality_ids,
             fanout: fanout.max(2),
-            shared: Arc::new(OnceCell::new()),
+            shared: Arc::default(),
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         })
@@ -242,22 +268,25 @@ impl ExecutionPlan for EqualityDeleteExec {
                 .counter("grace_partitions", partition),
         };
         let build = Arc::clone(&self.build);
-        let shared = Arc::clone(&self.shared);
+        let user = BuildUser::new(&self.shared);
         let mut builder = RecordBatchReceiverStream::builder(schema, 2);
         let tx = builder.tx();
         builder.spawn(async move {
-            let built = shared
-                .get_or_init(|| async {
-                    joiner
-                        .build(build, context)
-                        .await
-                        .map(Arc::new)
-                        .map_err(Arc::new)
-                })
-                .await
-                .clone()
-                .map_err(DataFusionError::Shared)?;
-            joiner.probe(&built, input, &tx).await
+            let built = {
+                let mut slot = user.0.built.lock().await;
+                match slot.as_ref() {
+                    Some(b) => Arc::clone(b),
+                    None => {
+                        let b = Arc::new(joiner.build(build, context).await?);
+                        *slot = Some(Arc::clone(&b));
+                        b
+                    }
+                }
+            };
+            let result = joiner.probe(&built, input, &tx).await;
+            drop(built);
+            drop(user);
+            result
         });
         Ok(builder.build())
     }
@@ -615,5 +644,194 @@ impl Joiner {
             None => Ok(Loaded::Fits(table, reservation)),
             Some(p) => Ok(Loaded::Split(p.finish()?)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow::array::{Array, StringArray};
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::execution::memory_pool::FairSpillPool;
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    use datafusion::physical_plan::collect;
+
+    use super::*;
+    use crate::physical_plan::equality_delete::{GLOBAL_SCOPE, NO_SCOPE};
+
+    fn probe_batch(rows: &[(Option<i64>, Option<&str>, i64, i32)]) -> RecordBatch {
+        RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from_iter(rows.iter().map(|r| r.0))) as ArrayRef,
+            ),
+            (
+                "name",
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))) as ArrayRef,
+            ),
+            (
+                "seq",
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))) as ArrayRef,
+            ),
+            (
+                "scope",
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.3))) as ArrayRef,
+            ),
+        ])
+        .unwrap()
+    }
+
+    fn build_batch(rows: &[(Option<i64>, Option<&str>, i64, i32)]) -> RecordBatch {
+        let b = probe_batch(rows);
+        RecordBatch::try_from_iter([
+            ("id", Arc::clone(b.column(0))),
+            ("name", Arc::clone(b.column(1))),
+            ("delete_seq", Arc::clone(b.column(2))),
+            ("delete_scope", Arc::clone(b.column(3))),
+        ])
+        .unwrap()
+    }
+
+    /// Runs the join over `partitions` probe partitions in a runtime with a pool of `limit`.
+    async fn run(
+        probe: Vec<Vec<RecordBatch>>,
+        build: Vec<RecordBatch>,
+        limit: usize,
+    ) -> (Vec<RecordBatch>, MetricsSet, Arc<dyn MemoryPool>) {
+        let pool: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(limit));
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::clone(&pool))
+            .build_arc()
+            .unwrap();
+        let ctx = Arc::new(TaskContext::default().with_runtime(runtime));
+        let probe_schema = probe[0][0].schema();
+        let build_schema = build[0].schema();
+        let input = MemorySourceConfig::try_new_exec(&probe, probe_schema, None).unwrap();
+        let build = MemorySourceConfig::try_new_exec(&[build], build_schema, None).unwrap();
+        let columns = EqualityDeleteColumns {
+            keys: vec![0, 1],
+            data_seq: 2,
+            scope: 3,
+        };
+        let exec =
+            Arc::new(EqualityDeleteExec::try_new(input, build, columns, vec![1, 2], 4).unwrap());
+        let out = collect(Arc::clone(&exec) as _, ctx).await.unwrap();
+        (out, exec.metrics().unwrap(), pool)
+    }
+
+    fn ids(batches: &[RecordBatch]) -> Vec<i64> {
+        let mut out: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                let c = b.column(3).as_primitive::<Int32Type>().clone();
+                let v = b.column(2).as_primitive::<Int64Type>().clone();
+                let id = b.column(0).as_primitive::<Int64Type>().clone();
+                (0..b.num_rows())
+                    .map(move |i| id.value(i) * 1000 + v.value(i) * 10 + c.value(i) as i64)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[tokio::test]
+    async fn nulls_sequence_numbers_and_scopes() {
+        let probe = vec![vec![probe_batch(&[
+            (Some(1), Some("a"), 1, 0),
+            (Some(1), None, 1, 0),
+            (None, None, 1, 0),
+            (None, Some("a"), 1, 0),
+            (Some(2), Some("b"), 5, 0),
+            (Some(2), Some("b"), 1, 1),
+            (Some(3), Some("c"), 1, NO_SCOPE),
+        ])]];
+        let build = vec![build_batch(&[
+            // NULL equals NULL: deletes (1, NULL) and (NULL, NULL) only.
+            (Some(1), None, 3, GLOBAL_SCOPE),
+            (None, None, 3, GLOBAL_SCOPE),
+            // Scoped to partition 0 and newer than data seq 1, older than 5.
+            (Some(2), Some("b"), 3, 0),
+            // Global, but not newer than the row (seq 1 vs data seq 1).
+            (Some(3), Some("c"), 1, GLOBAL_SCOPE),
+        ])];
+        let (out, metrics, pool) = run(probe, build, 1 << 30).await;
+        let mut kept: Vec<String> = vec![];
+        for b in &out {
+            let id = b.column(0).as_primitive::<Int64Type>();
+            let name = b.column(1).as_string::<i32>();
+            for i in 0..b.num_rows() {
+                kept.push(format!(
+                    "{:?}/{:?}/{}",
+                    (!id.is_null(i)).then(|| id.value(i)),
+                    (!name.is_null(i)).then(|| name.value(i)),
+                    b.column(3).as_primitive::<Int32Type>().value(i)
+                ));
+            }
+        }
+        kept.sort();
+        assert_eq!(
+            kept,
+            [
+                "None/Some(\"a\")/0",
+                "Some(1)/Some(\"a\")/0",
+                "Some(2)/Some(\"b\")/0",
+                "Some(2)/Some(\"b\")/1",
+                "Some(3)/Some(\"c\")/-2",
+            ]
+        );
+        assert_eq!(
+            metrics
+                .sum_by_name("equality_deleted_rows")
+                .unwrap()
+                .as_usize(),
+            2
+        );
+        assert_eq!(metrics.spill_count(), Some(0));
+        assert_eq!(pool.reserved(), 0);
+    }
+
+    #[tokio::test]
+    async fn grace_partitions_recursively_under_a_tiny_pool() {
+        // 60K deleted keys, every third id, in scope 0 or globally; probe rows of two
+        // partitions.
+        let deleted: Vec<(Option<i64>, Option<&str>, i64, i32)> = (0..60_000i64)
+            .map(|i| {
+                let scope = if i % 2 == 0 { 0 } else { GLOBAL_SCOPE };
+                (Some(i * 3), Some("x"), 5, scope)
+            })
+            .collect();
+        let build: Vec<RecordBatch> = deleted.chunks(4096).map(build_batch).collect();
+        let mut probe = vec![vec![], vec![]];
+        let mut expected = vec![];
+        for i in 0..30_000i64 {
+            let (id, seq, scope) = (i * 2, 1 + i % 7, (i % 3) as i32 - 1);
+            let row = (Some(id), Some("x"), seq, scope);
+            let deleted = id % 3 == 0 && {
+                let key_scope = if (id / 3) % 2 == 0 { 0 } else { GLOBAL_SCOPE };
+                5 > seq && (key_scope == GLOBAL_SCOPE || key_scope == scope)
+            };
+            if !deleted {
+                expected.push(id * 1000 + seq * 10 + scope as i64);
+            }
+            probe[(i % 2) as usize].push(probe_batch(&[row]));
+        }
+        let probe: Vec<Vec<RecordBatch>> = probe
+            .into_iter()
+            .map(|p| vec![arrow::compute::concat_batches(&p[0].schema(), &p).unwrap()])
+            .collect();
+        expected.sort();
+        // 256 KiB: the 60K keys (several MB) split 4 ways, then again, and again.
+        let (out, metrics, pool) = run(probe, build, 256 * 1024).await;
+        assert_eq!(ids(&out), expected);
+        let grace: HashMap<String, usize> = metrics
+            .iter()
+            .filter(|m| m.value().name() == "grace_partitions")
+            .map(|m| (format!("{:?}", m.partition()), m.value().as_usize()))
+            .collect();
+        // More joined partitions than one round's fanout: the split recursed.
+        assert!(grace.values().sum::<usize>() > 2 * 4, "{grace:?}");
+        assert!(metrics.spill_count().unwrap() > 0);
+        assert_eq!(pool.reserved(), 0);
     }
 }

@@ -77,21 +77,28 @@ impl KeyTable {
     /// Bytes the table would hold after `rows` more entries with `key_bytes` more key bytes
     /// (growth included), so the reservation can be taken before allocating.
     pub fn size_after(&self, rows: usize, key_bytes: usize) -> usize {
-        fn grown(len: usize, cap: usize) -> usize {
+        // Vec growth: at least double, at least a small minimum.
+        fn grown(len: usize, cap: usize, min: usize) -> usize {
             if len > cap {
-                len.max(cap * 2)
+                len.max(cap * 2).max(min)
             } else {
                 cap
             }
         }
         let n = self.entries.len() + rows;
         let map = if n > self.map.capacity() {
-            (n.max(4) * 8 / 7).next_power_of_two() * (size_of::<u32>() + 1) + 16
+            let buckets = match n {
+                0..4 => 4,
+                4..8 => 8,
+                _ => (n * 8 / 7).next_power_of_two(),
+            };
+            // Slots (padded to the control group alignment), one control byte each, one group.
+            (buckets * size_of::<u32>()).next_multiple_of(16) + buckets + 16
         } else {
             self.map.allocation_size()
         };
-        grown(self.bytes.len() + key_bytes, self.bytes.capacity())
-            + grown(n, self.entries.capacity()) * size_of::<Entry>()
+        grown(self.bytes.len() + key_bytes, self.bytes.capacity(), 8)
+            + grown(n, self.entries.capacity(), 4) * size_of::<Entry>()
             + map
     }
 

@@ -2,10 +2,14 @@
 //! partitioned by the table's spec, rolled at the target file size, sorted by the table's sort
 //! order (DataFusion inserts a spilling sort below it to meet its ordering requirement).
 
+mod delete_files;
 mod exec;
 mod sort_order;
 mod writer;
 
+pub use delete_files::{
+    write_equality_delete_file, write_position_delete_file, DELETE_FILE_PATH_ID, DELETE_POS_ID,
+};
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;
 pub(crate) use writer::decode_data_files;

@@ -88,7 +88,7 @@ impl LocationGenerator for RecordingLocations {
 }
 
 /// Parquet writer properties from the table's `write.parquet.*` properties.
-fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
+pub(super) fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
     let props = metadata.properties();
     let codec = props
         .get("write.parquet.compression-codec")
@@ -116,14 +116,28 @@ fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
             )))
         }
     };
-    Ok(WriterProperties::builder()
+    let row_group_rows: Option<usize> = props
+        .get("write.parquet.row-group-limit")
+        .map(|l| {
+            l.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                DataFusionError::Configuration(format!(
+                    "write.parquet.row-group-limit must be a positive integer, got '{l}'"
+                ))
+            })
+        })
+        .transpose()?;
+    let builder = match row_group_rows {
+        Some(n) => WriterProperties::builder().set_max_row_group_row_count(Some(n)),
+        None => WriterProperties::builder(),
+    };
+    Ok(builder
         .set_compression(compression)
         .set_created_by(concat!("iceberg-exec version ", env!("CARGO_PKG_VERSION")).to_string())
         .build())
 }
 
 /// Casts `batch` onto the table's Arrow schema (with field ids), checking required columns.
-fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+pub(super) fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
     if batch.num_columns() != target.fields().len() {
         return Err(DataFusionError::Plan(format!(
             "INSERT gives {} columns, the table has {}",

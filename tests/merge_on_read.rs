@@ -1,0 +1,487 @@
+//! Merge-on-read reads against an in-memory oracle of the spec's rules: randomly generated
+//! tables (several appends, position and equality deletes at interleaved sequence numbers, NULL
+//! keys, one- and two-column keys, partitioned and not), read unconstrained and under a small
+//! `FairSpillPool` where the equality-delete join must spill.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{Int32Type, Int64Type};
+use common::{render, session, session_with_limit, sql};
+use datafusion::physical_plan::{collect, ExecutionPlan};
+use iceberg::spec::{Literal, Operation, Struct};
+use iceberg::table::Table;
+use iceberg::TableIdent;
+use iceberg_exec::physical_plan::write::{write_equality_delete_file, write_position_delete_file};
+use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
+use iceberg_exec::{IcebergSession, MetadataStore};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+type Row = (Option<i64>, Option<String>, i32, i64);
+type Key = (Option<i64>, Option<String>);
+
+struct DataFile {
+    path: String,
+    seq: i64,
+    part: i32,
+    rows: Vec<Row>,
+}
+
+struct EqDelete {
+    /// Whether the key is (id, k2) rather than (id).
+    two_columns: bool,
+    keys: HashSet<Key>,
+    seq: i64,
+    /// `None`: applies in every partition.
+    part: Option<i32>,
+}
+
+/// The table as the spec says it reads.
+#[derive(Default)]
+struct Oracle {
+    files: Vec<DataFile>,
+    positions: HashMap<(String, i64), i64>,
+    eq: Vec<EqDelete>,
+}
+
+impl Oracle {
+    fn live(&self) -> Vec<Row> {
+        let mut out = vec![];
+        for f in &self.files {
+            for (i, row) in f.rows.iter().enumerate() {
+                let pos_deleted = self
+                    .positions
+                    .get(&(f.path.clone(), i as i64))
+                    .is_some_and(|&seq| seq >= f.seq);
+                let eq_deleted = self.eq.iter().any(|e| {
+                    e.seq > f.seq
+                        && e.part.is_none_or(|p| p == f.part)
+                        && e.keys
+                            .contains(&(row.0, if e.two_columns { row.1.clone() } else { None }))
+                });
+                if !pos_deleted && !eq_deleted {
+                    out.push(row.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+fn line(r: &Row) -> String {
+    format!(
+        "{}|{}|{}|{}",
+        r.0.map(|v| v.to_string()).unwrap_or_default(),
+        r.1.clone().unwrap_or_default(),
+        r.2,
+        r.3
+    )
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+struct Harness {
+    session: IcebergSession,
+    ident: TableIdent,
+    partitioned: bool,
+    oracle: Oracle,
+    next_v: i64,
+}
+
+fn local(path: &str) -> String {
+    path.strip_prefix("file://").unwrap_or(path).to_string()
+}
+
+fn read_rows(path: &str) -> Vec<Row> {
+    let file = std::fs::File::open(local(path)).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = vec![];
+    for batch in reader {
+        let b = batch.unwrap();
+        let id = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+        let k2 = arrow::compute::cast(
+            b.column_by_name("k2").unwrap(),
+            &arrow::datatypes::DataType::Utf8,
+        )
+        .unwrap();
+        let k2 = k2.as_string::<i32>();
+        let part = b
+            .column_by_name("part")
+            .unwrap()
+            .as_primitive::<Int32Type>();
+        let v = b.column_by_name("v").unwrap().as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            out.push((
+                (!id.is_null(i)).then(|| id.value(i)),
+                (!k2.is_null(i)).then(|| k2.value(i).to_string()),
+                part.value(i),
+                v.value(i),
+            ));
+        }
+    }
+    out
+}
+
+impl Harness {
+    async fn new(dir: &std::path::Path, partitioned: bool, limit: Option<usize>) -> Self {
+        let session = match limit {
+            Some(l) => session_with_limit(dir, l).await,
+            None => session(dir).await,
+        };
+        sql(&session, "CREATE SCHEMA ns").await.unwrap();
+        let by = if partitioned {
+            " PARTITIONED BY (part)"
+        } else {
+            ""
+        };
+        sql(
+            &session,
+            &format!(
+                "CREATE EXTERNAL TABLE ns.t (id BIGINT, k2 VARCHAR, part INT NOT NULL, v BIGINT NOT NULL) \
+                 STORED AS ICEBERG LOCATION ''{by} OPTIONS ('write.parquet.row-group-limit' '100')"
+            ),
+        )
+        .await
+        .unwrap();
+        Self {
+            session,
+            ident: TableIdent::from_strs(["ns", "t"]).unwrap(),
+            partitioned,
+            oracle: Oracle::default(),
+            next_v: 0,
+        }
+    }
+
+    async fn table(&self) -> Table {
+        self.session
+            .catalog()
+            .load_table(&self.ident)
+            .await
+            .unwrap()
+    }
+
+    fn partition(&self, part: i32) -> Struct {
+        if self.partitioned {
+            Struct::from_iter([Some(Literal::int(part))])
+        } else {
+            Struct::empty()
+        }
+    }
+
+    async fn append(&mut self, rng: &mut StdRng, n: usize, id_domain: i64) {
+        let mut values = vec![];
+        for _ in 0..n {
+            let id = if rng.random_bool(0.1) {
+                "NULL".to_string()
+            } else {
+                rng.random_range(0..id_domain).to_string()
+            };
+            let k2 = match rng.random_range(0..4) {
+                0 => "NULL".to_string(),
+                k => format!("'k{k}'"),
+            };
+            let part = rng.random_range(0..3);
+            values.push(format!("({id}, {k2}, {part}, {})", self.next_v));
+            self.next_v += 1;
+        }
+        for chunk in values.chunks(2000) {
+            let before: HashSet<String> =
+                self.oracle.files.iter().map(|f| f.path.clone()).collect();
+            sql(
+                &self.session,
+                &format!("INSERT INTO ns.t VALUES {}", chunk.join(", ")),
+            )
+            .await
+            .unwrap();
+            let table = self.table().await;
+            let snapshot = table.metadata().current_snapshot().unwrap().clone();
+            let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+                .await
+                .unwrap();
+            for f in files.into_iter().filter(|f| !before.contains(&f.path)) {
+                let rows = read_rows(&f.path);
+                let part = rows[0].2;
+                assert!(rows.iter().all(|r| !self.partitioned || r.2 == part));
+                self.oracle.files.push(DataFile {
+                    path: f.path,
+                    seq: snapshot.sequence_number(),
+                    part,
+                    rows,
+                });
+            }
+        }
+    }
+
+    async fn commit_deletes(&self, files: Vec<NewFile>) -> i64 {
+        let store: Arc<dyn MetadataStore> = self.session.catalog().clone();
+        let changes = SnapshotChanges {
+            operation: Operation::Delete,
+            added_delete_files: files,
+            ..Default::default()
+        };
+        let outcome = commit(store, &self.ident, changes).await.unwrap();
+        outcome
+            .table
+            .metadata()
+            .current_snapshot()
+            .unwrap()
+            .sequence_number()
+    }
+
+    /// Deletes a random `fraction` of positions (deleted or not) of random files.
+    async fn delete_positions(&mut self, rng: &mut StdRng, fraction: f64) {
+        let table = self.table().await;
+        let spec_id = table.metadata().default_partition_spec_id();
+        let mut by_file: Vec<(i32, String, Vec<i64>)> = vec![];
+        for f in &self.oracle.files {
+            if !rng.random_bool(0.6) {
+                continue;
+            }
+            let pos: Vec<i64> = (0..f.rows.len() as i64)
+                .filter(|_| rng.random_bool(fraction))
+                .collect();
+            if !pos.is_empty() {
+                by_file.push((f.part, f.path.clone(), pos));
+            }
+        }
+        if by_file.is_empty() {
+            return;
+        }
+        // Some delete files cover one data file, others every touched file of a partition.
+        let mut groups: HashMap<(i32, usize), Vec<(String, i64)>> = HashMap::new();
+        for (i, (part, path, pos)) in by_file.iter().enumerate() {
+            let scope_part = if self.partitioned { *part } else { 0 };
+            let slot = if rng.random_bool(0.5) { i + 1 } else { 0 };
+            groups
+                .entry((scope_part, slot))
+                .or_default()
+                .extend(pos.iter().map(|p| (path.clone(), *p)));
+        }
+        let mut files = vec![];
+        for ((part, _), deletes) in groups {
+            files.push(
+                write_position_delete_file(&table, spec_id, self.partition(part), deletes)
+                    .await
+                    .unwrap(),
+            );
+        }
+        let seq = self.commit_deletes(files).await;
+        for (_, path, pos) in by_file {
+            for p in pos {
+                self.oracle
+                    .positions
+                    .entry((path.clone(), p))
+                    .or_insert(seq);
+            }
+        }
+    }
+
+    /// Equality-deletes random keys seen in the data (NULLs included) plus `extra` keys that
+    /// match nothing.
+    async fn delete_keys(
+        &mut self,
+        rng: &mut StdRng,
+        two_columns: bool,
+        count: usize,
+        extra: usize,
+    ) {
+        let table = self.table().await;
+        let schema = table.metadata().current_schema().clone();
+        let id_field = schema.field_by_name("id").unwrap().id;
+        let k2_field = schema.field_by_name("k2").unwrap().id;
+        let spec_id = table.metadata().default_partition_spec_id();
+        let all: Vec<&Row> = self
+            .oracle
+            .files
+            .iter()
+            .flat_map(|f| f.rows.iter())
+            .collect();
+        let mut keys: HashSet<Key> = HashSet::new();
+        for _ in 0..count {
+            let r = all[rng.random_range(0..all.len())];
+            keys.insert((r.0, if two_columns { r.1.clone() } else { None }));
+        }
+        for i in 0..extra {
+            keys.insert((
+                Some(1_000_000 + i as i64),
+                two_columns.then(|| "zz".to_string()),
+            ));
+        }
+        let part = if self.partitioned {
+            Some(rng.random_range(0..3))
+        } else {
+            None
+        };
+        let keys_vec: Vec<&Key> = keys.iter().collect();
+        let n = keys_vec.len();
+        let batch = RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from_iter(keys_vec.iter().map(|k| k.0))) as ArrayRef,
+            ),
+            (
+                "k2",
+                Arc::new(StringArray::from_iter(keys_vec.iter().map(|k| k.1.clone()))) as ArrayRef,
+            ),
+            (
+                "part",
+                Arc::new(Int32Array::from(vec![part.unwrap_or(0); n])) as ArrayRef,
+            ),
+            ("v", Arc::new(Int64Array::from(vec![0i64; n])) as ArrayRef),
+        ])
+        .unwrap();
+        let ids = if two_columns {
+            vec![id_field, k2_field]
+        } else {
+            vec![id_field]
+        };
+        let file = write_equality_delete_file(
+            &table,
+            ids,
+            spec_id,
+            self.partition(part.unwrap_or(0)),
+            &[batch],
+        )
+        .await
+        .unwrap();
+        let seq = self.commit_deletes(vec![file]).await;
+        self.oracle.eq.push(EqDelete {
+            two_columns,
+            keys,
+            seq,
+            part,
+        });
+    }
+
+    /// Checks the whole table, a projection without the key columns, a filter and count(*).
+    async fn check(&self, context: &str) {
+        let expected: Vec<Row> = self.oracle.live();
+        let got = sorted(render(
+            &sql(&self.session, "SELECT id, k2, part, v FROM ns.t")
+                .await
+                .unwrap(),
+        ));
+        assert_eq!(
+            got,
+            sorted(expected.iter().map(line).collect()),
+            "{context}"
+        );
+        let got = sorted(render(
+            &sql(&self.session, "SELECT v FROM ns.t WHERE part = 1")
+                .await
+                .unwrap(),
+        ));
+        let want = sorted(
+            expected
+                .iter()
+                .filter(|r| r.2 == 1)
+                .map(|r| r.3.to_string())
+                .collect(),
+        );
+        assert_eq!(got, want, "{context}: filtered projection");
+        let count = render(
+            &sql(&self.session, "SELECT count(*) FROM ns.t")
+                .await
+                .unwrap(),
+        );
+        assert_eq!(count, [expected.len().to_string()], "{context}: count(*)");
+        assert_eq!(
+            self.session.memory_pool().reserved(),
+            0,
+            "{context}: memory released"
+        );
+    }
+}
+
+async fn random_history(seed: u64, partitioned: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(dir.path(), partitioned, None).await;
+    let mut rng = StdRng::seed_from_u64(seed);
+    h.append(&mut rng, 300, 40).await;
+    h.check("first append").await;
+    for step in 0..8 {
+        match rng.random_range(0..4) {
+            0 => h.append(&mut rng, 150, 40).await,
+            1 => h.delete_positions(&mut rng, 0.15).await,
+            2 => h.delete_keys(&mut rng, false, 4, 3).await,
+            _ => h.delete_keys(&mut rng, true, 6, 2).await,
+        }
+        h.check(&format!(
+            "seed {seed} partitioned {partitioned} step {step}"
+        ))
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn random_histories_unpartitioned() {
+    for seed in [1, 2, 3] {
+        random_history(seed, false).await;
+    }
+}
+
+#[tokio::test]
+async fn random_histories_partitioned() {
+    for seed in [11, 12, 13] {
+        random_history(seed, true).await;
+    }
+}
+
+fn find_all<'a>(
+    plan: &'a Arc<dyn ExecutionPlan>,
+    name: &str,
+    out: &mut Vec<&'a Arc<dyn ExecutionPlan>>,
+) {
+    if plan.name() == name {
+        out.push(plan);
+    }
+    for c in plan.children() {
+        find_all(c, name, out);
+    }
+}
+
+#[tokio::test]
+async fn equality_delete_join_spills_under_a_small_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(dir.path(), false, Some(4 * 1024 * 1024)).await;
+    let mut rng = StdRng::seed_from_u64(7);
+    h.append(&mut rng, 6000, 5000).await;
+    h.delete_positions(&mut rng, 0.1).await;
+    // 150K deleted keys do not fit in 4 MiB next to everything else: the join goes to disk.
+    h.delete_keys(&mut rng, false, 500, 150_000).await;
+    h.append(&mut rng, 2000, 5000).await;
+    h.delete_keys(&mut rng, true, 300, 20_000).await;
+
+    let ctx = h.session.context();
+    let plan = ctx
+        .sql("SELECT id, k2, part, v FROM ns.t")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+    let expected = sorted(h.oracle.live().iter().map(line).collect());
+    assert_eq!(sorted(render(&batches)), expected);
+    let mut joins = vec![];
+    find_all(&plan, "EqualityDeleteExec", &mut joins);
+    // One join per equality-id set: (id) and (id, k2).
+    assert_eq!(joins.len(), 2);
+    let metrics: Vec<_> = joins.iter().map(|j| j.metrics().unwrap()).collect();
+    let spills: usize = metrics.iter().map(|m| m.spill_count().unwrap_or(0)).sum();
+    let spilled_rows: usize = metrics.iter().map(|m| m.spilled_rows().unwrap_or(0)).sum();
+    assert!(spills > 0 && spilled_rows > 0, "no spill: {metrics:?}");
+    assert_eq!(h.session.memory_pool().reserved(), 0);
+    // The same answers in the other shapes of the query.
+    h.check("under 4 MiB").await;
+}
