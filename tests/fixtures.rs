@@ -114,6 +114,23 @@ async fn equality_deletes_unpartitioned() {
         .join("\n");
     assert!(plan.contains("EqualityDeleteExec"), "{plan}");
     assert!(plan.contains("delete_files=4"), "{plan}");
+    // EXPLAIN ANALYZE counts the rows each join removed: b (name), 1 (id), (3, c) (id, name).
+    let analyzed = rows(&s, &format!("EXPLAIN ANALYZE SELECT name FROM {t}"))
+        .await
+        .join("\n");
+    let removed: usize = analyzed
+        .match_indices("equality_deleted_rows=")
+        .map(|(i, m)| {
+            analyzed[i + m.len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum();
+    // Four rows 1..4 and two appended ones (5, 6): b, 1, (3, c) and f removed.
+    assert_eq!(removed, 4, "{analyzed}");
 }
 
 #[tokio::test]

@@ -555,13 +555,13 @@ fn merge_on_read_deletes_from_pyarrow_and_ours_read_like_duckdb() {
     ]);
     let expected = {
         let mut e = normalise(expected);
-        e.sort_by(|a, b| a.partial_cmp_key().cmp(&b.partial_cmp_key()));
+        e.sort_by_key(|r| r.sort_key());
         e
     };
     let mine = {
         let rows = ours(&wh, "SELECT id, part, v FROM ns.t");
         let mut m = normalise(as_lists(&rows, &["id", "part", "v"]));
-        m.sort_by(|a, b| a.partial_cmp_key().cmp(&b.partial_cmp_key()));
+        m.sort_by_key(|r| r.sort_key());
         m
     };
     assert_eq!(mine, expected, "our CLI");
@@ -574,17 +574,17 @@ fn merge_on_read_deletes_from_pyarrow_and_ours_read_like_duckdb() {
             .map(|r| r.as_array().unwrap().clone())
             .collect(),
     );
-    duck_rows.sort_by(|a, b| a.partial_cmp_key().cmp(&b.partial_cmp_key()));
+    duck_rows.sort_by_key(|r| r.sort_key());
     assert_eq!(duck_rows, expected, "DuckDB");
 }
 
 /// A sort key for JSON rows: the display form of each value.
 trait RowKey {
-    fn partial_cmp_key(&self) -> String;
+    fn sort_key(&self) -> String;
 }
 
 impl RowKey for Vec<Value> {
-    fn partial_cmp_key(&self) -> String {
+    fn sort_key(&self) -> String {
         self.iter()
             .map(|v| match v {
                 Value::Number(n) => format!("{:>20.3}", n.as_f64().unwrap_or(0.0)),

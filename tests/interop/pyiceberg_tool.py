@@ -494,6 +494,35 @@ def cmd_duckdb_read(args) -> dict:
     return {"columns": names, "rows": sort_rows(rows)}
 
 
+def cmd_duckdb_bench(args) -> dict:
+    """Times a query over iceberg_scan('<metadata>') (written {t} in the query): median of runs."""
+    import statistics
+    import time
+
+    import duckdb
+
+    con = duckdb.connect(
+        config={
+            "allow_unsigned_extensions": "true",
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+        }
+    )
+    try:
+        for module_name, ext in (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg")):
+            con.execute(f"LOAD '{_duckdb_extension_path(module_name, ext)}'")
+        con.execute(f"SET threads = {args.threads}")
+        query = args.query.replace("{t}", f"iceberg_scan('{os.path.abspath(args.metadata)}')")
+        times, result = [], None
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            result = [[norm(v) for v in r] for r in con.execute(query).fetchall()]
+            times.append(time.perf_counter() - start)
+    finally:
+        con.close()
+    return {"median_s": statistics.median(times), "times_s": times, "rows": result}
+
+
 def cmd_write_pos_deletes(args) -> dict:
     """A position delete file as pyarrow writes it: file_path as large_string, with or without
     the Arrow schema in the footer."""
@@ -558,6 +587,13 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)
     d.set_defaults(func=cmd_duckdb_read)
+
+    b = sub.add_parser("duckdb-bench", help="time a query over iceberg_scan with DuckDB")
+    b.add_argument("--metadata", required=True)
+    b.add_argument("--query", required=True, help="SQL with {t} for the table")
+    b.add_argument("--runs", type=int, default=5)
+    b.add_argument("--threads", type=int, default=2)
+    b.set_defaults(func=cmd_duckdb_bench)
 
     w = sub.add_parser("write-pos-deletes", help="write a position delete parquet file with pyarrow")
     w.add_argument("--out", required=True)
