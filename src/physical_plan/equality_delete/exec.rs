@@ -505,12 +505,13 @@ impl Joiner {
 
     /// Keeps the rows of `batch` that `table` does not delete.
     fn filter(&self, table: &KeyTable, batch: &RecordBatch) -> Result<RecordBatch> {
-        if table.is_empty() {
+        let seq = cast(batch.column(self.columns.data_seq), &DataType::Int64)?;
+        let seq = seq.as_primitive::<Int64Type>();
+        // Rows newer than every delete need no lookup (a batch is one file: one sequence).
+        if table.is_empty() || arrow::compute::min(seq).is_none_or(|m| table.spares_from(m)) {
             return Ok(batch.clone());
         }
         let rows = self.probe_keys(batch)?;
-        let seq = cast(batch.column(self.columns.data_seq), &DataType::Int64)?;
-        let seq = seq.as_primitive::<Int64Type>();
         let scope = cast(batch.column(self.columns.scope), &DataType::Int32)?;
         let scope = scope.as_primitive::<Int32Type>();
         let keep: BooleanArray = (0..batch.num_rows())

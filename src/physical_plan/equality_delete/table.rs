@@ -54,6 +54,8 @@ pub struct KeyTable {
     map: HashTable<u32>,
     entries: Vec<Entry>,
     bytes: Vec<u8>,
+    /// Highest delete sequence number held (rows at or above it cannot be deleted).
+    max_seq: Option<i64>,
 }
 
 impl KeyTable {
@@ -106,12 +108,19 @@ impl KeyTable {
         &bytes[e.offset..e.offset + e.len as usize]
     }
 
+    /// Whether no row of data sequence number `data_seq` or above can be deleted.
+    pub fn spares_from(&self, data_seq: i64) -> bool {
+        self.max_seq.is_none_or(|m| m <= data_seq)
+    }
+
     /// Records that `key` is deleted in `scope` by a delete with sequence number `seq`.
     pub fn insert(&mut self, key: &[u8], scope: i32, seq: i64) {
+        self.max_seq = Some(self.max_seq.map_or(seq, |m| m.max(seq)));
         let Self {
             map,
             entries,
             bytes,
+            ..
         } = self;
         let hash = table_hash(key);
         let found = map.find_mut(hash, |&i| Self::key(bytes, &entries[i as usize]) == key);
@@ -193,6 +202,8 @@ mod tests {
         t.insert(b"a", GLOBAL_SCOPE, 2);
         t.insert(b"b", 1, 4);
         assert_eq!(t.len(), 3);
+        assert!(!t.spares_from(4));
+        assert!(t.spares_from(5));
         // Same scope: deleted iff the delete is newer than the data.
         assert!(t.is_deleted(b"a", 0, 4));
         assert!(!t.is_deleted(b"a", 0, 5));
