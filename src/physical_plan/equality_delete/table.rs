@@ -31,7 +31,23 @@ struct Entry {
 
 /// Hash of a key for the table.
 fn table_hash(key: &[u8]) -> u64 {
-    ahash::RandomState::with_seeds(0x1ceb, 0xe6e, 0xd1e7, 0x5eed).hash_one(key)
+    static STATE: std::sync::LazyLock<ahash::RandomState> =
+        std::sync::LazyLock::new(|| ahash::RandomState::with_seeds(0x1ceb, 0xe6e, 0xd1e7, 0x5eed));
+    STATE.hash_one(key)
+}
+
+/// A map slot: the high half of the key's hash (compared before touching the entry) and the
+/// index of the key's first entry.
+fn slot(hash: u64, idx: u32) -> u64 {
+    (hash & 0xffff_ffff_0000_0000) | u64::from(idx)
+}
+
+fn slot_idx(slot: u64) -> u32 {
+    slot as u32
+}
+
+fn same_hash(slot: u64, hash: u64) -> bool {
+    (slot ^ hash) >> 32 == 0
 }
 
 /// Hash of a key for choosing a spill partition at `level` (independent of the table hash and
@@ -51,7 +67,7 @@ pub fn partition_of(key: &[u8], level: u32, fanout: usize) -> usize {
 /// Deleted keys: for each distinct (key, scope), the highest delete sequence number.
 #[derive(Debug, Default)]
 pub struct KeyTable {
-    map: HashTable<u32>,
+    map: HashTable<u64>,
     entries: Vec<Entry>,
     bytes: Vec<u8>,
     /// Highest delete sequence number held (rows at or above it cannot be deleted).
@@ -95,7 +111,7 @@ impl KeyTable {
                 _ => (n * 8 / 7).next_power_of_two(),
             };
             // Slots (padded to the control group alignment), one control byte each, one group.
-            (buckets * size_of::<u32>()).next_multiple_of(16) + buckets + 16
+            (buckets * size_of::<u64>()).next_multiple_of(16) + buckets + 16
         } else {
             self.map.allocation_size()
         };
@@ -123,10 +139,12 @@ impl KeyTable {
             ..
         } = self;
         let hash = table_hash(key);
-        let found = map.find_mut(hash, |&i| Self::key(bytes, &entries[i as usize]) == key);
+        let found = map.find_mut(hash, |&s| {
+            same_hash(s, hash) && Self::key(bytes, &entries[slot_idx(s) as usize]) == key
+        });
         match found {
             Some(head) => {
-                let mut i = *head;
+                let mut i = slot_idx(*head);
                 while i != NONE {
                     let e = &mut entries[i as usize];
                     if e.scope == scope {
@@ -136,14 +154,14 @@ impl KeyTable {
                     i = e.next;
                 }
                 // Same key, new scope: share the key bytes, chain in front.
-                let first = entries[*head as usize];
+                let first = entries[slot_idx(*head) as usize];
                 entries.push(Entry {
                     scope,
                     seq,
-                    next: *head,
+                    next: slot_idx(*head),
                     ..first
                 });
-                *head = (entries.len() - 1) as u32;
+                *head = slot(hash, (entries.len() - 1) as u32);
             }
             None => {
                 let offset = bytes.len();
@@ -156,8 +174,8 @@ impl KeyTable {
                     next: NONE,
                 });
                 let idx = (entries.len() - 1) as u32;
-                map.insert_unique(hash, idx, |&i| {
-                    table_hash(Self::key(bytes, &entries[i as usize]))
+                map.insert_unique(hash, slot(hash, idx), |&s| {
+                    table_hash(Self::key(bytes, &entries[slot_idx(s) as usize]))
                 });
             }
         }
@@ -166,12 +184,12 @@ impl KeyTable {
     /// Whether a row with `key`, in `scope`, of data sequence number `data_seq` is deleted.
     pub fn is_deleted(&self, key: &[u8], scope: i32, data_seq: i64) -> bool {
         let hash = table_hash(key);
-        let Some(&head) = self.map.find(hash, |&i| {
-            Self::key(&self.bytes, &self.entries[i as usize]) == key
+        let Some(&head) = self.map.find(hash, |&s| {
+            same_hash(s, hash) && Self::key(&self.bytes, &self.entries[slot_idx(s) as usize]) == key
         }) else {
             return false;
         };
-        let mut i = head;
+        let mut i = slot_idx(head);
         while i != NONE {
             let e = &self.entries[i as usize];
             if (e.scope == GLOBAL_SCOPE || e.scope == scope) && e.seq > data_seq {

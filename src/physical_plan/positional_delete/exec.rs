@@ -454,36 +454,38 @@ async fn read_position_deletes(
         let paths = paths.as_string::<i32>();
         let pos = arrow::compute::cast(batch.column(pos_idx), &DataType::Int64)?;
         let pos = pos.as_primitive::<Int64Type>();
-        let mut current: Option<(&str, Option<&String>)> = None;
-        for i in 0..batch.num_rows() {
-            if paths.is_null(i) || pos.is_null(i) {
-                return Err(DataFusionError::Execution(format!(
-                    "position delete file {} has a NULL file_path or pos",
-                    file.location
-                )));
+        // Delete files are sorted by path: positions are gathered per run of one path and
+        // added to that file's bitmap at once.
+        let mut run_start = 0;
+        for i in 0..=batch.num_rows() {
+            let boundary = i == batch.num_rows()
+                || (i > run_start && paths.value(i) != paths.value(run_start));
+            if !boundary {
+                continue;
             }
-            let p = paths.value(i);
-            let target = match current {
-                Some((last, target)) if last == p => target,
-                _ => {
-                    let target = wanted.get(p);
-                    current = Some((p, target));
-                    target
-                }
-            };
-            if let Some(location) = target {
-                let position = pos.value(i);
-                if position < 0 {
+            if i > run_start {
+                if paths.null_count() > 0 || pos.null_count() > 0 {
                     return Err(DataFusionError::Execution(format!(
-                        "position delete file {} deletes negative position {position}",
+                        "position delete file {} has a NULL file_path or pos",
                         file.location
                     )));
                 }
-                bitmaps
-                    .entry(location.clone())
-                    .or_default()
-                    .insert(position as u64);
+                if let Some(location) = wanted.get(paths.value(run_start)) {
+                    let run = &pos.values()[run_start..i];
+                    if let Some(negative) = run.iter().find(|p| **p < 0) {
+                        return Err(DataFusionError::Execution(format!(
+                            "position delete file {} deletes negative position {negative}",
+                            file.location
+                        )));
+                    }
+                    let bitmap = match bitmaps.get_mut(location) {
+                        Some(b) => b,
+                        None => bitmaps.entry(location.clone()).or_default(),
+                    };
+                    bitmap.extend(run.iter().map(|p| *p as u64));
+                }
             }
+            run_start = i;
         }
     }
     Ok(())

@@ -1,0 +1,32 @@
+//! [`IcebergOptions`]: this crate's settings as a DataFusion config extension, so they are set
+//! per session with `SET iceberg.<key> = <value>` (or in Rust through `SessionConfig`).
+
+use datafusion::common::config::ConfigExtension;
+use datafusion::common::extensions_options;
+use datafusion::config::ConfigOptions;
+
+extensions_options! {
+    /// Settings of iceberg-exec's operators. Register with
+    /// `SessionConfig::with_option_extension(IcebergOptions::default())` ([`crate::IcebergSession`]
+    /// does); unregistered sessions use the defaults.
+    pub struct IcebergOptions {
+        /// Spill partitions per round of the equality-delete join when its keys do not fit in
+        /// memory (Grace hash join fanout).
+        pub equality_delete_fanout: usize, default = 16
+    }
+}
+
+impl ConfigExtension for IcebergOptions {
+    const PREFIX: &'static str = "iceberg";
+}
+
+impl IcebergOptions {
+    /// The options of a session (defaults when the extension is not registered).
+    pub fn from_config(options: &ConfigOptions) -> Self {
+        options
+            .extensions
+            .get::<IcebergOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
