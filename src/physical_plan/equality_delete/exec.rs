@@ -407,6 +407,15 @@ fn key_batches(table: &KeyTable) -> Result<Vec<RecordBatch>> {
     Ok(out)
 }
 
+/// Adds the key filter when the pool grants its memory (the table works without it).
+fn seal(table: &mut KeyTable, reservation: &MemoryReservation) {
+    table.seal();
+    if reservation.try_resize(table.size()).is_err() {
+        table.unseal();
+        reservation.resize(table.size());
+    }
+}
+
 fn binary_keys(batch: &RecordBatch) -> Result<&BinaryArray> {
     batch.column(0).as_binary_opt::<i32>().ok_or_else(|| {
         DataFusionError::Internal("EqualityDeleteExec: spilled keys are not binary".into())
@@ -493,6 +502,7 @@ impl Joiner {
         }
         match spill {
             None => {
+                seal(&mut table, &reservation);
                 self.build_keys.add(table.len());
                 Ok(Built::Memory {
                     table,
@@ -642,7 +652,10 @@ impl Joiner {
             }
         }
         match split {
-            None => Ok(Loaded::Fits(table, reservation)),
+            None => {
+                seal(&mut table, &reservation);
+                Ok(Loaded::Fits(table, reservation))
+            }
             Some(p) => Ok(Loaded::Split(p.finish()?)),
         }
     }

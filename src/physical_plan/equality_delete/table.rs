@@ -72,6 +72,23 @@ pub struct KeyTable {
     bytes: Vec<u8>,
     /// Highest delete sequence number held (rows at or above it cannot be deleted).
     max_seq: Option<i64>,
+    /// Two bits per key in a bit array about 16× the key count (a Bloom filter, built by
+    /// [`KeyTable::seal`]): most probes of absent keys end here, in cache, without touching the
+    /// larger map.
+    filter: Vec<u64>,
+}
+
+/// Bits of the filter for `entries` keys.
+fn filter_bits(entries: usize) -> usize {
+    (entries.max(1) * 16).next_power_of_two().max(4096)
+}
+
+fn filter_positions(hash: u64, bits: usize) -> (usize, usize) {
+    let mask = bits as u64 - 1;
+    (
+        (hash & mask) as usize,
+        ((hash >> 32).rotate_left(7) & mask) as usize,
+    )
 }
 
 impl KeyTable {
@@ -87,7 +104,8 @@ impl KeyTable {
 
     /// Bytes the table holds now.
     pub fn size(&self) -> usize {
-        self.bytes.capacity()
+        self.filter.capacity() * size_of::<u64>()
+            + self.bytes.capacity()
             + self.entries.capacity() * size_of::<Entry>()
             + self.map.allocation_size()
     }
@@ -115,13 +133,32 @@ impl KeyTable {
         } else {
             self.map.allocation_size()
         };
-        grown(self.bytes.len() + key_bytes, self.bytes.capacity(), 8)
+        filter_bits(n) / 8
+            + grown(self.bytes.len() + key_bytes, self.bytes.capacity(), 8)
             + grown(n, self.entries.capacity(), 4) * size_of::<Entry>()
             + map
     }
 
     fn key<'a>(bytes: &'a [u8], e: &Entry) -> &'a [u8] {
         &bytes[e.offset..e.offset + e.len as usize]
+    }
+
+    /// Builds the filter over the keys inserted so far; later inserts clear it.
+    pub fn seal(&mut self) {
+        let bits = filter_bits(self.map.len());
+        let mut filter = vec![0u64; bits / 64];
+        for &s in self.map.iter() {
+            let e = &self.entries[slot_idx(s) as usize];
+            let (a, b) = filter_positions(table_hash(Self::key(&self.bytes, e)), bits);
+            filter[a / 64] |= 1 << (a % 64);
+            filter[b / 64] |= 1 << (b % 64);
+        }
+        self.filter = filter;
+    }
+
+    /// Drops the filter.
+    pub fn unseal(&mut self) {
+        self.filter = vec![];
     }
 
     /// Whether no row of data sequence number `data_seq` or above can be deleted.
@@ -132,6 +169,9 @@ impl KeyTable {
     /// Records that `key` is deleted in `scope` by a delete with sequence number `seq`.
     pub fn insert(&mut self, key: &[u8], scope: i32, seq: i64) {
         self.max_seq = Some(self.max_seq.map_or(seq, |m| m.max(seq)));
+        if !self.filter.is_empty() {
+            self.filter = vec![];
+        }
         let Self {
             map,
             entries,
@@ -184,6 +224,14 @@ impl KeyTable {
     /// Whether a row with `key`, in `scope`, of data sequence number `data_seq` is deleted.
     pub fn is_deleted(&self, key: &[u8], scope: i32, data_seq: i64) -> bool {
         let hash = table_hash(key);
+        if !self.filter.is_empty() {
+            let (a, b) = filter_positions(hash, self.filter.len() * 64);
+            if self.filter[a / 64] & (1 << (a % 64)) == 0
+                || self.filter[b / 64] & (1 << (b % 64)) == 0
+            {
+                return false;
+            }
+        }
         let Some(&head) = self.map.find(hash, |&s| {
             same_hash(s, hash) && Self::key(&self.bytes, &self.entries[slot_idx(s) as usize]) == key
         }) else {
@@ -222,6 +270,13 @@ mod tests {
         assert_eq!(t.len(), 3);
         assert!(!t.spares_from(4));
         assert!(t.spares_from(5));
+        for sealed in [false, true] {
+            if sealed {
+                t.seal();
+            }
+            assert!(t.is_deleted(b"a", 0, 4));
+            assert!(!t.is_deleted(b"zz", 0, 0));
+        }
         // Same scope: deleted iff the delete is newer than the data.
         assert!(t.is_deleted(b"a", 0, 4));
         assert!(!t.is_deleted(b"a", 0, 5));
@@ -254,6 +309,12 @@ mod tests {
             assert!(t.size() <= projected, "{} > {projected} at {i}", t.size());
         }
         assert!(t.is_deleted(&77u32.to_be_bytes(), 0, 0));
+        let before = t.size();
+        t.seal();
+        assert!(t.size() <= t.size_after(0, 0) && t.size() > before);
+        // Every key passes the filter; most absent keys do not reach the map.
+        assert!((0..10_000u32).all(|i| t.is_deleted(&i.to_be_bytes(), 0, 0)));
+        assert!(!(10_000..20_000u32).any(|i| t.is_deleted(&i.to_be_bytes(), 0, 0)));
     }
 
     #[test]
