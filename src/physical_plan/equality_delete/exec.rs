@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, Int32Array, Int64Array,
-    RecordBatch, UInt32Array,
+    ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, BooleanBufferBuilder, Int32Array,
+    Int64Array, RecordBatch, UInt32Array,
 };
 use arrow::compute::{cast, filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef};
@@ -46,7 +46,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
-use super::table::{partition_of, KeyTable};
+use super::table::{partition_of, table_hash, KeyTable};
 use crate::physical_plan::spill::SpillWriter;
 
 /// Deepest Grace re-partitioning before giving up.
@@ -524,9 +524,33 @@ impl Joiner {
         let rows = self.probe_keys(batch)?;
         let scope = cast(batch.column(self.columns.scope), &DataType::Int32)?;
         let scope = scope.as_primitive::<Int32Type>();
-        let keep: BooleanArray = (0..batch.num_rows())
-            .map(|i| Some(!table.is_deleted(rows.row(i).as_ref(), scope.value(i), seq.value(i))))
+        // Hash every key, check the filter for all of them, then look up the few candidates:
+        // tight loops over the batch keep many memory accesses in flight.
+        let hashes: Vec<u64> = rows.iter().map(|r| table_hash(r.as_ref())).collect();
+        let candidates: Vec<usize> = hashes
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| table.may_hold(**h))
+            .map(|(i, _)| i)
             .collect();
+        let mut keep = BooleanBufferBuilder::new(batch.num_rows());
+        keep.append_n(batch.num_rows(), true);
+        let mut any = false;
+        for i in candidates {
+            if table.is_deleted_hashed(
+                rows.row(i).as_ref(),
+                hashes[i],
+                scope.value(i),
+                seq.value(i),
+            ) {
+                keep.set_bit(i, false);
+                any = true;
+            }
+        }
+        if !any {
+            return Ok(batch.clone());
+        }
+        let keep = BooleanArray::new(keep.finish(), None);
         let kept = filter_record_batch(batch, &keep)?;
         self.deleted.add(batch.num_rows() - kept.num_rows());
         Ok(kept)

@@ -30,7 +30,7 @@ struct Entry {
 }
 
 /// Hash of a key for the table.
-fn table_hash(key: &[u8]) -> u64 {
+pub fn table_hash(key: &[u8]) -> u64 {
     static STATE: std::sync::LazyLock<ahash::RandomState> =
         std::sync::LazyLock::new(|| ahash::RandomState::with_seeds(0x1ceb, 0xe6e, 0xd1e7, 0x5eed));
     STATE.hash_one(key)
@@ -222,16 +222,24 @@ impl KeyTable {
     }
 
     /// Whether a row with `key`, in `scope`, of data sequence number `data_seq` is deleted.
+    #[cfg(test)]
     pub fn is_deleted(&self, key: &[u8], scope: i32, data_seq: i64) -> bool {
         let hash = table_hash(key);
-        if !self.filter.is_empty() {
-            let (a, b) = filter_positions(hash, self.filter.len() * 64);
-            if self.filter[a / 64] & (1 << (a % 64)) == 0
-                || self.filter[b / 64] & (1 << (b % 64)) == 0
-            {
-                return false;
-            }
+        self.may_hold(hash) && self.is_deleted_hashed(key, hash, scope, data_seq)
+    }
+
+    /// Whether a key of hash `hash` may be in the table (false: certainly not). Cheap: probes
+    /// check this for a whole batch first, so the filter's memory accesses overlap.
+    pub fn may_hold(&self, hash: u64) -> bool {
+        if self.filter.is_empty() {
+            return true;
         }
+        let (a, b) = filter_positions(hash, self.filter.len() * 64);
+        self.filter[a / 64] & (1 << (a % 64)) != 0 && self.filter[b / 64] & (1 << (b % 64)) != 0
+    }
+
+    /// [`KeyTable::is_deleted`] for a key whose [`table_hash`] is `hash`.
+    pub fn is_deleted_hashed(&self, key: &[u8], hash: u64, scope: i32, data_seq: i64) -> bool {
         let Some(&head) = self.map.find(hash, |&s| {
             same_hash(s, hash) && Self::key(&self.bytes, &self.entries[slot_idx(s) as usize]) == key
         }) else {
