@@ -19,6 +19,7 @@
 //! ```
 
 pub mod catalog;
+mod config;
 mod error;
 mod io_runtime;
 mod location;
@@ -33,6 +34,7 @@ pub use catalog::{
     CatalogUri, IcebergCatalogProvider, IcebergSchemaProvider, MetadataStore, SqlCatalog,
     SqlCatalogConfig,
 };
+pub use config::IcebergOptions;
 pub use location::LocationMap;
 pub use session::{parse_size, IcebergSession, WarehouseConfig};
 pub use table::{

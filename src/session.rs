@@ -132,6 +132,7 @@ impl IcebergSession {
             options.optimizer.repartition_sorts = false;
         }
         let config = config
+            .with_option_extension(crate::IcebergOptions::default())
             .with_information_schema(true)
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(catalog.name(), "default");

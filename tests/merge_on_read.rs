@@ -463,6 +463,29 @@ async fn equality_delete_join_spills_under_a_small_pool() {
     h.delete_keys(&mut rng, true, 300, 20_000).await;
 
     let ctx = h.session.context();
+    // The Grace fanout is a session setting; nonsense is refused.
+    for bad in [
+        "SET iceberg.equality_delete_fanout = 1",
+        "SET iceberg.no_such_option = 1",
+    ] {
+        let refused = match ctx.sql(bad).await {
+            Ok(df) => match df.collect().await {
+                Ok(_) => ctx
+                    .sql("SELECT count(*) FROM ns.t")
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .err(),
+                Err(e) => Some(e),
+            },
+            Err(e) => Some(e),
+        };
+        assert!(refused.is_some(), "{bad} was accepted");
+    }
+    sql(&h.session, "SET iceberg.equality_delete_fanout = 4")
+        .await
+        .unwrap();
     let plan = ctx
         .sql("SELECT id, k2, part, v FROM ns.t")
         .await
@@ -481,6 +504,15 @@ async fn equality_delete_join_spills_under_a_small_pool() {
     let spills: usize = metrics.iter().map(|m| m.spill_count().unwrap_or(0)).sum();
     let spilled_rows: usize = metrics.iter().map(|m| m.spilled_rows().unwrap_or(0)).sum();
     assert!(spills > 0 && spilled_rows > 0, "no spill: {metrics:?}");
+    // Spilled partitions were joined one by one (recursively split when still too large).
+    let grace: usize = metrics
+        .iter()
+        .filter_map(|m| m.sum_by_name("grace_partitions"))
+        .map(|v| v.as_usize())
+        .sum();
+    assert!(grace > 0, "grace partitions: {grace}");
+    let explain = render(&sql(&h.session, "EXPLAIN SELECT v FROM ns.t").await.unwrap()).join("\n");
+    assert_eq!(explain.matches("fanout=4").count(), 2, "{explain}");
     assert_eq!(h.session.memory_pool().reserved(), 0);
     // The same answers in the other shapes of the query.
     h.check("under 4 MiB").await;

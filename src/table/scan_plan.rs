@@ -43,6 +43,7 @@ use crate::physical_plan::positional_delete::{
 };
 use crate::scan::{group_files, DeleteFileRef, FieldIdAdapterFactory, PlannedFile};
 use crate::table::provider::arrow_schema;
+use crate::IcebergOptions;
 
 /// Hidden per-file column: the data file's sequence number.
 const DATA_SEQ_COLUMN: &str = "__iceberg_data_seq";
@@ -50,8 +51,6 @@ const DATA_SEQ_COLUMN: &str = "__iceberg_data_seq";
 const SCOPE_COLUMN: &str = "__iceberg_delete_scope";
 /// Per-file column of equality delete files: their sequence number.
 const DELETE_SEQ_COLUMN: &str = "__iceberg_delete_seq";
-/// Spill partitions per Grace round of the equality-delete join.
-const EQUALITY_DELETE_FANOUT: usize = 16;
 
 /// What a scan reads.
 pub(crate) struct ScanRequest<'a> {
@@ -106,6 +105,13 @@ pub(crate) async fn plan_scan(
         return parquet_plan(state, config).await;
     }
 
+    let options = IcebergOptions::from_config(state.config_options());
+    if options.equality_delete_fanout < 2 {
+        return Err(DataFusionError::Configuration(format!(
+            "iceberg.equality_delete_fanout must be at least 2, got {}",
+            options.equality_delete_fanout
+        )));
+    }
     let eq = EqualityDeletes::collect(files);
     let requested: Vec<usize> = match req.projection {
         Some(p) => p.clone(),
@@ -204,7 +210,7 @@ pub(crate) async fn plan_scan(
             build,
             columns,
             ids.clone(),
-            EQUALITY_DELETE_FANOUT,
+            options.equality_delete_fanout,
         )?);
     }
 

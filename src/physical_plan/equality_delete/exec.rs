@@ -135,6 +135,11 @@ impl EqualityDeleteExec {
     ) -> Result<Self> {
         let probe = input.schema();
         let build_schema = build.schema();
+        if fanout < 2 {
+            return Err(DataFusionError::Configuration(format!(
+                "the equality-delete join needs a fanout of at least 2, got {fanout}"
+            )));
+        }
         let k = columns.keys.len();
         if k == 0 || build_schema.fields().len() != k + 2 {
             return Err(DataFusionError::Internal(format!(
@@ -164,7 +169,7 @@ impl EqualityDeleteExec {
             build,
             columns,
             equality_ids,
-            fanout: fanout.max(2),
+            fanout,
             shared: Arc::default(),
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
@@ -185,9 +190,10 @@ impl DisplayAs for EqualityDeleteExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "EqualityDeleteExec: equality_ids={:?}, keys=[{}]",
+            "EqualityDeleteExec: equality_ids={:?}, keys=[{}], fanout={}",
             self.equality_ids,
-            self.key_names().join(", ")
+            self.key_names().join(", "),
+            self.fanout
         )
     }
 }
