@@ -33,7 +33,11 @@ fn env_num(name: &str, default: u64) -> u64 {
 }
 
 async fn median(ctx: &SessionContext, table: &str) -> (f64, String) {
-    let q = QUERY.replace("{t}", table);
+    median_of(ctx, QUERY, table).await
+}
+
+async fn median_of(ctx: &SessionContext, query: &str, table: &str) -> (f64, String) {
+    let q = query.replace("{t}", table);
     let mut times = vec![];
     let mut answer = String::new();
     for _ in 0..runs() {
@@ -194,6 +198,12 @@ fn main() {
     let (clean, clean_answer) = rt.block_on(median(&embedded, "before_deletes"));
     let (pos, pos_answer) = rt.block_on(median(&ctx, "b.pos"));
     let (eq, eq_answer) = rt.block_on(median(&ctx, "b.eq"));
+    // What reading the key column costs on its own (the join needs it).
+    let (with_key, with_key_answer) = rt.block_on(median_of(
+        &ctx,
+        "SELECT count(*), sum(value), max(id) FROM {t}",
+        "b.pos",
+    ));
     println!(
         "{:<48} {:>9} {}",
         "DataFusion, bare data files (deletes ignored)",
@@ -217,6 +227,12 @@ fn main() {
         "iceberg-exec, position + equality deletes",
         format!("{eq:.3}s"),
         eq_answer
+    );
+    println!(
+        "{:<48} {:>9} {}",
+        "iceberg-exec, position deletes, + max(id)",
+        format!("{with_key:.3}s"),
+        with_key_answer
     );
     println!(
         "ratios: pos/bare {:.2}x, eq/pos {:.2}x, eq/bare {:.2}x",

@@ -31,9 +31,28 @@ struct Entry {
 
 /// Hash of a key for the table.
 pub fn table_hash(key: &[u8]) -> u64 {
-    static STATE: std::sync::LazyLock<ahash::RandomState> =
-        std::sync::LazyLock::new(|| ahash::RandomState::with_seeds(0x1ceb, 0xe6e, 0xd1e7, 0x5eed));
-    STATE.hash_one(key)
+    // Keys are short (a few 8-byte words): a multiply-rotate over the words and murmur3's
+    // finalizer, so every output bit depends on every input bit.
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = (key.len() as u64).wrapping_mul(K);
+    let mut words = key.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(<[u8; 8]>::try_from(w).unwrap_or_default());
+        h = (h ^ w).wrapping_mul(K).rotate_left(29);
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let mut last = [0u8; 8];
+        last[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(last))
+            .wrapping_mul(K)
+            .rotate_left(29);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 /// A map slot: the high half of the key's hash (compared before touching the entry) and the
@@ -83,12 +102,12 @@ fn filter_bits(entries: usize) -> usize {
     (entries.max(1) * 16).next_power_of_two().max(4096)
 }
 
-fn filter_positions(hash: u64, bits: usize) -> (usize, usize) {
-    let mask = bits as u64 - 1;
-    (
-        (hash & mask) as usize,
-        ((hash >> 32).rotate_left(7) & mask) as usize,
-    )
+/// The filter word of a hash and the two bits it sets there (a blocked Bloom filter: one
+/// memory access per probe).
+fn filter_word(hash: u64, words: usize) -> (usize, u64) {
+    let word = (hash as usize) & (words - 1);
+    let bits = (1u64 << ((hash >> 52) & 63)) | (1u64 << ((hash >> 58) & 63));
+    (word, bits)
 }
 
 impl KeyTable {
@@ -149,9 +168,8 @@ impl KeyTable {
         let mut filter = vec![0u64; bits / 64];
         for &s in self.map.iter() {
             let e = &self.entries[slot_idx(s) as usize];
-            let (a, b) = filter_positions(table_hash(Self::key(&self.bytes, e)), bits);
-            filter[a / 64] |= 1 << (a % 64);
-            filter[b / 64] |= 1 << (b % 64);
+            let (word, mask) = filter_word(table_hash(Self::key(&self.bytes, e)), bits / 64);
+            filter[word] |= mask;
         }
         self.filter = filter;
     }
@@ -234,8 +252,8 @@ impl KeyTable {
         if self.filter.is_empty() {
             return true;
         }
-        let (a, b) = filter_positions(hash, self.filter.len() * 64);
-        self.filter[a / 64] & (1 << (a % 64)) != 0 && self.filter[b / 64] & (1 << (b % 64)) != 0
+        let (word, mask) = filter_word(hash, self.filter.len());
+        self.filter[word] & mask == mask
     }
 
     /// [`KeyTable::is_deleted`] for a key whose [`table_hash`] is `hash`.
