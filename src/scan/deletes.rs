@@ -9,6 +9,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use iceberg::spec::{DataContentType, Struct};
 
@@ -51,14 +52,23 @@ pub struct DeleteFileRef {
 }
 
 /// Delete files indexed for assignment to data files.
+///
+/// Memory and time stay linear in files + deletes: position deletes are looked up per data file
+/// (by path, or by partition), equality deletes are summarised per scope by their highest
+/// sequence number, and the equality deletes a scan needs are chosen once for all its files.
 #[derive(Debug, Default)]
 pub struct DeleteIndex {
     /// Position deletes that name their data file, by that file's path.
-    by_data_file: HashMap<String, Vec<DeleteFileRef>>,
-    /// Partition-scoped deletes, by (spec, partition).
-    by_partition: HashMap<(i32, Struct), Vec<DeleteFileRef>>,
-    /// Deletes of unpartitioned specs: they apply everywhere.
-    global: Vec<DeleteFileRef>,
+    by_data_file: HashMap<String, Vec<Arc<DeleteFileRef>>>,
+    /// Partition-scoped position deletes, by (spec, partition).
+    positions_by_partition: HashMap<(i32, Struct), Vec<Arc<DeleteFileRef>>>,
+    /// Partition-scoped equality deletes, by (spec, partition).
+    equality_by_partition: HashMap<(i32, Struct), Vec<Arc<DeleteFileRef>>>,
+    /// Equality deletes of unpartitioned specs: they apply everywhere.
+    global: Vec<Arc<DeleteFileRef>>,
+    /// Highest sequence number of the equality deletes of each scope.
+    equality_max_seq: HashMap<(i32, Struct), i64>,
+    global_max_seq: Option<i64>,
 }
 
 impl DeleteIndex {
@@ -66,20 +76,41 @@ impl DeleteIndex {
     pub fn new(deletes: impl IntoIterator<Item = DeleteFileRef>) -> Self {
         let mut index = Self::default();
         for d in deletes {
-            if let (DataContentType::PositionDeletes, Some(target)) =
-                (d.content, d.referenced_data_file.clone())
-            {
-                index.by_data_file.entry(target).or_default().push(d);
-            } else if d.spec_unpartitioned && d.content == DataContentType::EqualityDeletes {
-                // Only equality deletes of an unpartitioned spec apply in every partition;
-                // position deletes stay scoped to their own spec and partition.
-                index.global.push(d);
-            } else {
-                index
-                    .by_partition
-                    .entry((d.spec_id, d.partition.clone()))
-                    .or_default()
-                    .push(d);
+            let d = Arc::new(d);
+            let scope = (d.spec_id, d.partition.clone());
+            match (d.content, d.referenced_data_file.clone()) {
+                (DataContentType::PositionDeletes, Some(target)) => {
+                    index.by_data_file.entry(target).or_default().push(d);
+                }
+                // Position deletes stay scoped to their own spec and partition, even unpartitioned.
+                (DataContentType::PositionDeletes, None) => {
+                    index
+                        .positions_by_partition
+                        .entry(scope)
+                        .or_default()
+                        .push(d);
+                }
+                (DataContentType::EqualityDeletes, _) if d.spec_unpartitioned => {
+                    index.global_max_seq = Some(
+                        index
+                            .global_max_seq
+                            .map_or(d.data_seq, |m| m.max(d.data_seq)),
+                    );
+                    index.global.push(d);
+                }
+                (DataContentType::EqualityDeletes, _) => {
+                    let max = index
+                        .equality_max_seq
+                        .entry(scope.clone())
+                        .or_insert(d.data_seq);
+                    *max = (*max).max(d.data_seq);
+                    index
+                        .equality_by_partition
+                        .entry(scope)
+                        .or_default()
+                        .push(d);
+                }
+                (DataContentType::Data, _) => {}
             }
         }
         index
@@ -87,30 +118,73 @@ impl DeleteIndex {
 
     /// Whether there are no delete files at all.
     pub fn is_empty(&self) -> bool {
-        self.by_data_file.is_empty() && self.by_partition.is_empty() && self.global.is_empty()
+        self.by_data_file.is_empty()
+            && self.positions_by_partition.is_empty()
+            && self.equality_by_partition.is_empty()
+            && self.global.is_empty()
     }
 
-    /// The delete files that apply to `data`.
-    pub fn applicable(&self, data: &DataFileRef) -> Vec<&DeleteFileRef> {
-        let candidates = self
-            .by_data_file
+    /// The position delete files that apply to `data`.
+    pub fn position_deletes(&self, data: &DataFileRef) -> Vec<Arc<DeleteFileRef>> {
+        self.by_data_file
             .get(&data.path)
             .into_iter()
             .flatten()
             .chain(
-                self.by_partition
+                self.positions_by_partition
                     .get(&(data.spec_id, data.partition.clone()))
                     .into_iter()
                     .flatten(),
             )
-            .chain(self.global.iter());
-        candidates
-            .filter(|d| match d.content {
-                DataContentType::PositionDeletes => data.data_seq <= d.data_seq,
-                DataContentType::EqualityDeletes => data.data_seq < d.data_seq,
-                DataContentType::Data => false,
-            })
+            .filter(|d| data.data_seq <= d.data_seq)
+            .cloned()
             .collect()
+    }
+
+    /// Whether some equality delete applies to `data`.
+    pub fn has_equality_deletes(&self, data: &DataFileRef) -> bool {
+        self.global_max_seq.is_some_and(|m| m > data.data_seq)
+            || self
+                .equality_max_seq
+                .get(&(data.spec_id, data.partition.clone()))
+                .is_some_and(|m| *m > data.data_seq)
+    }
+
+    /// The equality delete files that apply to at least one of `files`.
+    pub fn equality_deletes_for<'a>(
+        &self,
+        files: impl IntoIterator<Item = &'a DataFileRef>,
+    ) -> Vec<Arc<DeleteFileRef>> {
+        // The oldest data file of each scope decides which deletes can still apply there.
+        let mut oldest: HashMap<(i32, Struct), i64> = HashMap::new();
+        let mut oldest_any: Option<i64> = None;
+        for f in files {
+            oldest_any = Some(oldest_any.map_or(f.data_seq, |m| m.min(f.data_seq)));
+            let scope = (f.spec_id, f.partition.clone());
+            if self.equality_max_seq.contains_key(&scope) {
+                let o = oldest.entry(scope).or_insert(f.data_seq);
+                *o = (*o).min(f.data_seq);
+            }
+        }
+        let scoped = oldest.iter().flat_map(|(scope, seq)| {
+            self.equality_by_partition
+                .get(scope)
+                .into_iter()
+                .flatten()
+                .filter(move |d| d.data_seq > *seq)
+        });
+        let global = self
+            .global
+            .iter()
+            .filter(|d| oldest_any.is_some_and(|seq| d.data_seq > seq));
+        scoped.chain(global).cloned().collect()
+    }
+
+    /// Every delete file that applies to `data` (position and equality).
+    pub fn applicable(&self, data: &DataFileRef) -> Vec<Arc<DeleteFileRef>> {
+        let mut all = self.position_deletes(data);
+        all.extend(self.equality_deletes_for([data]));
+        all
     }
 }
 

@@ -9,6 +9,7 @@ pub use field_ids::FieldIdAdapterFactory;
 pub use predicate::{to_predicate, unprunable_columns};
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use datafusion::common::ScalarValue;
 use datafusion::datasource::listing::PartitionedFile;
@@ -38,12 +39,44 @@ pub struct PlannedFile {
     pub spec_id: i32,
     /// Partition tuple.
     pub partition: Struct,
-    /// Delete files that apply to this file, by the spec's rules.
-    pub deletes: Vec<DeleteFileRef>,
+    /// Position delete files that apply to this file, by the spec's rules.
+    pub position_deletes: Vec<Arc<DeleteFileRef>>,
+    /// Whether an equality delete applies to this file.
+    pub equality_deletes: bool,
+}
+
+/// What a scan reads: data files, and the equality delete files that apply to any of them
+/// (kept once, not per data file).
+#[derive(Debug, Clone, Default)]
+pub struct ScanFiles {
+    /// The data files.
+    pub files: Vec<PlannedFile>,
+    /// Equality delete files that apply to at least one of `files`.
+    pub equality_deletes: Vec<Arc<DeleteFileRef>>,
+}
+
+impl ScanFiles {
+    /// Whether some delete applies to some file.
+    pub fn has_deletes(&self) -> bool {
+        !self.equality_deletes.is_empty() || self.files.iter().any(|f| !f.is_clean())
+    }
+
+    /// Distinct delete files that apply.
+    pub fn delete_file_count(&self) -> usize {
+        let mut paths: Vec<&str> = self
+            .files
+            .iter()
+            .flat_map(|f| f.position_deletes.iter().map(|d| d.path.as_str()))
+            .chain(self.equality_deletes.iter().map(|d| d.path.as_str()))
+            .collect();
+        paths.sort_unstable();
+        paths.dedup();
+        paths.len()
+    }
 }
 
 impl PlannedFile {
-    fn new(data: DataFileRef, size: u64, record_count: u64, deletes: Vec<DeleteFileRef>) -> Self {
+    fn new(data: DataFileRef, size: u64, record_count: u64) -> Self {
         Self {
             path: data.path,
             size,
@@ -51,13 +84,14 @@ impl PlannedFile {
             data_seq: data.data_seq,
             spec_id: data.spec_id,
             partition: data.partition,
-            deletes,
+            position_deletes: vec![],
+            equality_deletes: false,
         }
     }
 
     /// Whether no delete file applies: the manifest's row count is exact.
     pub fn is_clean(&self) -> bool {
-        self.deletes.is_empty()
+        self.position_deletes.is_empty() && !self.equality_deletes
     }
 }
 
@@ -69,9 +103,11 @@ pub async fn plan_files_pruned(
     table: &Table,
     snapshot: &SnapshotRef,
     filter: Option<Predicate>,
-) -> Result<Vec<PlannedFile>> {
+) -> Result<ScanFiles> {
     let filter = match filter {
-        None | Some(Predicate::AlwaysTrue) => return plan_files(table, snapshot).await,
+        None | Some(Predicate::AlwaysTrue) => {
+            return Ok(list_snapshot(table, snapshot).await?.plan(|_| true))
+        }
         Some(f) => f,
     };
     let scan = table
@@ -83,7 +119,7 @@ pub async fn plan_files_pruned(
         .df()?;
     let tasks: Vec<_> = scan.plan_files().await.df()?.try_collect().await.df()?;
     if !may_have_deletes(table, snapshot).await? {
-        return Ok(tasks
+        let files = tasks
             .into_iter()
             .map(|task| {
                 let data = DataFileRef {
@@ -96,10 +132,13 @@ pub async fn plan_files_pruned(
                     data,
                     task.file_size_in_bytes,
                     task.record_count.unwrap_or(0),
-                    vec![],
                 )
             })
-            .collect());
+            .collect();
+        return Ok(ScanFiles {
+            files,
+            equality_deletes: vec![],
+        });
     }
     let kept: HashSet<String> = tasks.into_iter().map(|t| t.data_file_path).collect();
     let listing = list_snapshot(table, snapshot).await?;
@@ -124,17 +163,28 @@ struct SnapshotListing {
 }
 
 impl SnapshotListing {
-    /// The data files `keep` accepts, each with its applicable delete files.
-    fn plan(self, keep: impl Fn(&DataFileRef) -> bool) -> Vec<PlannedFile> {
+    /// The data files `keep` accepts, with the delete files that apply to them.
+    fn plan(self, keep: impl Fn(&DataFileRef) -> bool) -> ScanFiles {
         let deletes = self.deletes;
-        self.data
+        let kept: Vec<(DataFileRef, u64, u64)> =
+            self.data.into_iter().filter(|(d, _, _)| keep(d)).collect();
+        let equality_deletes = deletes.equality_deletes_for(kept.iter().map(|(d, _, _)| d));
+        let files = kept
             .into_iter()
-            .filter(|(d, _, _)| keep(d))
             .map(|(d, size, rows)| {
-                let applicable = deletes.applicable(&d).into_iter().cloned().collect();
-                PlannedFile::new(d, size, rows, applicable)
+                let position_deletes = deletes.position_deletes(&d);
+                let equality = deletes.has_equality_deletes(&d);
+                PlannedFile {
+                    position_deletes,
+                    equality_deletes: equality,
+                    ..PlannedFile::new(d, size, rows)
+                }
             })
-            .collect()
+            .collect();
+        ScanFiles {
+            files,
+            equality_deletes,
+        }
     }
 }
 
@@ -187,9 +237,10 @@ async fn list_snapshot(table: &Table, snapshot: &SnapshotRef) -> Result<Snapshot
     })
 }
 
-/// The data files of `snapshot`, each with the delete files that apply to it.
+/// The data files of `snapshot`, each with the position deletes that apply to it (the
+/// equality deletes of the scan are in [`plan_files_pruned`]'s answer).
 pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<PlannedFile>> {
-    Ok(list_snapshot(table, snapshot).await?.plan(|_| true))
+    Ok(list_snapshot(table, snapshot).await?.plan(|_| true).files)
 }
 
 /// Splits files into at most `target` groups of similar total size (largest first, each into the
@@ -240,7 +291,8 @@ mod tests {
                 data_seq: 0,
                 spec_id: 0,
                 partition: Struct::empty(),
-                deletes: vec![],
+                position_deletes: vec![],
+                equality_deletes: false,
             })
             .collect();
         let groups = group_files(&files, 2, &LocationMap::default(), |_| vec![]).unwrap();

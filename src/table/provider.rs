@@ -237,19 +237,13 @@ impl TableProvider for IcebergTableProvider {
             predicate: predicate.as_ref().map(|p| p.to_string()),
         };
         let files = plan_files_pruned(&self.table, &snapshot, predicate).await?;
-        let mut deletes: Vec<&str> = files
-            .iter()
-            .flat_map(|f| f.deletes.iter().map(|d| d.path.as_str()))
-            .collect();
-        deletes.sort_unstable();
-        deletes.dedup();
         let summary = ScanSummary {
-            scanned_files: files.len(),
-            delete_files: deletes.len(),
-            total_files: summary.total_files.max(files.len()),
+            scanned_files: files.files.len(),
+            delete_files: files.delete_file_count(),
+            total_files: summary.total_files.max(files.files.len()),
             ..summary
         };
-        if files.is_empty() {
+        if files.files.is_empty() {
             return Ok(Arc::new(IcebergScanExec::new(
                 Arc::new(EmptyExec::new(projected)),
                 summary,

@@ -41,7 +41,7 @@ use crate::physical_plan::equality_delete::{
 use crate::physical_plan::positional_delete::{
     FileDeletes, PositionDeleteFile, PositionalDeleteExec,
 };
-use crate::scan::{group_files, DeleteFileRef, FieldIdAdapterFactory, PlannedFile};
+use crate::scan::{group_files, DeleteFileRef, FieldIdAdapterFactory, ScanFiles};
 use crate::table::provider::arrow_schema;
 use crate::IcebergOptions;
 
@@ -70,9 +70,10 @@ pub(crate) struct ScanRequest<'a> {
 pub(crate) async fn plan_scan(
     state: &dyn Session,
     req: &ScanRequest<'_>,
-    files: &[PlannedFile],
+    scan: &ScanFiles,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let has_deletes = files.iter().any(|f| !f.is_clean());
+    let files = &scan.files;
+    let has_deletes = scan.has_deletes();
     let rows: u64 = files.iter().map(|f| f.record_count).sum();
     let bytes: u64 = files.iter().map(|f| f.size).sum();
     // Manifest row counts are exact only without filters and without deletes.
@@ -112,7 +113,7 @@ pub(crate) async fn plan_scan(
             options.equality_delete_fanout
         )));
     }
-    let eq = EqualityDeletes::collect(files);
+    let eq = EqualityDeletes::collect(&scan.equality_deletes);
     let requested: Vec<usize> = match req.projection {
         Some(p) => p.clone(),
         None => (0..req.schema.fields().len()).collect(),
@@ -165,9 +166,8 @@ pub(crate) async fn plan_scan(
     let mut positional = HashMap::new();
     for f in files {
         let delete_files = f
-            .deletes
+            .position_deletes
             .iter()
-            .filter(|d| d.content == DataContentType::PositionDeletes)
             .map(|d| {
                 Ok(PositionDeleteFile {
                     location: req.locations.object_path(&d.path)?.to_string(),
@@ -271,11 +271,11 @@ struct EqualityDeletes<'a> {
 }
 
 impl<'a> EqualityDeletes<'a> {
-    fn collect(files: &'a [PlannedFile]) -> Self {
+    fn collect(deletes: &'a [Arc<DeleteFileRef>]) -> Self {
         let mut sets: BTreeMap<Vec<i32>, Vec<&DeleteFileRef>> = BTreeMap::new();
         let mut scopes = HashMap::new();
         let mut seen = HashSet::new();
-        for d in files.iter().flat_map(|f| f.deletes.iter()) {
+        for d in deletes {
             if d.content != DataContentType::EqualityDeletes || !seen.insert(d.path.as_str()) {
                 continue;
             }
