@@ -482,7 +482,11 @@ async fn read_position_deletes(
                         Some(b) => b,
                         None => bitmaps.entry(location.clone()).or_default(),
                     };
-                    bitmap.extend(run.iter().map(|p| *p as u64));
+                    // Sorted runs beyond the bitmap's maximum append in bulk; the rest insert.
+                    if let Err(e) = bitmap.append(run.iter().map(|p| *p as u64)) {
+                        let done = e.valid_until() as usize;
+                        bitmap.extend(run[done..].iter().map(|p| *p as u64));
+                    }
                 }
             }
             run_start = i;
