@@ -100,3 +100,37 @@ async fn delete_snapshot_removes_files_and_keeps_the_rest() {
     let after = s.catalog().load_table(&ident).await.unwrap();
     assert_eq!(after.metadata_location(), before.metadata_location());
 }
+
+#[tokio::test]
+async fn new_manifests_roll_at_the_target_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    // 3 KiB per manifest: three entries each.
+    sql(&s, "CREATE EXTERNAL TABLE ns.t (id BIGINT, p INT) STORED AS ICEBERG LOCATION '' PARTITIONED BY (p) OPTIONS ('commit.manifest.target-size-bytes' '3072')")
+        .await
+        .unwrap();
+    sql(
+        &s,
+        "INSERT INTO ns.t SELECT value, CAST(value % 7 AS INT) FROM generate_series(1, 70)",
+    )
+    .await
+    .unwrap();
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    let list = table.manifest_list_reader(&snapshot).load().await.unwrap();
+    // Seven data files in manifests of at most three.
+    let counts: Vec<u32> = list
+        .entries()
+        .iter()
+        .map(|m| m.added_files_count.unwrap_or(0))
+        .collect();
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert_eq!(counts.iter().sum::<u32>(), 7);
+    assert!(counts.iter().all(|c| *c <= 3));
+    assert_eq!(
+        rows(&s, "SELECT count(*), sum(id) FROM ns.t").await,
+        ["70|2485"]
+    );
+}

@@ -290,16 +290,23 @@ impl SnapshotProducer {
         }
         let mut keys: Vec<_> = groups.keys().cloned().collect();
         keys.sort();
+        let per_manifest = manifest_entries_target(metadata)?;
         let mut out = vec![];
-        for (n, key) in keys.into_iter().enumerate() {
+        let mut n = 0;
+        for key in keys {
             let files = groups.remove(&key).unwrap_or_default();
-            let path = self.metadata_path(metadata, &format!("{}-m{n}.avro", self.commit_uuid));
-            self.shared_files.push(path.clone());
-            let mut writer = manifest_writer(base, &path, snapshot_id, key.0, key.1)?;
-            for f in files {
-                writer.add_file(f, -1).df()?;
+            // Manifests roll like Java's at about commit.manifest.target-size-bytes, so readers
+            // hold one bounded manifest at a time.
+            for chunk in files.chunks(per_manifest) {
+                let path = self.metadata_path(metadata, &format!("{}-m{n}.avro", self.commit_uuid));
+                n += 1;
+                self.shared_files.push(path.clone());
+                let mut writer = manifest_writer(base, &path, snapshot_id, key.0, key.1)?;
+                for f in chunk {
+                    writer.add_file(f.clone(), -1).df()?;
+                }
+                out.push(writer.write_manifest_file().await.df()?);
             }
-            out.push(writer.write_manifest_file().await.df()?);
         }
         Ok(out)
     }
@@ -506,4 +513,24 @@ mod tests {
         assert_eq!(first["total-records"], "4");
         assert_eq!(first["total-delete-files"], "0");
     }
+}
+
+/// Bytes a manifest entry takes, roughly (path, partition, full column metrics).
+const MANIFEST_ENTRY_BYTES: usize = 1024;
+
+/// Entries per new manifest: `commit.manifest.target-size-bytes` (8 MiB) over the typical
+/// entry size.
+fn manifest_entries_target(metadata: &iceberg::spec::TableMetadata) -> Result<usize> {
+    let target = match metadata
+        .properties()
+        .get("commit.manifest.target-size-bytes")
+    {
+        Some(v) => v.parse::<usize>().map_err(|_| {
+            DataFusionError::Configuration(format!(
+                "commit.manifest.target-size-bytes must be an integer, got '{v}'"
+            ))
+        })?,
+        None => 8 * 1024 * 1024,
+    };
+    Ok((target / MANIFEST_ENTRY_BYTES).max(1))
 }
