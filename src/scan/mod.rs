@@ -16,7 +16,7 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
 use datafusion::error::{DataFusionError, Result};
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Predicate;
 use iceberg::spec::{DataContentType, ManifestContentType, SnapshotRef, Struct};
 use iceberg::table::Table;
@@ -188,53 +188,86 @@ impl SnapshotListing {
     }
 }
 
+/// Manifests read and decoded at once (each on the I/O runtime's threads).
+const MANIFEST_READ_CONCURRENCY: usize = 4;
+
+/// The live files of one manifest.
+type ManifestFiles = (Vec<(DataFileRef, u64, u64)>, Vec<DeleteFileRef>);
+
 async fn list_snapshot(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotListing> {
     let metadata = table.metadata();
     let list = table.manifest_list_reader(snapshot).load().await.df()?;
+    let jobs: Vec<(iceberg::spec::ManifestFile, bool)> = list
+        .entries()
+        .iter()
+        .map(|m| {
+            let unpartitioned = metadata
+                .partition_spec_by_id(m.partition_spec_id)
+                .is_none_or(|s| s.is_unpartitioned());
+            (m.clone(), unpartitioned)
+        })
+        .collect();
+    let file_io = table.file_io().clone();
+    // Decoding is CPU work: each manifest on its own task, reduced to what planning keeps
+    // before the next is read.
+    let reads = jobs.into_iter().map(move |(manifest, unpartitioned)| {
+        crate::io_runtime::spawn(read_manifest(manifest, file_io.clone(), unpartitioned))
+    });
+    let mut manifests = futures::stream::iter(reads).buffered(MANIFEST_READ_CONCURRENCY);
     let mut data = vec![];
     let mut deletes = vec![];
-    for manifest in list.entries() {
-        let spec_id = manifest.partition_spec_id;
-        let unpartitioned = metadata
-            .partition_spec_by_id(spec_id)
-            .is_none_or(|s| s.is_unpartitioned());
-        let loaded = manifest.load_manifest(table.file_io()).await.df()?;
-        for entry in loaded.entries() {
-            if !entry.is_alive() {
-                continue;
-            }
-            let file = entry.data_file();
-            let data_seq = entry.sequence_number().unwrap_or(0);
-            match entry.content_type() {
-                DataContentType::Data => data.push((
-                    DataFileRef {
-                        path: file.file_path().to_string(),
-                        data_seq,
-                        spec_id,
-                        partition: file.partition().clone(),
-                    },
-                    file.file_size_in_bytes(),
-                    file.record_count(),
-                )),
-                content => deletes.push(DeleteFileRef {
-                    path: file.file_path().to_string(),
-                    size: file.file_size_in_bytes(),
-                    record_count: file.record_count(),
-                    content,
-                    data_seq,
-                    spec_id,
-                    spec_unpartitioned: unpartitioned,
-                    partition: file.partition().clone(),
-                    referenced_data_file: file.referenced_data_file(),
-                    equality_ids: file.equality_ids().unwrap_or_default(),
-                }),
-            }
-        }
+    while let Some(files) = manifests.next().await {
+        let (d, del) = files?;
+        data.extend(d);
+        deletes.extend(del);
     }
     Ok(SnapshotListing {
         data,
         deletes: DeleteIndex::new(deletes),
     })
+}
+
+async fn read_manifest(
+    manifest: iceberg::spec::ManifestFile,
+    file_io: iceberg::io::FileIO,
+    unpartitioned: bool,
+) -> Result<ManifestFiles> {
+    let spec_id = manifest.partition_spec_id;
+    let loaded = manifest.load_manifest(&file_io).await.df()?;
+    let mut data = vec![];
+    let mut deletes = vec![];
+    for entry in loaded.entries() {
+        if !entry.is_alive() {
+            continue;
+        }
+        let file = entry.data_file();
+        let data_seq = entry.sequence_number().unwrap_or(0);
+        match entry.content_type() {
+            DataContentType::Data => data.push((
+                DataFileRef {
+                    path: file.file_path().to_string(),
+                    data_seq,
+                    spec_id,
+                    partition: file.partition().clone(),
+                },
+                file.file_size_in_bytes(),
+                file.record_count(),
+            )),
+            content => deletes.push(DeleteFileRef {
+                path: file.file_path().to_string(),
+                size: file.file_size_in_bytes(),
+                record_count: file.record_count(),
+                content,
+                data_seq,
+                spec_id,
+                spec_unpartitioned: unpartitioned,
+                partition: file.partition().clone(),
+                referenced_data_file: file.referenced_data_file(),
+                equality_ids: file.equality_ids().unwrap_or_default(),
+            }),
+        }
+    }
+    Ok((data, deletes))
 }
 
 /// The data files of `snapshot`, each with the position deletes that apply to it (the
