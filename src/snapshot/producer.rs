@@ -486,6 +486,26 @@ fn add_totals(props: &mut HashMap<String, String>, previous: Option<&Summary>) {
     }
 }
 
+/// Bytes a manifest entry takes, roughly (path, partition, full column metrics).
+const MANIFEST_ENTRY_BYTES: usize = 1024;
+
+/// Entries per new manifest: `commit.manifest.target-size-bytes` (8 MiB) over the typical
+/// entry size.
+fn manifest_entries_target(metadata: &iceberg::spec::TableMetadata) -> Result<usize> {
+    let target = match metadata
+        .properties()
+        .get("commit.manifest.target-size-bytes")
+    {
+        Some(v) => v.parse::<usize>().map_err(|_| {
+            DataFusionError::Configuration(format!(
+                "commit.manifest.target-size-bytes must be an integer, got '{v}'"
+            ))
+        })?,
+        None => 8 * 1024 * 1024,
+    };
+    Ok((target / MANIFEST_ENTRY_BYTES).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,24 +533,4 @@ mod tests {
         assert_eq!(first["total-records"], "4");
         assert_eq!(first["total-delete-files"], "0");
     }
-}
-
-/// Bytes a manifest entry takes, roughly (path, partition, full column metrics).
-const MANIFEST_ENTRY_BYTES: usize = 1024;
-
-/// Entries per new manifest: `commit.manifest.target-size-bytes` (8 MiB) over the typical
-/// entry size.
-fn manifest_entries_target(metadata: &iceberg::spec::TableMetadata) -> Result<usize> {
-    let target = match metadata
-        .properties()
-        .get("commit.manifest.target-size-bytes")
-    {
-        Some(v) => v.parse::<usize>().map_err(|_| {
-            DataFusionError::Configuration(format!(
-                "commit.manifest.target-size-bytes must be an integer, got '{v}'"
-            ))
-        })?,
-        None => 8 * 1024 * 1024,
-    };
-    Ok((target / MANIFEST_ENTRY_BYTES).max(1))
 }
