@@ -4,7 +4,8 @@
 //! DataFusion over the bare data files (ignoring deletes: the physical limit) and DuckDB's
 //! `iceberg_scan` (from the test venv, when present). Prints medians and ratios.
 //!
-//! `cargo bench --bench merge_on_read`
+//! `cargo bench --bench merge_on_read`; `ICEBERG_EXEC_BENCH_MEMORY_LIMIT=64M` runs our queries
+//! under a memory pool of that size.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -95,9 +96,12 @@ fn main() {
     let files = 20i64;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let session = rt
-        .block_on(IcebergSession::open(WarehouseConfig::local(dir.path())))
-        .unwrap();
+    // `ICEBERG_EXEC_BENCH_MEMORY_LIMIT` (e.g. 64M) puts our queries under a memory pool.
+    let mut config = WarehouseConfig::local(dir.path());
+    if let Ok(limit) = std::env::var("ICEBERG_EXEC_BENCH_MEMORY_LIMIT") {
+        config.memory_limit = Some(iceberg_exec::parse_size(&limit).unwrap());
+    }
+    let session = rt.block_on(IcebergSession::open(config)).unwrap();
     let ctx = session.context().clone();
     let store: Arc<dyn MetadataStore> = session.catalog().clone();
     let (pos_meta, eq_meta, data_files) = rt.block_on(async {
