@@ -143,8 +143,15 @@ pub(crate) async fn plan_scan(
         if eq.sets.is_empty() {
             vec![]
         } else {
+            // A file no equality delete applies to reads as newest of all: the join passes its
+            // batches without looking keys up (the answer is the same by the gating rule).
+            let gate = if f.equality_deletes {
+                f.data_seq
+            } else {
+                i64::MAX
+            };
             vec![
-                ScalarValue::Int64(Some(f.data_seq)),
+                ScalarValue::Int64(Some(gate)),
                 ScalarValue::Int32(Some(eq.scope_of(f.spec_id, &f.partition))),
             ]
         }
