@@ -2,7 +2,8 @@
 //!
 //! `cargo test --test sqllogictests` runs all files; an argument filters by file name.
 //! Cell values print as DataFusion displays them, NULL as `NULL`, the empty string as `(empty)`;
-//! the warehouse directory prints as `WAREHOUSE` and `$WAREHOUSE` in SQL stands for it.
+//! the warehouse directory prints as `WAREHOUSE` and `$WAREHOUSE` in SQL stands for it;
+//! `$FIXTURES` stands for the Spark-written tables of ../shared/fixtures/duckdb-iceberg.
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +17,13 @@ use sqllogictest::{DBOutput, DefaultColumnType};
 struct Db {
     session: IcebergSession,
     warehouse: String,
+}
+
+/// The Spark-written tables of ../shared/fixtures (`$FIXTURES` in SQL).
+fn fixtures() -> String {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/duckdb-iceberg");
+    dir.canonicalize().unwrap_or(dir).display().to_string()
 }
 
 #[derive(Debug)]
@@ -78,7 +86,9 @@ impl sqllogictest::AsyncDB for Db {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
-        let sql = sql.replace("$WAREHOUSE", &self.warehouse);
+        let sql = sql
+            .replace("$WAREHOUSE", &self.warehouse)
+            .replace("$FIXTURES", &fixtures());
         let df = self.session.context().sql(&sql).await?;
         let width = df.schema().fields().len();
         let batches = df.collect().await?;
