@@ -82,37 +82,6 @@ pub(crate) async fn plan_scan(
     } else {
         Precision::Exact(rows as usize)
     };
-    let statistics = Statistics::new_unknown(req.schema)
-        .with_num_rows(rows)
-        .with_total_byte_size(Precision::Inexact(bytes as usize));
-    let target = state.config().target_partitions();
-    let adapter = Arc::new(FieldIdAdapterFactory::new(
-        req.read_schema,
-        req.table.metadata().properties(),
-    ));
-
-    if !has_deletes {
-        let groups = group_files(files, target, req.locations, |_| vec![])?;
-        let config = FileScanConfigBuilder::new(
-            ObjectStoreUrl::local_filesystem(),
-            Arc::new(ParquetSource::new(Arc::clone(req.schema))),
-        )
-        .with_file_groups(groups)
-        .with_statistics(statistics)
-        .with_expr_adapter(Some(adapter))
-        .with_projection_indices(req.projection.cloned())?
-        .with_limit(req.limit)
-        .build();
-        return parquet_plan(state, config).await;
-    }
-
-    let options = IcebergOptions::from_config(state.config_options());
-    if options.equality_delete_fanout < 2 {
-        return Err(DataFusionError::Configuration(format!(
-            "iceberg.equality_delete_fanout must be at least 2, got {}",
-            options.equality_delete_fanout
-        )));
-    }
     let eq = EqualityDeletes::collect(&scan.equality_deletes);
     let requested: Vec<usize> = match req.projection {
         Some(p) => p.clone(),
@@ -120,29 +89,46 @@ pub(crate) async fn plan_scan(
     };
     // Key columns the query did not ask for are read too, and projected away at the end.
     let mut needed = requested.clone();
+    let mut keys_of_set: Vec<Vec<usize>> = vec![];
     for ids in eq.sets.keys() {
+        let mut keys = vec![];
         for id in ids {
             let idx = top_level_column(req.read_schema, *id)?;
-            if !needed.contains(&idx) {
-                needed.push(idx);
-            }
+            let at = match needed.iter().position(|&n| n == idx) {
+                Some(at) => at,
+                None => {
+                    needed.push(idx);
+                    needed.len() - 1
+                }
+            };
+            keys.push(at);
         }
+        keys_of_set.push(keys);
     }
+    // The hidden per-file columns follow the table's columns.
     let file_columns = req.schema.fields().len();
-    let mut scan_projection = needed.clone();
-    let partition_columns: Vec<FieldRef> = if eq.sets.is_empty() {
-        vec![]
+    let (projection, partition_columns): (Option<Vec<usize>>, Vec<FieldRef>) = if eq.sets.is_empty()
+    {
+        (req.projection.cloned(), vec![])
     } else {
-        scan_projection.extend([file_columns, file_columns + 1]);
-        vec![
-            Arc::new(Field::new(DATA_SEQ_COLUMN, DataType::Int64, false)),
-            Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)),
-        ]
+        let mut projection = needed.clone();
+        projection.extend([file_columns, file_columns + 1]);
+        (
+            Some(projection),
+            vec![
+                Arc::new(Field::new(DATA_SEQ_COLUMN, DataType::Int64, false)),
+                Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)),
+            ],
+        )
     };
-    let groups = group_files(files, target, req.locations, |f| {
-        if eq.sets.is_empty() {
-            vec![]
-        } else {
+    let groups = group_files(
+        files,
+        state.config().target_partitions(),
+        req.locations,
+        |f| {
+            if eq.sets.is_empty() {
+                return vec![];
+            }
             // A file no equality delete applies to reads as newest of all: the join passes its
             // batches without looking keys up (the answer is the same by the gating rule).
             let gate = if f.equality_deletes {
@@ -154,21 +140,28 @@ pub(crate) async fn plan_scan(
                 ScalarValue::Int64(Some(gate)),
                 ScalarValue::Int32(Some(eq.scope_of(f.spec_id, &f.partition))),
             ]
-        }
-    })?;
+        },
+    )?;
     let table_schema = TableSchema::new(Arc::clone(req.schema), partition_columns);
-    let statistics = Statistics {
-        column_statistics: Statistics::new_unknown(table_schema.table_schema()).column_statistics,
-        ..statistics
-    };
-    let source = ParquetSource::new(table_schema);
-    let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
-        .with_file_groups(groups)
-        .with_statistics(statistics)
-        .with_expr_adapter(Some(adapter))
-        .with_projection_indices(Some(scan_projection))?
-        .build();
+    let statistics = Statistics::new_unknown(table_schema.table_schema())
+        .with_num_rows(rows)
+        .with_total_byte_size(Precision::Inexact(bytes as usize));
+    let adapter = FieldIdAdapterFactory::new(req.read_schema, req.table.metadata().properties());
+    let config = FileScanConfigBuilder::new(
+        ObjectStoreUrl::local_filesystem(),
+        Arc::new(ParquetSource::new(table_schema)),
+    )
+    .with_file_groups(groups)
+    .with_statistics(statistics)
+    .with_expr_adapter(Some(Arc::new(adapter)))
+    .with_projection_indices(projection)?
+    // Deletes remove rows after the read: a limit cannot go to the reader then.
+    .with_limit(req.limit.filter(|_| !has_deletes))
+    .build();
     let mut plan = parquet_plan(state, config).await?;
+    if !has_deletes {
+        return Ok(plan);
+    }
 
     let mut positional = HashMap::new();
     for f in files {
@@ -196,16 +189,7 @@ pub(crate) async fn plan_scan(
         plan = Arc::new(PositionalDeleteExec::try_new(plan, positional)?);
     }
 
-    for (ids, deletes) in &eq.sets {
-        let keys = ids
-            .iter()
-            .map(|id| {
-                let idx = top_level_column(req.read_schema, *id)?;
-                needed.iter().position(|&n| n == idx).ok_or_else(|| {
-                    DataFusionError::Internal(format!("key column {idx} is not read"))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+    for ((ids, deletes), keys) in eq.sets.iter().zip(keys_of_set) {
         let build = delete_scan(state, req, ids, deletes, &eq).await?;
         let columns = EqualityDeleteColumns {
             keys,
@@ -217,11 +201,11 @@ pub(crate) async fn plan_scan(
             build,
             columns,
             ids.clone(),
-            options.equality_delete_fanout,
+            IcebergOptions::from_config(state.config_options()).equality_delete_fanout,
         )?);
     }
 
-    if scan_projection_len(&needed, &eq) != requested.len() {
+    if plan.schema().fields().len() != requested.len() {
         let schema = plan.schema();
         let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = (0..requested.len())
             .map(|i| {
@@ -235,11 +219,6 @@ pub(crate) async fn plan_scan(
         plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
     }
     Ok(plan)
-}
-
-/// Columns the data scan yields.
-fn scan_projection_len(needed: &[usize], eq: &EqualityDeletes) -> usize {
-    needed.len() + if eq.sets.is_empty() { 0 } else { 2 }
 }
 
 async fn parquet_plan(

@@ -58,7 +58,7 @@ const SPILL_BATCH_ROWS: usize = 8192;
 /// spill files) when the last partition is done with it.
 #[derive(Debug, Default)]
 struct SharedBuild {
-    built: tokio::sync::Mutex<Option<Arc<Built>>>,
+    built: tokio::sync::Mutex<Option<Arc<Loaded>>>,
     users: AtomicUsize,
 }
 
@@ -80,18 +80,6 @@ impl Drop for BuildUser {
             }
         }
     }
-}
-
-/// The build side, once read.
-#[derive(Debug)]
-enum Built {
-    /// Every key fits in memory.
-    Memory {
-        table: KeyTable,
-        _reservation: MemoryReservation,
-    },
-    /// Keys partitioned by `partition_of(key, 0)` into spill files (`None`: no key there).
-    Spilled(Vec<Option<RefCountedTempFile>>),
 }
 
 /// Where the hidden columns and keys are in the probe input.
@@ -137,7 +125,7 @@ impl EqualityDeleteExec {
         let build_schema = build.schema();
         if fanout < 2 {
             return Err(DataFusionError::Configuration(format!(
-                "the equality-delete join needs a fanout of at least 2, got {fanout}"
+                "the equality-delete join needs a fanout of at least 2 (iceberg.equality_delete_fanout), got {fanout}"
             )));
         }
         let k = columns.keys.len();
@@ -370,10 +358,12 @@ impl<'a> Partitioner<'a> {
     }
 }
 
-/// What loading a build partition gave.
+/// Deleted keys once read (the whole build side, or one spilled partition of it).
+#[derive(Debug)]
 enum Loaded {
+    /// Every key fits in memory, paid for by the reservation.
     Fits(KeyTable, MemoryReservation),
-    /// Too large: the keys, split again at the given level.
+    /// Too large: the keys, partitioned by key hash into spill files (`None`: no key there).
     Split(Vec<Option<RefCountedTempFile>>),
 }
 
@@ -455,67 +445,80 @@ impl Joiner {
         &self,
         build: Arc<dyn ExecutionPlan>,
         context: Arc<TaskContext>,
-    ) -> Result<Built> {
-        let k = self.columns.keys.len();
+    ) -> Result<Loaded> {
         let streams = (0..build.output_partitioning().partition_count())
             .map(|p| build.execute(p, Arc::clone(&context)))
             .collect::<Result<Vec<_>>>()?;
-        let mut input = futures::stream::select_all(streams);
+        let keys = futures::stream::select_all(streams).map(|b| self.key_batch(&b?));
+        let loaded = self.fill(keys, 0, "build").await?;
+        if let Loaded::Fits(table, _) = &loaded {
+            self.build_keys.add(table.len());
+        }
+        Ok(loaded)
+    }
+
+    /// Delete rows (key…, delete_seq, scope) as a batch of (row-encoded key, scope, seq).
+    fn key_batch(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let k = self.columns.keys.len();
+        let rows = self.encode(&batch.columns()[..k])?;
+        let mut keys = BinaryBuilder::new();
+        for r in rows.iter() {
+            keys.append_value(r.as_ref());
+        }
+        Ok(RecordBatch::try_new(
+            Arc::clone(self.key_spill.schema()),
+            vec![
+                Arc::new(keys.finish()),
+                cast(batch.column(k + 1), &DataType::Int32)?,
+                cast(batch.column(k), &DataType::Int64)?,
+            ],
+        )?)
+    }
+
+    /// Reads key batches into a table, or, once the pool refuses it, into spill partitions
+    /// split at `level`.
+    async fn fill(
+        &self,
+        mut batches: impl futures::Stream<Item = Result<RecordBatch>> + Unpin,
+        level: u32,
+        consumer: &str,
+    ) -> Result<Loaded> {
         let mut table = KeyTable::default();
-        let reservation = self.reservation("build");
-        let mut spill: Option<Partitioner> = None;
-        while let Some(batch) = input.next().await {
+        let reservation = self.reservation(consumer);
+        let mut split: Option<Partitioner> = None;
+        while let Some(batch) = batches.next().await {
             let batch = batch?;
-            let rows = self.encode(&batch.columns()[..k])?;
-            let seq = cast(batch.column(k), &DataType::Int64)?;
-            let seq = seq.as_primitive::<Int64Type>();
-            let scope = cast(batch.column(k + 1), &DataType::Int32)?;
-            let scope = scope.as_primitive::<Int32Type>();
-            if spill.is_none() {
-                let key_bytes: usize = rows.iter().map(|r| r.as_ref().len()).sum();
-                let projected = table.size_after(rows.num_rows(), key_bytes);
+            let keys = binary_keys(&batch)?;
+            if split.is_none() {
+                let projected = table.size_after(batch.num_rows(), keys.value_data().len());
                 if reservation.try_resize(projected).is_ok() {
-                    for i in 0..rows.num_rows() {
-                        table.insert(rows.row(i).as_ref(), scope.value(i), seq.value(i));
+                    let scope = batch.column(1).as_primitive::<Int32Type>();
+                    let seq = batch.column(2).as_primitive::<Int64Type>();
+                    for i in 0..batch.num_rows() {
+                        table.insert(keys.value(i), scope.value(i), seq.value(i));
                     }
                     reservation.resize(table.size());
                     continue;
                 }
                 // The pool refuses: everything goes to disk, partitioned by key.
-                let mut p = Partitioner::new(self, &self.key_spill, 0);
+                let mut p = Partitioner::new(self, &self.key_spill, level);
                 for kb in key_batches(&table)? {
                     p.push(&kb, binary_keys(&kb)?.iter().flatten())?;
                 }
                 table = KeyTable::default();
                 reservation.resize(0);
-                spill = Some(p);
+                split = Some(p);
             }
-            if let Some(p) = spill.as_mut() {
-                let mut keys = BinaryBuilder::new();
-                for r in rows.iter() {
-                    keys.append_value(r.as_ref());
-                }
-                let kb = RecordBatch::try_new(
-                    Arc::clone(self.key_spill.schema()),
-                    vec![
-                        Arc::new(keys.finish()),
-                        Arc::new(scope.clone()),
-                        Arc::new(seq.clone()),
-                    ],
-                )?;
-                p.push(&kb, rows.iter().map(|r| r.data()))?;
+            if let Some(p) = split.as_mut() {
+                p.push(&batch, keys.iter().flatten())?;
             }
         }
-        match spill {
+        match split {
             None => {
                 seal(&mut table, &reservation);
-                self.build_keys.add(table.len());
-                Ok(Built::Memory {
-                    table,
-                    _reservation: reservation,
-                })
+                Ok(Loaded::Fits(table, reservation))
             }
-            Some(p) => Ok(Built::Spilled(p.finish()?)),
+            Some(p) => Ok(Loaded::Split(p.finish()?)),
         }
     }
 
@@ -565,12 +568,12 @@ impl Joiner {
     /// Streams the probe input through the built keys to `tx`.
     async fn probe(
         &self,
-        built: &Built,
+        built: &Loaded,
         mut input: SendableRecordBatchStream,
         tx: &Sender<Result<RecordBatch>>,
     ) -> Result<()> {
         match built {
-            Built::Memory { table, .. } => {
+            Loaded::Fits(table, _) => {
                 while let Some(batch) = input.next().await {
                     if !send(tx, self.filter(table, &batch?)?).await {
                         return Ok(());
@@ -578,7 +581,7 @@ impl Joiner {
                 }
                 Ok(())
             }
-            Built::Spilled(build_files) => {
+            Loaded::Split(build_files) => {
                 let mut probe = Partitioner::new(self, &self.probe_spill, 0);
                 while let Some(batch) = input.next().await {
                     let batch = batch?;
@@ -651,43 +654,8 @@ impl Joiner {
                 self.partition
             )));
         }
-        let mut stream = self.key_spill.read_spill_as_stream(file, None)?;
-        let mut table = KeyTable::default();
-        let reservation = self.reservation(&self.partition.to_string());
-        let mut split: Option<Partitioner> = None;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            let keys = binary_keys(&batch)?;
-            if split.is_none() {
-                let projected = table.size_after(batch.num_rows(), keys.value_data().len());
-                if reservation.try_resize(projected).is_ok() {
-                    let scope = batch.column(1).as_primitive::<Int32Type>();
-                    let seq = batch.column(2).as_primitive::<Int64Type>();
-                    for i in 0..batch.num_rows() {
-                        table.insert(keys.value(i), scope.value(i), seq.value(i));
-                    }
-                    reservation.resize(table.size());
-                    continue;
-                }
-                let mut p = Partitioner::new(self, &self.key_spill, level);
-                for kb in key_batches(&table)? {
-                    p.push(&kb, binary_keys(&kb)?.iter().flatten())?;
-                }
-                table = KeyTable::default();
-                reservation.resize(0);
-                split = Some(p);
-            }
-            if let Some(p) = split.as_mut() {
-                p.push(&batch, keys.iter().flatten())?;
-            }
-        }
-        match split {
-            None => {
-                seal(&mut table, &reservation);
-                Ok(Loaded::Fits(table, reservation))
-            }
-            Some(p) => Ok(Loaded::Split(p.finish()?)),
-        }
+        let stream = self.key_spill.read_spill_as_stream(file, None)?;
+        self.fill(stream, level, &self.partition.to_string()).await
     }
 }
 

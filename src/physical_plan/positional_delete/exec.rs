@@ -23,6 +23,7 @@ use arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Statistics;
 use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
 use datafusion::datasource::source::DataSourceExec;
@@ -44,7 +45,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
-use parquet::arrow::async_reader::{AsyncFileReader, ParquetObjectReader};
+use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::statistics::Statistics as ParquetStatistics;
 use roaring::RoaringTreemap;
@@ -310,12 +311,16 @@ impl FileOpener {
         let location = file.object_meta.location.to_string();
         let file = match bitmaps.get(&location) {
             Some(deleted) if !deleted.is_empty() => {
-                let mut reader = ParquetObjectReader::new(
-                    Arc::clone(&self.store),
-                    file.object_meta.location.clone(),
-                )
-                .with_file_size(file.object_meta.size);
-                let metadata = reader.get_metadata(None).await?;
+                // Through DataFusion's metadata cache: the scan of this file reuses the footer.
+                let metadata = DFParquetMetadata::new(self.store.as_ref(), &file.object_meta)
+                    .with_file_metadata_cache(Some(
+                        self.context
+                            .runtime_env()
+                            .cache_manager
+                            .get_file_metadata_cache(),
+                    ))
+                    .fetch_metadata()
+                    .await?;
                 let rows: Vec<u64> = metadata
                     .row_groups()
                     .iter()
