@@ -13,6 +13,9 @@ extensions_options! {
         /// Spill partitions per round of the equality-delete join when its keys do not fit in
         /// memory (Grace hash join fanout).
         pub equality_delete_fanout: usize, default = 16
+        /// How `DELETE` removes rows from files it cannot drop whole: `copy-on-write` or
+        /// `merge-on-read`; empty means the table's `write.delete.mode` (copy-on-write when unset).
+        pub delete_mode: String, default = String::new()
     }
 }
 

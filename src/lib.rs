@@ -20,6 +20,7 @@
 
 pub mod catalog;
 mod config;
+mod dml;
 mod error;
 mod io_runtime;
 mod location;
@@ -35,6 +36,7 @@ pub use catalog::{
     SqlCatalogConfig,
 };
 pub use config::IcebergOptions;
+pub use dml::IcebergQueryPlanner;
 pub use location::LocationMap;
 pub use session::{parse_size, IcebergSession, WarehouseConfig};
 pub use table::{

@@ -140,6 +140,7 @@ impl IcebergSession {
             .with_config(config)
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_query_planner(Arc::new(crate::IcebergQueryPlanner::new()))
             .build();
         state
             .table_factories_mut()

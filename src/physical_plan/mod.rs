@@ -2,6 +2,7 @@
 
 pub mod commit;
 pub mod equality_delete;
+pub mod keep_rows;
 pub mod positional_delete;
 pub mod scan;
 mod spill;

@@ -6,4 +6,4 @@ pub(crate) mod metadata_file;
 mod producer;
 
 pub use commit::{commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown};
-pub use producer::{NewFile, SnapshotChanges, SnapshotProducer, MAIN_BRANCH};
+pub use producer::{MayMatch, NewFile, SnapshotChanges, SnapshotProducer, Validation, MAIN_BRANCH};

@@ -14,6 +14,7 @@
 //! reused, the manifest list and metadata are rebuilt.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
 use iceberg::io::FileIO;
@@ -52,6 +53,33 @@ pub struct SnapshotChanges {
     pub removed_files: HashSet<String>,
     /// Extra summary properties (e.g. the engine that wrote the snapshot).
     pub summary_properties: HashMap<String, String>,
+    /// Checks against commits that happened since the statement read the table.
+    pub validation: Option<Validation>,
+}
+
+/// Decides whether a data file committed concurrently may hold rows a statement's condition
+/// matches (`true` when it cannot tell).
+pub type MayMatch = Arc<dyn Fn(&TableMetadata, i32, &DataFile) -> bool + Send + Sync>;
+
+/// What a statement that read the table at `base_snapshot_id` requires of the commits made
+/// since, for its result to equal running it after them (serializable isolation).
+#[derive(Clone)]
+pub struct Validation {
+    /// The snapshot the statement read (`None`: the table was empty).
+    pub base_snapshot_id: Option<i64>,
+    /// New data files it would have had to see: a conflict when this says they may match.
+    pub may_match: MayMatch,
+    /// Data files whose rows it read and removes or rewrites: new deletes for them conflict.
+    pub read_files: HashSet<String>,
+}
+
+impl std::fmt::Debug for Validation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Validation")
+            .field("base_snapshot_id", &self.base_snapshot_id)
+            .field("read_files", &self.read_files.len())
+            .finish()
+    }
 }
 
 impl SnapshotChanges {
@@ -129,6 +157,9 @@ impl SnapshotProducer {
             }
         };
         let parent = metadata.snapshot_for_ref(MAIN_BRANCH).cloned();
+        if let Some(validation) = &self.changes.validation {
+            validate(base, parent.as_ref().map(|p| p.snapshot_id()), validation).await?;
+        }
         let format_version = metadata.format_version();
         let sequence_number = match format_version {
             FormatVersion::V1 => 0,
@@ -401,6 +432,67 @@ impl SnapshotProducer {
         }
         self.new_manifests = None;
     }
+}
+
+/// Fails when a snapshot committed after `validation.base_snapshot_id` (up to `head`) changed
+/// what the statement read: new data files its condition may match, or new delete files that may
+/// apply to files it read.
+async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> Result<()> {
+    let metadata = base.metadata();
+    let mut at = head;
+    while at != validation.base_snapshot_id {
+        let Some(id) = at else {
+            return Err(DataFusionError::Execution(
+                "commit conflict: the snapshot this statement read is no longer an ancestor of \
+                 the table's current state (rolled back concurrently); nothing was changed"
+                    .into(),
+            ));
+        };
+        let snapshot = metadata.snapshot_by_id(id).ok_or_else(|| {
+            DataFusionError::Internal(format!("snapshot {id} is missing from the table"))
+        })?;
+        let list = base.manifest_list_reader(snapshot).load().await.df()?;
+        for manifest in list.entries() {
+            if manifest.added_snapshot_id != id {
+                continue;
+            }
+            let loaded = manifest.load_manifest(base.file_io()).await.df()?;
+            for entry in loaded.entries() {
+                if entry.status() != ManifestStatus::Added {
+                    continue;
+                }
+                let file = entry.data_file();
+                let conflict = match entry.content_type() {
+                    DataContentType::Data => (validation.may_match)(
+                        metadata,
+                        manifest.partition_spec_id,
+                        file,
+                    )
+                    .then_some(
+                        "added a data file that may hold rows this statement's condition matches",
+                    ),
+                    _ => {
+                        let unrelated = matches!(
+                            file.referenced_data_file(),
+                            Some(r) if !validation.read_files.contains(&r)
+                        );
+                        (!validation.read_files.is_empty() && !unrelated).then_some(
+                            "added delete files that may apply to data files this statement rewrites",
+                        )
+                    }
+                };
+                if let Some(what) = conflict {
+                    return Err(DataFusionError::Execution(format!(
+                        "commit conflict: snapshot {id}, committed concurrently, {what} ({}); \
+                         nothing was changed, run the statement again",
+                        file.file_path()
+                    )));
+                }
+            }
+        }
+        at = snapshot.parent_snapshot_id();
+    }
+    Ok(())
 }
 
 /// Deletes a file written for a failed commit; one that cannot be removed is only an orphan.

@@ -4,8 +4,8 @@
 mod by_path;
 mod factory;
 mod function;
-mod provider;
-mod scan_plan;
+pub(crate) mod provider;
+pub(crate) mod scan_plan;
 mod snapshots;
 pub(crate) mod spec;
 

@@ -174,6 +174,22 @@ impl IcebergTableProvider {
     pub fn table(&self) -> &Table {
         &self.table
     }
+
+    /// The table a `DELETE`/`UPDATE` changes (an error when the provider is read-only).
+    fn dml_target(&self, op: &str) -> Result<crate::dml::delete::DmlTarget<'_>> {
+        let Some(store) = &self.store else {
+            return Err(DataFusionError::Plan(format!(
+                "{op} on table '{}' is not possible: it is read-only here (opened by path or at a \
+                 past snapshot)",
+                self.table.identifier()
+            )));
+        };
+        Ok(crate::dml::delete::DmlTarget {
+            table: &self.table,
+            store: Arc::clone(store),
+            locations: &self.locations,
+        })
+    }
 }
 
 #[async_trait]
@@ -256,9 +272,19 @@ impl TableProvider for IcebergTableProvider {
             filtered: !filters.is_empty(),
             limit,
             locations: &self.locations,
+            file_column: false,
         };
         let parquet = plan_scan(state, &request, &files).await?;
         Ok(Arc::new(IcebergScanExec::new(parquet, summary)))
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = self.dml_target("DELETE")?;
+        crate::dml::delete::plan_delete(target, state, filters).await
     }
 
     async fn insert_into(

@@ -51,6 +51,8 @@ const DATA_SEQ_COLUMN: &str = "__iceberg_data_seq";
 const SCOPE_COLUMN: &str = "__iceberg_delete_scope";
 /// Per-file column of equality delete files: their sequence number.
 const DELETE_SEQ_COLUMN: &str = "__iceberg_delete_seq";
+/// Hidden per-file column: the data file's location as recorded in its manifest.
+pub(crate) const FILE_COLUMN: &str = "__iceberg_file";
 
 /// What a scan reads.
 pub(crate) struct ScanRequest<'a> {
@@ -64,6 +66,8 @@ pub(crate) struct ScanRequest<'a> {
     pub filtered: bool,
     pub limit: Option<usize>,
     pub locations: &'a LocationMap,
+    /// Whether the output ends with [`FILE_COLUMN`] (dictionary-encoded, one value per file).
+    pub file_column: bool,
 }
 
 /// The plan reading `files`, with their deletes applied.
@@ -105,43 +109,62 @@ pub(crate) async fn plan_scan(
         }
         keys_of_set.push(keys);
     }
-    // The hidden per-file columns follow the table's columns.
+    // The hidden per-file columns follow the table's columns: the file's location when asked
+    // for, then the equality-delete gate columns when equality deletes apply.
     let file_columns = req.schema.fields().len();
-    let (projection, partition_columns): (Option<Vec<usize>>, Vec<FieldRef>) = if eq.sets.is_empty()
-    {
-        (req.projection.cloned(), vec![])
+    let mut partition_columns: Vec<FieldRef> = vec![];
+    if req.file_column {
+        partition_columns.push(Arc::new(Field::new(
+            FILE_COLUMN,
+            DataType::Dictionary(Box::new(DataType::UInt16), Box::new(DataType::Utf8)),
+            false,
+        )));
+    }
+    let gate_at = needed.len() + partition_columns.len();
+    if !eq.sets.is_empty() {
+        partition_columns.push(Arc::new(Field::new(
+            DATA_SEQ_COLUMN,
+            DataType::Int64,
+            false,
+        )));
+        partition_columns.push(Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)));
+    }
+    let projection: Option<Vec<usize>> = if partition_columns.is_empty() {
+        req.projection.cloned()
     } else {
         let mut projection = needed.clone();
-        projection.extend([file_columns, file_columns + 1]);
-        (
-            Some(projection),
-            vec![
-                Arc::new(Field::new(DATA_SEQ_COLUMN, DataType::Int64, false)),
-                Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)),
-            ],
-        )
+        projection.extend(file_columns..file_columns + partition_columns.len());
+        Some(projection)
     };
     let groups = group_files(
         files,
         state.config().target_partitions(),
         req.locations,
         |f| {
-            if eq.sets.is_empty() {
-                return vec![];
+            let mut values = vec![];
+            if req.file_column {
+                values.push(ScalarValue::Dictionary(
+                    Box::new(DataType::UInt16),
+                    Box::new(ScalarValue::Utf8(Some(f.path.clone()))),
+                ));
             }
-            // A file no equality delete applies to reads as newest of all: the join passes its
-            // batches without looking keys up (the answer is the same by the gating rule).
-            let gate = if f.equality_deletes {
-                f.data_seq
-            } else {
-                i64::MAX
-            };
-            vec![
-                ScalarValue::Int64(Some(gate)),
-                ScalarValue::Int32(Some(eq.scope_of(f.spec_id, &f.partition))),
-            ]
+            if !eq.sets.is_empty() {
+                // A file no equality delete applies to reads as newest of all: the join passes
+                // its batches without looking keys up (same answer by the gating rule).
+                let gate = if f.equality_deletes {
+                    f.data_seq
+                } else {
+                    i64::MAX
+                };
+                values.push(ScalarValue::Int64(Some(gate)));
+                values.push(ScalarValue::Int32(Some(
+                    eq.scope_of(f.spec_id, &f.partition),
+                )));
+            }
+            values
         },
     )?;
+    let hidden_columns = partition_columns.len();
     let table_schema = TableSchema::new(Arc::clone(req.schema), partition_columns);
     let statistics = Statistics::new_unknown(table_schema.table_schema())
         .with_num_rows(rows)
@@ -159,7 +182,7 @@ pub(crate) async fn plan_scan(
     .with_limit(req.limit.filter(|_| !has_deletes))
     .build();
     let mut plan = parquet_plan(state, config).await?;
-    if !has_deletes {
+    if !has_deletes && hidden_columns == 0 {
         return Ok(plan);
     }
 
@@ -193,8 +216,8 @@ pub(crate) async fn plan_scan(
         let build = delete_scan(state, req, ids, deletes, &eq).await?;
         let columns = EqualityDeleteColumns {
             keys,
-            data_seq: needed.len(),
-            scope: needed.len() + 1,
+            data_seq: gate_at,
+            scope: gate_at + 1,
         };
         plan = Arc::new(EqualityDeleteExec::try_new(
             plan,
@@ -205,9 +228,15 @@ pub(crate) async fn plan_scan(
         )?);
     }
 
-    if plan.schema().fields().len() != requested.len() {
+    // Back to the requested columns (and the file column when asked for).
+    let mut output: Vec<usize> = (0..requested.len()).collect();
+    if req.file_column {
+        output.push(needed.len());
+    }
+    if plan.schema().fields().len() != output.len() {
         let schema = plan.schema();
-        let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = (0..requested.len())
+        let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = output
+            .into_iter()
             .map(|i| {
                 let name = schema.field(i).name().clone();
                 (

@@ -1,0 +1,660 @@
+//! `DELETE FROM t WHERE c`: metadata-only where the manifests prove it, copy-on-write elsewhere.
+//!
+//! ```text
+//!  planning (no side effects; EXPLAIN stops here)
+//!    manifests ─► candidate files (pruned by c) ─┬─ every row matches c (proved from partition
+//!                                                │  values / bounds) ─► removed whole, unread
+//!                                                └─ the rest ─► pass 1
+//!  DeleteExec (execute)
+//!    pass 1  scan(candidates, deletes applied, + _file) ─► Filter(c) ─► matching rows per file
+//!    pass 2  scan(files with a match, deletes applied) ─► KeepRows(c IS NOT TRUE)
+//!              ─► [sort by the table's sort order, spilling] ─► DataFileWriterExec
+//!    verify  pass-2 rows read = rows written + rows matched, and rows matched = pass 1's count
+//!    commit  delete / overwrite snapshot: remove the files, add the rewritten ones; fails on
+//!            concurrent commits that add rows c may match or deletes to rewritten files
+//! ```
+//! Memory: pass 1 keeps one counter per matching file; pass 2 streams (the sort spills).
+
+use std::any::Any;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, DictionaryArray, RecordBatch, StringArray, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt16Type};
+use datafusion::catalog::Session;
+use datafusion::common::DFSchema;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::SessionState;
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::utils::{conjunction, expr_to_columns};
+use datafusion::logical_expr::{Expr, ExprSchemable};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::expressions::Column;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use iceberg::spec::{Operation, SnapshotRef, TableMetadata};
+use iceberg::table::Table;
+
+use super::strict::FileStats;
+use super::{dml_checked, unchecked_dml_error};
+use crate::catalog::MetadataStore;
+use crate::error::IcebergResultExt;
+use crate::location::LocationMap;
+use crate::physical_plan::keep_rows::{KeepRowsCounts, KeepRowsExec};
+use crate::physical_plan::write::{
+    decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
+};
+use crate::scan::{plan_files_pruned, to_predicate, unprunable_columns, PlannedFile, ScanFiles};
+use crate::snapshot::{commit, is_commit_state_unknown, NewFile, SnapshotChanges, Validation};
+use crate::table::provider::arrow_schema;
+use crate::table::scan_plan::{plan_scan, ScanRequest, FILE_COLUMN};
+use crate::IcebergOptions;
+
+/// How a `DELETE` removes rows from files it cannot drop whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DeleteMode {
+    /// Rewrite the files without the deleted rows.
+    CopyOnWrite,
+    /// Write position delete files.
+    MergeOnRead,
+}
+
+impl DeleteMode {
+    /// The mode in effect: the session's `iceberg.delete_mode`, else the table's
+    /// `write.delete.mode`, else copy-on-write.
+    pub(crate) fn of(metadata: &TableMetadata, options: &IcebergOptions) -> Result<Self> {
+        let (value, source) = if options.delete_mode.is_empty() {
+            match metadata.properties().get("write.delete.mode") {
+                Some(v) => (v.as_str(), "table property write.delete.mode"),
+                None => return Ok(Self::CopyOnWrite),
+            }
+        } else {
+            (options.delete_mode.as_str(), "iceberg.delete_mode")
+        };
+        match value.to_ascii_lowercase().as_str() {
+            "copy-on-write" => Ok(Self::CopyOnWrite),
+            "merge-on-read" => Ok(Self::MergeOnRead),
+            other => Err(DataFusionError::Configuration(format!(
+                "{source} must be 'copy-on-write' or 'merge-on-read', got '{other}'"
+            ))),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::CopyOnWrite => "copy-on-write",
+            Self::MergeOnRead => "merge-on-read",
+        }
+    }
+}
+
+/// The table a statement changes, as the provider holds it.
+pub(crate) struct DmlTarget<'a> {
+    pub table: &'a Table,
+    pub store: Arc<dyn MetadataStore>,
+    pub locations: &'a LocationMap,
+}
+
+/// Plans `DELETE FROM target WHERE filters` (AND-ed; none: every row).
+pub(crate) async fn plan_delete(
+    target: DmlTarget<'_>,
+    state: &dyn Session,
+    filters: Vec<Expr>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    if !dml_checked() {
+        return Err(unchecked_dml_error("DELETE"));
+    }
+    let session = state
+        .as_any()
+        .downcast_ref::<SessionState>()
+        .ok_or_else(|| {
+            DataFusionError::NotImplemented(
+                "DELETE on Iceberg tables needs DataFusion's SessionState".into(),
+            )
+        })?
+        .clone();
+    let table = target.table;
+    let metadata = table.metadata();
+    let options = IcebergOptions::from_config(state.config_options());
+    let mode = DeleteMode::of(metadata, &options)?;
+    if mode == DeleteMode::MergeOnRead {
+        return Err(DataFusionError::NotImplemented(
+            "merge-on-read DELETE is not supported yet; run it as copy-on-write with \
+             SET iceberg.delete_mode = 'copy-on-write'"
+                .into(),
+        ));
+    }
+    let schema = arrow_schema(metadata.current_schema())?;
+    let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+    let mut columns = HashSet::new();
+    for f in &filters {
+        expr_to_columns(f, &mut columns)?;
+        // Names and types are checked here, before anything runs.
+        let ty = f.get_type(&df_schema)?;
+        if ty != DataType::Boolean && ty != DataType::Null {
+            return Err(DataFusionError::Plan(format!(
+                "a DELETE condition must be boolean, got {ty} for {f}"
+            )));
+        }
+    }
+    let mut columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
+    columns.sort();
+
+    let job = |snapshot: Option<&SnapshotRef>| DeleteJob {
+        table: table.clone(),
+        store: Arc::clone(&target.store),
+        state: session.clone(),
+        schema: Arc::clone(&schema),
+        locations: target.locations.clone(),
+        filters: filters.clone(),
+        columns: columns.clone(),
+        mode,
+        base_snapshot_id: snapshot.map(|s| s.snapshot_id()),
+        removed_whole: vec![],
+        rows_removed_whole: 0,
+        checked: ScanFiles::default(),
+    };
+    let Some(snapshot) = metadata.current_snapshot() else {
+        return Ok(Arc::new(DeleteExec::new(None, job(None))));
+    };
+    let snapshot_schema = snapshot.schema(metadata).df()?;
+    let predicate = to_predicate(
+        &filters,
+        &unprunable_columns(metadata, metadata.current_schema(), &snapshot_schema),
+    );
+    let candidates = plan_files_pruned(table, snapshot, predicate).await?;
+
+    // Files whose every row matches go whole, unread (their rows are counted from the manifest
+    // when no delete applies to them, else by pass 1).
+    let whole = if filters.is_empty() {
+        candidates.files.iter().map(|f| f.path.clone()).collect()
+    } else {
+        proven_files(table, snapshot, &candidates.files, &columns, &filters).await?
+    };
+    let mut job = job(Some(snapshot));
+    let mut to_check = vec![];
+    for f in candidates.files {
+        if whole.contains(&f.path) {
+            if f.is_clean() {
+                job.rows_removed_whole += f.record_count;
+            } else {
+                // Its live rows are counted by pass 1 (all of them match).
+                to_check.push(f.clone());
+            }
+            job.removed_whole.push(f);
+        } else {
+            to_check.push(f);
+        }
+    }
+    job.checked = ScanFiles {
+        files: to_check,
+        equality_deletes: candidates.equality_deletes,
+    };
+    let pass1 = match job.checked.files.is_empty() {
+        true => None,
+        false => Some(job.matching_files_plan(&session).await?),
+    };
+    Ok(Arc::new(DeleteExec::new(pass1, job)))
+}
+
+/// The candidate files whose every row provably matches `filters`.
+async fn proven_files(
+    table: &Table,
+    snapshot: &SnapshotRef,
+    files: &[PlannedFile],
+    columns: &[String],
+    filters: &[Expr],
+) -> Result<HashSet<String>> {
+    let wanted: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let metadata = table.metadata();
+    let schema = metadata.current_schema();
+    let list = table.manifest_list_reader(snapshot).load().await.df()?;
+    let mut proven = HashSet::new();
+    for manifest in list.entries() {
+        if manifest.content != iceberg::spec::ManifestContentType::Data {
+            continue;
+        }
+        let Some(spec) = metadata.partition_spec_by_id(manifest.partition_spec_id) else {
+            continue;
+        };
+        let loaded = manifest.load_manifest(table.file_io()).await.df()?;
+        for entry in loaded.entries() {
+            let file = entry.data_file();
+            if entry.is_alive()
+                && wanted.contains(file.file_path())
+                && FileStats::of(file, spec, schema, columns).all_match(filters)
+            {
+                proven.insert(file.file_path().to_string());
+            }
+        }
+    }
+    Ok(proven)
+}
+
+/// Everything a `DELETE` decided at planning time.
+#[derive(Debug)]
+struct DeleteJob {
+    table: Table,
+    store: Arc<dyn MetadataStore>,
+    /// The planning session: pass 2 is planned with it once pass 1 has run.
+    state: SessionState,
+    schema: SchemaRef,
+    locations: LocationMap,
+    filters: Vec<Expr>,
+    /// Columns the condition names.
+    columns: Vec<String>,
+    mode: DeleteMode,
+    base_snapshot_id: Option<i64>,
+    /// Files removed whole.
+    removed_whole: Vec<PlannedFile>,
+    /// Rows of the files removed whole that no delete applies to.
+    rows_removed_whole: u64,
+    /// Files pass 1 reads.
+    checked: ScanFiles,
+}
+
+impl DeleteJob {
+    fn condition(&self) -> Option<Expr> {
+        conjunction(self.filters.clone())
+    }
+
+    /// A physical form of the condition over `schema`.
+    fn physical_condition(&self, schema: &SchemaRef) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+        let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+        self.condition()
+            .map(|c| self.state.create_physical_expr(c, &df_schema))
+            .transpose()
+    }
+
+    /// Pass 1: the `_file` of every live row that matches, over the checked files.
+    async fn matching_files_plan(&self, state: &SessionState) -> Result<Arc<dyn ExecutionPlan>> {
+        let projection: Vec<usize> = self
+            .columns
+            .iter()
+            .map(|c| self.schema.index_of(c))
+            .collect::<std::result::Result<_, _>>()?;
+        let req = ScanRequest {
+            table: &self.table,
+            read_schema: self.table.metadata().current_schema(),
+            schema: &self.schema,
+            projection: Some(&projection),
+            filtered: true,
+            limit: None,
+            locations: &self.locations,
+            file_column: true,
+        };
+        let mut plan = plan_scan(state, &req, &self.checked).await?;
+        if let Some(condition) = self.physical_condition(&plan.schema())? {
+            plan = Arc::new(FilterExec::try_new(condition, plan)?);
+        }
+        let file = plan.schema().index_of(FILE_COLUMN)?;
+        Ok(Arc::new(ProjectionExec::try_new(
+            vec![(
+                Arc::new(Column::new(FILE_COLUMN, file)) as Arc<dyn PhysicalExpr>,
+                FILE_COLUMN.to_string(),
+            )],
+            plan,
+        )?))
+    }
+
+    /// Pass 2: the kept rows of `files`, written as new data files.
+    async fn rewrite_plan(
+        &self,
+        files: Vec<PlannedFile>,
+        counts: Arc<KeepRowsCounts>,
+        written: WrittenFiles,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let scan_files = ScanFiles {
+            files,
+            equality_deletes: self.checked.equality_deletes.clone(),
+        };
+        let req = ScanRequest {
+            table: &self.table,
+            read_schema: self.table.metadata().current_schema(),
+            schema: &self.schema,
+            projection: None,
+            filtered: true,
+            limit: None,
+            locations: &self.locations,
+            file_column: false,
+        };
+        let scan = plan_scan(&self.state, &req, &scan_files).await?;
+        let condition = self
+            .physical_condition(&scan.schema())?
+            .ok_or_else(|| DataFusionError::Internal("a rewrite without a condition".into()))?;
+        let keep: Arc<dyn ExecutionPlan> =
+            Arc::new(KeepRowsExec::try_new(scan, condition, counts)?);
+        let sort = sort_requirement(&self.table, &keep.schema())?;
+        let mut plan: Arc<dyn ExecutionPlan> = Arc::new(DataFileWriterExec::try_new(
+            keep,
+            self.table.clone(),
+            sort,
+            written,
+        )?);
+        // The rules DataFusion runs on every plan: the sort the writer requires, among others.
+        for rule in self.state.physical_optimizers() {
+            plan = rule.optimize(plan, self.state.config_options())?;
+        }
+        Ok(plan)
+    }
+}
+
+/// Runs a `DELETE`: pass 1 (its child), pass 2, verification and the commit. One output row:
+/// `count`, the rows deleted.
+#[derive(Debug)]
+pub struct DeleteExec {
+    pass1: Option<Arc<dyn ExecutionPlan>>,
+    job: Arc<DeleteJob>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
+}
+
+impl DeleteExec {
+    fn new(pass1: Option<Arc<dyn ExecutionPlan>>, job: DeleteJob) -> Self {
+        Self::with_job(pass1, Arc::new(job))
+    }
+
+    fn with_job(pass1: Option<Arc<dyn ExecutionPlan>>, job: Arc<DeleteJob>) -> Self {
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(count_schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self {
+            pass1,
+            job,
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for DeleteExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let job = &self.job;
+        write!(
+            f,
+            "DeleteExec: table={}, mode={}, removed_whole={}, checked={}",
+            job.table.identifier(),
+            job.mode.name(),
+            job.removed_whole.len(),
+            job.checked.files.len(),
+        )?;
+        if let Some(c) = job.condition() {
+            write!(f, ", condition={c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds each row's file to `counts`.
+fn count_files(batch: &RecordBatch, counts: &mut HashMap<String, u64>) -> Result<()> {
+    let column = batch.column(0);
+    if let Some(dict) = column
+        .as_any()
+        .downcast_ref::<DictionaryArray<UInt16Type>>()
+    {
+        let values = dict
+            .values()
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| {
+                DataFusionError::Internal("file column values are not strings".into())
+            })?;
+        let mut per_key = vec![0u64; values.len()];
+        for k in dict.keys().iter().flatten() {
+            per_key[k as usize] += 1;
+        }
+        for (k, n) in per_key.into_iter().enumerate() {
+            if n > 0 {
+                *counts.entry(values.value(k).to_string()).or_default() += n;
+            }
+        }
+        return Ok(());
+    }
+    let strings = arrow::compute::cast(column, &DataType::Utf8)?;
+    let strings = strings
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| DataFusionError::Internal("file column is not a string".into()))?;
+    for s in strings.iter().flatten() {
+        *counts.entry(s.to_string()).or_default() += 1;
+    }
+    Ok(())
+}
+
+async fn remove_written(job: &DeleteJob, written: &WrittenFiles) {
+    for f in written.take() {
+        if let Err(e) = job.table.file_io().delete(&f).await {
+            log::warn!("could not remove {f} after a failed DELETE: {e}");
+        }
+    }
+}
+
+struct Counters {
+    rows_deleted: datafusion::physical_plan::metrics::Count,
+    files_removed: datafusion::physical_plan::metrics::Count,
+    files_rewritten: datafusion::physical_plan::metrics::Count,
+    rows_rewritten: datafusion::physical_plan::metrics::Count,
+    files_written: datafusion::physical_plan::metrics::Count,
+    delete_files_removed: datafusion::physical_plan::metrics::Count,
+    commit_attempts: datafusion::physical_plan::metrics::Count,
+}
+
+async fn run(
+    job: Arc<DeleteJob>,
+    pass1: Option<Arc<dyn ExecutionPlan>>,
+    context: Arc<TaskContext>,
+    m: Counters,
+) -> Result<u64> {
+    // Pass 1: matching live rows per file.
+    let mut matched: HashMap<String, u64> = HashMap::new();
+    if let Some(plan) = pass1 {
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
+        let mut stream = execute_stream(plan, Arc::clone(&context))?;
+        while let Some(batch) = stream.next().await {
+            count_files(&batch?, &mut matched)?;
+        }
+    }
+    let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
+    let touched: Vec<PlannedFile> = job
+        .checked
+        .files
+        .iter()
+        .filter(|f| !whole.contains(f.path.as_str()) && matched.contains_key(&f.path))
+        .cloned()
+        .collect();
+    let deleted: u64 = job.rows_removed_whole + matched.values().sum::<u64>();
+    let matched_in_touched: u64 = touched.iter().map(|f| matched[&f.path]).sum();
+
+    let mut removed: Vec<&PlannedFile> = job.removed_whole.iter().collect();
+    removed.extend(touched.iter());
+    if removed.is_empty() {
+        return Ok(0);
+    }
+
+    // Pass 2: rewrite the touched files without the matching rows.
+    let written = WrittenFiles::default();
+    let mut added: Vec<NewFile> = vec![];
+    if !touched.is_empty() {
+        let counts = Arc::new(KeepRowsCounts::default());
+        let result: Result<()> = async {
+            let plan = job
+                .rewrite_plan(touched.clone(), Arc::clone(&counts), written.clone())
+                .await?;
+            let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
+            let mut stream = execute_stream(plan, Arc::clone(&context))?;
+            while let Some(batch) = stream.next().await {
+                added.extend(decode_data_files(&batch?, job.table.metadata())?);
+            }
+            // Self-check: the two passes must agree row for row.
+            let (read, selected) = counts.get();
+            let kept: u64 = added.iter().map(|f| f.file.record_count()).sum();
+            if selected != matched_in_touched || read != kept + selected {
+                return Err(DataFusionError::Execution(format!(
+                    "DELETE on table '{}' aborted, nothing was changed: the rewrite does not add \
+                     up (pass 1 matched {matched_in_touched} rows in the rewritten files; pass 2 \
+                     read {read}, matched {selected}, wrote {kept})",
+                    job.table.identifier()
+                )));
+            }
+            m.rows_rewritten.add(kept as usize);
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            remove_written(&job, &written).await;
+            return Err(e);
+        }
+    }
+
+    // Position deletes written for exactly one removed file go with it.
+    let removed_paths: HashSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
+    let mut removed_files: HashSet<String> = removed_paths.iter().map(|p| p.to_string()).collect();
+    let mut delete_files_removed = 0;
+    for f in &removed {
+        for d in &f.position_deletes {
+            if d.referenced_data_file.as_deref() == Some(f.path.as_str())
+                && removed_files.insert(d.path.clone())
+            {
+                delete_files_removed += 1;
+            }
+        }
+    }
+    let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
+    let (filters, columns) = (job.filters.clone(), job.columns.clone());
+    let may_match: crate::snapshot::MayMatch =
+        Arc::new(move |metadata: &TableMetadata, spec_id: i32, file| {
+            let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
+                return true;
+            };
+            !FileStats::of(file, spec, metadata.current_schema(), &columns).none_match(&filters)
+        });
+    let changes = SnapshotChanges {
+        operation: if added.is_empty() {
+            Operation::Delete
+        } else {
+            Operation::Overwrite
+        },
+        added_data_files: added,
+        added_delete_files: vec![],
+        removed_files,
+        summary_properties: HashMap::new(),
+        validation: Some(Validation {
+            base_snapshot_id: job.base_snapshot_id,
+            may_match,
+            read_files,
+        }),
+    };
+    let files_written = changes.added_data_files.len();
+    match commit(Arc::clone(&job.store), job.table.identifier(), changes).await {
+        Ok(outcome) => {
+            written.take();
+            m.commit_attempts.add(outcome.attempts as usize);
+        }
+        Err(e) => {
+            if !is_commit_state_unknown(&e) {
+                remove_written(&job, &written).await;
+            }
+            return Err(e);
+        }
+    }
+    m.rows_deleted.add(deleted as usize);
+    m.files_removed.add(job.removed_whole.len());
+    m.files_rewritten.add(touched.len());
+    m.files_written.add(files_written);
+    m.delete_files_removed.add(delete_files_removed);
+    Ok(deleted)
+}
+
+impl ExecutionPlan for DeleteExec {
+    fn name(&self) -> &str {
+        "DeleteExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        self.pass1.iter().collect()
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false; self.pass1.iter().count()]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != self.pass1.iter().count() {
+            return Err(DataFusionError::Internal(
+                "DeleteExec got a different number of children".into(),
+            ));
+        }
+        Ok(Arc::new(Self::with_job(
+            children.into_iter().next(),
+            Arc::clone(&self.job),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "DeleteExec has one partition, asked for {partition}"
+            )));
+        }
+        let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);
+        let m = Counters {
+            rows_deleted: counter("rows_deleted"),
+            files_removed: counter("files_removed_whole"),
+            files_rewritten: counter("files_rewritten"),
+            rows_rewritten: counter("rows_rewritten"),
+            files_written: counter("files_written"),
+            delete_files_removed: counter("delete_files_removed"),
+            commit_attempts: counter("commit_attempts"),
+        };
+        let fut = run(Arc::clone(&self.job), self.pass1.clone(), context, m);
+        let stream = futures::stream::once(async move {
+            let n = fut.await?;
+            let array = Arc::new(UInt64Array::from(vec![n])) as ArrayRef;
+            Ok(RecordBatch::try_new(count_schema(), vec![array])?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            count_schema(),
+            stream,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}

@@ -1,0 +1,331 @@
+//! Proofs about whole data files from their manifest entries: does a condition hold for every
+//! row of a file ([`FileStats::all_match`]), or for none ([`FileStats::none_match`])?
+//!
+//! A `DELETE` removes a file whose every row matches without reading it, and a concurrent
+//! commit's new file conflicts with a `DELETE` unless none of its rows can match. Both answers
+//! are conservative: `false` means "not proven". Facts come from identity partition values
+//! (exact) and column bounds (exact for fixed-width types; for strings and binaries the writer
+//! may truncate them, which keeps them valid bounds but not values), together with null and NaN
+//! counts: a row whose condition is NULL does not match.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use datafusion::common::ScalarValue;
+use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
+use iceberg::spec::{
+    DataFile, Datum, Literal, PartitionSpec, PrimitiveLiteral, PrimitiveType, Schema, Transform,
+    Type,
+};
+
+/// What a file's manifest entry says about one column.
+#[derive(Debug, Clone, Default)]
+struct ColumnFacts {
+    /// A value no row is below (NULLs and NaNs aside).
+    lower: Option<ScalarValue>,
+    /// A value no row is above.
+    upper: Option<ScalarValue>,
+    /// Whether `lower`/`upper` are values of the column, not just bounds.
+    exact: bool,
+    /// NULL rows.
+    nulls: Option<u64>,
+    /// Whether no row is NaN (always true for non-float columns).
+    no_nan: bool,
+}
+
+/// Column facts of one data file, for the columns a condition names.
+#[derive(Debug, Clone)]
+pub(crate) struct FileStats {
+    rows: u64,
+    columns: HashMap<String, ColumnFacts>,
+}
+
+impl FileStats {
+    /// Facts of `file` (written under `spec`) about the top-level `columns` of `schema`.
+    pub(crate) fn of(
+        file: &DataFile,
+        spec: &PartitionSpec,
+        schema: &Schema,
+        columns: &[String],
+    ) -> Self {
+        let mut facts = HashMap::new();
+        for name in columns {
+            let Some(field) = schema.as_struct().fields().iter().find(|f| &f.name == name) else {
+                continue;
+            };
+            let Type::Primitive(ty) = field.field_type.as_ref() else {
+                continue;
+            };
+            let id = field.id;
+            let float = matches!(ty, PrimitiveType::Float | PrimitiveType::Double);
+            let mut c = ColumnFacts {
+                lower: file.lower_bounds().get(&id).and_then(|d| scalar(d, ty)),
+                upper: file.upper_bounds().get(&id).and_then(|d| scalar(d, ty)),
+                exact: !matches!(
+                    ty,
+                    PrimitiveType::String | PrimitiveType::Binary | PrimitiveType::Fixed(_)
+                ),
+                nulls: file.null_value_counts().get(&id).copied(),
+                no_nan: !float || file.nan_value_counts().get(&id) == Some(&0),
+            };
+            // An identity partition value is the column's value in every row.
+            let identity = spec
+                .fields()
+                .iter()
+                .position(|p| p.source_id == id && p.transform == Transform::Identity);
+            if let Some(pos) = identity {
+                match file.partition().fields().get(pos) {
+                    Some(Some(Literal::Primitive(v))) => {
+                        if let Some(s) = literal_scalar(ty, v) {
+                            c = ColumnFacts {
+                                lower: Some(s.clone()),
+                                upper: Some(s),
+                                exact: true,
+                                nulls: Some(0),
+                                no_nan: c.no_nan,
+                            };
+                        }
+                    }
+                    Some(None) => {
+                        c = ColumnFacts {
+                            nulls: Some(file.record_count()),
+                            ..ColumnFacts::default()
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            facts.insert(name.clone(), c);
+        }
+        Self {
+            rows: file.record_count(),
+            columns: facts,
+        }
+    }
+
+    /// Whether every conjunct in `filters` is TRUE for every row (no filters: every row).
+    pub(crate) fn all_match(&self, filters: &[Expr]) -> bool {
+        filters.iter().all(|f| self.always(f))
+    }
+
+    /// Whether some conjunct in `filters` is never TRUE for any row.
+    pub(crate) fn none_match(&self, filters: &[Expr]) -> bool {
+        self.rows == 0 || filters.iter().any(|f| self.never(f))
+    }
+
+    fn column(&self, e: &Expr) -> Option<&ColumnFacts> {
+        match e {
+            Expr::Column(c) => self.columns.get(&c.name),
+            _ => None,
+        }
+    }
+
+    /// A column with no NULL and no NaN row, and its facts.
+    fn non_null(&self, e: &Expr) -> Option<&ColumnFacts> {
+        self.column(e).filter(|c| c.nulls == Some(0) && c.no_nan)
+    }
+
+    /// Proves `e` TRUE for every row.
+    fn always(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Literal(ScalarValue::Boolean(Some(true)), _) => true,
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+                Operator::And => self.always(left) && self.always(right),
+                Operator::Or => self.always(left) || self.always(right),
+                _ => match comparison(left, *op, right) {
+                    Some((col, op, v)) => self.non_null(col).is_some_and(|c| holds_all(c, op, v)),
+                    None => false,
+                },
+            },
+            Expr::IsNull(inner) => self
+                .column(inner)
+                .is_some_and(|c| c.nulls == Some(self.rows)),
+            Expr::IsNotNull(inner) => self.column(inner).is_some_and(|c| c.nulls == Some(0)),
+            Expr::Between(Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            }) => match (literal(low), literal(high)) {
+                (Some(lo), Some(hi)) => self.non_null(expr).is_some_and(|c| {
+                    holds_all(c, Operator::GtEq, lo) && holds_all(c, Operator::LtEq, hi)
+                }),
+                _ => false,
+            },
+            Expr::InList(list) if !list.negated => {
+                let Some(c) = self.non_null(&list.expr) else {
+                    return false;
+                };
+                list.list.iter().any(|v| match literal(v) {
+                    Some(v) => holds_all(c, Operator::Eq, v),
+                    None => false,
+                })
+            }
+            _ => false,
+        }
+    }
+
+    /// Proves `e` not TRUE (FALSE or NULL) for every row.
+    fn never(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Literal(ScalarValue::Boolean(b), _) => *b != Some(true),
+            Expr::Literal(v, _) if v.is_null() => true,
+            Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
+                Operator::And => self.never(left) || self.never(right),
+                Operator::Or => self.never(left) && self.never(right),
+                _ => match comparison(left, *op, right) {
+                    // Only NULL rows (comparing NULL is never TRUE).
+                    Some((col, _, _))
+                        if self.column(col).is_some_and(|c| c.nulls == Some(self.rows)) =>
+                    {
+                        true
+                    }
+                    Some((col, op, v)) => self.column(col).is_some_and(|c| holds_none(c, op, v)),
+                    None => false,
+                },
+            },
+            Expr::IsNull(inner) => self.column(inner).is_some_and(|c| c.nulls == Some(0)),
+            Expr::IsNotNull(inner) => self
+                .column(inner)
+                .is_some_and(|c| c.nulls == Some(self.rows)),
+            Expr::Between(Between {
+                expr,
+                negated: false,
+                low,
+                high,
+            }) => match (literal(low), literal(high), self.column(expr)) {
+                (Some(lo), Some(hi), Some(c)) => {
+                    holds_none(c, Operator::GtEq, lo) || holds_none(c, Operator::LtEq, hi)
+                }
+                _ => false,
+            },
+            Expr::InList(list) if !list.negated => match self.column(&list.expr) {
+                Some(c) => list.list.iter().all(|v| match literal(v) {
+                    Some(v) => holds_none(c, Operator::Eq, v),
+                    None => matches!(v, Expr::Literal(s, _) if s.is_null()),
+                }),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// `column op value` from `left op right` (either side the column), with a non-NULL literal.
+fn comparison<'a>(
+    left: &'a Expr,
+    op: Operator,
+    right: &'a Expr,
+) -> Option<(&'a Expr, Operator, &'a ScalarValue)> {
+    let flip = |op: Operator| match op {
+        Operator::Lt => Some(Operator::Gt),
+        Operator::LtEq => Some(Operator::GtEq),
+        Operator::Gt => Some(Operator::Lt),
+        Operator::GtEq => Some(Operator::LtEq),
+        Operator::Eq | Operator::NotEq => Some(op),
+        _ => None,
+    };
+    flip(op)?;
+    match (left, right) {
+        (Expr::Column(_), r) => literal(r).map(|v| (left, op, v)),
+        (l, Expr::Column(_)) => literal(l).and_then(|v| flip(op).map(|op| (right, op, v))),
+        _ => None,
+    }
+}
+
+fn literal(e: &Expr) -> Option<&ScalarValue> {
+    match e {
+        Expr::Literal(v, _) if !v.is_null() => Some(v),
+        _ => None,
+    }
+}
+
+fn cmp(a: &ScalarValue, b: &ScalarValue) -> Option<Ordering> {
+    a.partial_cmp(b)
+}
+
+/// Whether `value op v` is TRUE for every non-NULL value of the column.
+fn holds_all(c: &ColumnFacts, op: Operator, v: &ScalarValue) -> bool {
+    let (Some(lo), Some(hi)) = (&c.lower, &c.upper) else {
+        return false;
+    };
+    match op {
+        Operator::Lt => cmp(hi, v) == Some(Ordering::Less),
+        Operator::LtEq => matches!(cmp(hi, v), Some(Ordering::Less | Ordering::Equal)),
+        Operator::Gt => cmp(lo, v) == Some(Ordering::Greater),
+        Operator::GtEq => matches!(cmp(lo, v), Some(Ordering::Greater | Ordering::Equal)),
+        Operator::Eq => {
+            c.exact && cmp(lo, v) == Some(Ordering::Equal) && cmp(hi, v) == Some(Ordering::Equal)
+        }
+        Operator::NotEq => {
+            cmp(hi, v) == Some(Ordering::Less) || cmp(lo, v) == Some(Ordering::Greater)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `value op v` is TRUE for no value of the column (NULL and NaN rows never match a
+/// comparison with a non-NaN literal except `!=`, which NaN rows do match).
+fn holds_none(c: &ColumnFacts, op: Operator, v: &ScalarValue) -> bool {
+    let (Some(lo), Some(hi)) = (&c.lower, &c.upper) else {
+        return false;
+    };
+    // NaN sorts above every value in DataFusion's comparisons: a NaN row may match `>`.
+    let nan_safe = c.no_nan;
+    match op {
+        Operator::Lt => matches!(cmp(lo, v), Some(Ordering::Greater | Ordering::Equal)),
+        Operator::LtEq => cmp(lo, v) == Some(Ordering::Greater),
+        Operator::Gt => nan_safe && matches!(cmp(hi, v), Some(Ordering::Less | Ordering::Equal)),
+        Operator::GtEq => nan_safe && cmp(hi, v) == Some(Ordering::Less),
+        Operator::Eq => cmp(hi, v) == Some(Ordering::Less) || cmp(lo, v) == Some(Ordering::Greater),
+        Operator::NotEq => {
+            nan_safe
+                && c.exact
+                && cmp(lo, v) == Some(Ordering::Equal)
+                && cmp(hi, v) == Some(Ordering::Equal)
+        }
+        _ => false,
+    }
+}
+
+/// The Arrow-typed value of a bound, in the type DataFusion gives the column.
+fn scalar(d: &Datum, ty: &PrimitiveType) -> Option<ScalarValue> {
+    if d.data_type() != ty {
+        // A bound written before a type promotion: not comparable as is.
+        return None;
+    }
+    literal_scalar(ty, d.literal())
+}
+
+/// The Arrow-typed value of a literal of type `ty`.
+fn literal_scalar(ty: &PrimitiveType, v: &PrimitiveLiteral) -> Option<ScalarValue> {
+    let utc = || Some("+00:00".into());
+    Some(match (ty, v) {
+        (PrimitiveType::Boolean, PrimitiveLiteral::Boolean(b)) => ScalarValue::Boolean(Some(*b)),
+        (PrimitiveType::Int, PrimitiveLiteral::Int(v)) => ScalarValue::Int32(Some(*v)),
+        (PrimitiveType::Long, PrimitiveLiteral::Long(v)) => ScalarValue::Int64(Some(*v)),
+        (PrimitiveType::Float, PrimitiveLiteral::Float(v)) => ScalarValue::Float32(Some(v.0)),
+        (PrimitiveType::Double, PrimitiveLiteral::Double(v)) => ScalarValue::Float64(Some(v.0)),
+        (PrimitiveType::Decimal { precision, scale }, PrimitiveLiteral::Int128(v)) => {
+            ScalarValue::Decimal128(Some(*v), *precision as u8, *scale as i8)
+        }
+        (PrimitiveType::Date, PrimitiveLiteral::Int(v)) => ScalarValue::Date32(Some(*v)),
+        (PrimitiveType::Time, PrimitiveLiteral::Long(v)) => {
+            ScalarValue::Time64Microsecond(Some(*v))
+        }
+        (PrimitiveType::Timestamp, PrimitiveLiteral::Long(v)) => {
+            ScalarValue::TimestampMicrosecond(Some(*v), None)
+        }
+        (PrimitiveType::Timestamptz, PrimitiveLiteral::Long(v)) => {
+            ScalarValue::TimestampMicrosecond(Some(*v), utc())
+        }
+        (PrimitiveType::TimestampNs, PrimitiveLiteral::Long(v)) => {
+            ScalarValue::TimestampNanosecond(Some(*v), None)
+        }
+        (PrimitiveType::TimestamptzNs, PrimitiveLiteral::Long(v)) => {
+            ScalarValue::TimestampNanosecond(Some(*v), utc())
+        }
+        (PrimitiveType::String, PrimitiveLiteral::String(s)) => ScalarValue::Utf8(Some(s.clone())),
+        _ => return None,
+    })
+}

@@ -1,0 +1,295 @@
+//! SQL `DELETE`: metadata-only removal of whole files, two-pass copy-on-write of the rest, the
+//! guards around DataFusion's DML planning, self-checks, and commits that fail cleanly.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{current_snapshot, files_under, render, rows, session, sql};
+use iceberg::TableIdent;
+use iceberg_exec::IcebergSession;
+
+/// A table of `(id BIGINT, region VARCHAR, v INT)` partitioned by region, written by several
+/// INSERTs (so several files per region); `v` is NULL for every 5th id.
+async fn regions_table(s: &IcebergSession) -> Vec<(i64, String, Option<i32>)> {
+    sql(s, "CREATE SCHEMA IF NOT EXISTS ns").await.unwrap();
+    sql(
+        s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, region VARCHAR, v INT) \
+         STORED AS ICEBERG LOCATION '' PARTITIONED BY (region)",
+    )
+    .await
+    .unwrap();
+    let mut all = vec![];
+    for batch in 0..3 {
+        let mut values = vec![];
+        for i in 0..40i64 {
+            let id = batch * 100 + i;
+            let region = ["eu", "us", "ap"][(i % 3) as usize];
+            let v = (id % 5 != 0).then_some((id % 17) as i32);
+            values.push(format!(
+                "({id}, '{region}', {})",
+                v.map_or("NULL".to_string(), |v| v.to_string())
+            ));
+            all.push((id, region.to_string(), v));
+        }
+        sql(s, &format!("INSERT INTO ns.t VALUES {}", values.join(", ")))
+            .await
+            .unwrap();
+    }
+    all
+}
+
+fn render_rows(rows: &[(i64, String, Option<i32>)]) -> Vec<String> {
+    let mut sorted = rows.to_vec();
+    sorted.sort();
+    sorted
+        .iter()
+        .map(|(id, r, v)| format!("{id}|{r}|{}", v.map_or(String::new(), |v| v.to_string())))
+        .collect()
+}
+
+async fn table_rows(s: &IcebergSession) -> Vec<String> {
+    rows(s, "SELECT id, region, v FROM ns.t ORDER BY id, region").await
+}
+
+async fn summary(s: &IcebergSession) -> (String, HashMap<String, String>) {
+    let t = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let snap = t.metadata().current_snapshot().unwrap();
+    (
+        snap.summary().operation.as_str().to_string(),
+        snap.summary().additional_properties.clone(),
+    )
+}
+
+async fn delete(s: &IcebergSession, query: &str) -> u64 {
+    let out = rows(s, query).await;
+    assert_eq!(out.len(), 1, "{query}: {out:?}");
+    out[0].parse().unwrap()
+}
+
+#[tokio::test]
+async fn copy_on_write_and_metadata_only_deletes_match_the_oracle() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let mut oracle = regions_table(&s).await;
+
+    // A whole partition: proven from partition values, files dropped unread.
+    let n = delete(&s, "DELETE FROM ns.t WHERE region = 'eu'").await;
+    let before = oracle.len();
+    oracle.retain(|r| r.1 != "eu");
+    assert_eq!(n as usize, before - oracle.len());
+    assert_eq!(table_rows(&s).await, render_rows(&oracle));
+    let (op, props) = summary(&s).await;
+    assert_eq!(op, "delete");
+    assert_eq!(props["deleted-data-files"], "3");
+    assert!(!props.contains_key("added-data-files"), "{props:?}");
+    assert_eq!(props["total-records"], oracle.len().to_string());
+
+    // Some rows of some files: those files are rewritten, the others untouched.
+    let n = delete(&s, "DELETE FROM ns.t WHERE id % 7 = 0 AND region = 'us'").await;
+    let before = oracle.len();
+    oracle.retain(|r| !(r.0 % 7 == 0 && r.1 == "us"));
+    assert_eq!(n as usize, before - oracle.len());
+    assert_eq!(table_rows(&s).await, render_rows(&oracle));
+    let (op, props) = summary(&s).await;
+    assert_eq!(op, "overwrite");
+    assert_eq!(props["deleted-data-files"], "3", "{props:?}");
+    // The rewritten rows of one partition may share files: fewer files, never more.
+    let added: usize = props["added-data-files"].parse().unwrap();
+    assert!((1..=3).contains(&added), "{props:?}");
+    assert_eq!(
+        props["deleted-records"].parse::<usize>().unwrap()
+            - props["added-records"].parse::<usize>().unwrap(),
+        n as usize
+    );
+
+    // A NULL condition keeps the row: `v > 10` is NULL where v is NULL.
+    let n = delete(&s, "DELETE FROM ns.t WHERE v > 10").await;
+    let before = oracle.len();
+    oracle.retain(|r| r.2.is_none_or(|v| v <= 10));
+    assert_eq!(n as usize, before - oracle.len());
+    assert!(oracle.iter().any(|r| r.2.is_none()));
+    assert_eq!(table_rows(&s).await, render_rows(&oracle));
+
+    // IS NULL, OR, IN.
+    let n = delete(&s, "DELETE FROM ns.t WHERE v IS NULL OR id IN (1, 2, 201)").await;
+    let before = oracle.len();
+    oracle.retain(|r| !(r.2.is_none() || [1, 2, 201].contains(&r.0)));
+    assert_eq!(n as usize, before - oracle.len());
+    assert_eq!(table_rows(&s).await, render_rows(&oracle));
+
+    // Nothing matches: no new snapshot.
+    let snap = current_snapshot(&s, "ns", "t").await;
+    assert_eq!(delete(&s, "DELETE FROM ns.t WHERE id > 100000").await, 0);
+    assert_eq!(current_snapshot(&s, "ns", "t").await, snap);
+
+    // No condition: every file goes, from metadata alone.
+    let n = delete(&s, "DELETE FROM ns.t").await;
+    assert_eq!(n as usize, oracle.len());
+    assert!(table_rows(&s).await.is_empty());
+    let (op, props) = summary(&s).await;
+    assert_eq!(op, "delete");
+    assert_eq!(props["total-records"], "0");
+    assert_eq!(props["total-data-files"], "0");
+}
+
+#[tokio::test]
+async fn false_and_null_conditions_delete_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let oracle = regions_table(&s).await;
+    let snap = current_snapshot(&s, "ns", "t").await;
+    for q in [
+        "DELETE FROM ns.t WHERE false",
+        "DELETE FROM ns.t WHERE NULL",
+        "DELETE FROM ns.t WHERE 1 = 2",
+        "DELETE FROM ns.t WHERE id > 5 AND false",
+        "DELETE FROM ns.t WHERE v = NULL",
+    ] {
+        assert_eq!(delete(&s, q).await, 0, "{q}");
+        assert_eq!(current_snapshot(&s, "ns", "t").await, snap, "{q}");
+    }
+    assert_eq!(table_rows(&s).await, render_rows(&oracle));
+}
+
+#[tokio::test]
+async fn conditions_that_would_not_reach_the_table_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let oracle = regions_table(&s).await;
+    sql(&s, "CREATE TABLE ns.other (id BIGINT)").await.unwrap();
+    sql(&s, "INSERT INTO ns.other VALUES (1), (2)")
+        .await
+        .unwrap();
+    let snap = current_snapshot(&s, "ns", "t").await;
+    for q in [
+        "DELETE FROM ns.t WHERE id IN (SELECT id FROM ns.other)",
+        "DELETE FROM ns.t WHERE EXISTS (SELECT 1 FROM ns.other WHERE other.id = t.id)",
+        "DELETE FROM ns.t WHERE id = (SELECT max(id) FROM ns.other)",
+        "DELETE FROM ns.t WHERE random() < 0.5",
+    ] {
+        let err = sql(&s, q).await.expect_err(q).to_string();
+        assert!(
+            err.contains("not supported") && err.contains("nothing was changed"),
+            "{q}: {err}"
+        );
+        assert_eq!(current_snapshot(&s, "ns", "t").await, snap, "{q}");
+    }
+    // DELETE .. LIMIT is refused by the SQL front end or by the guard; either way nothing goes.
+    assert!(sql(&s, "DELETE FROM ns.t WHERE id > 3 LIMIT 1")
+        .await
+        .is_err());
+    // Unknown columns and non-boolean conditions fail at planning.
+    assert!(sql(&s, "DELETE FROM ns.t WHERE nope = 1").await.is_err());
+    assert!(sql(&s, "DELETE FROM ns.t WHERE id + 1").await.is_err());
+    assert_eq!(current_snapshot(&s, "ns", "t").await, snap);
+    assert_eq!(table_rows(&s).await, render_rows(&oracle));
+}
+
+#[tokio::test]
+async fn explain_plans_without_side_effects_and_analyze_reports_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let mut oracle = regions_table(&s).await;
+    let snap = current_snapshot(&s, "ns", "t").await;
+    let files = files_under(dir.path());
+
+    let plan = render(
+        &sql(
+            &s,
+            "EXPLAIN DELETE FROM ns.t WHERE region = 'eu' OR id = 101",
+        )
+        .await
+        .unwrap(),
+    )
+    .join("\n");
+    assert!(
+        plan.contains("DeleteExec: table=ns.t, mode=copy-on-write"),
+        "{plan}"
+    );
+    // The eu files go whole; of the others, bounds leave only the file that may hold id 101.
+    assert!(plan.contains("removed_whole=3, checked=1"), "{plan}");
+    assert_eq!(current_snapshot(&s, "ns", "t").await, snap);
+    assert_eq!(files_under(dir.path()), files);
+
+    let analyzed = render(
+        &sql(
+            &s,
+            "EXPLAIN ANALYZE DELETE FROM ns.t WHERE region = 'eu' OR id = 101",
+        )
+        .await
+        .unwrap(),
+    )
+    .join("\n");
+    assert!(analyzed.contains("files_removed_whole=3"), "{analyzed}");
+    assert!(analyzed.contains("files_rewritten=1"), "{analyzed}");
+    oracle.retain(|r| !(r.1 == "eu" || r.0 == 101));
+    assert_eq!(table_rows(&s).await, render_rows(&oracle));
+}
+
+#[tokio::test]
+async fn sort_order_is_kept_by_rewrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT, region VARCHAR, v INT) \
+         STORED AS ICEBERG LOCATION '' WITH ORDER (v DESC, id)",
+    )
+    .await
+    .unwrap();
+    let values: Vec<String> = (0..200)
+        .map(|i| format!("({i}, 'r{}', {})", i % 4, (i * 37) % 101))
+        .collect();
+    sql(
+        &s,
+        &format!("INSERT INTO ns.t VALUES {}", values.join(", ")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(delete(&s, "DELETE FROM ns.t WHERE region = 'r1'").await, 50);
+    let t = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap();
+    assert_eq!(files.len(), 1);
+    // The rewritten file, read in file order, is sorted by (v DESC, id).
+    let path = files[0].path.trim_start_matches("file://").to_string();
+    let batches = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+        std::fs::File::open(&path).unwrap(),
+    )
+    .unwrap()
+    .build()
+    .unwrap()
+    .collect::<Result<Vec<_>, _>>()
+    .unwrap();
+    let mut keys = vec![];
+    for b in &batches {
+        let id = b.column_by_name("id").unwrap();
+        let v = b.column_by_name("v").unwrap();
+        let id = id
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .unwrap();
+        let v = v
+            .as_any()
+            .downcast_ref::<arrow::array::Int32Array>()
+            .unwrap();
+        for i in 0..b.num_rows() {
+            keys.push((-(v.value(i) as i64), id.value(i)));
+        }
+    }
+    assert_eq!(keys.len(), 150);
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+}
