@@ -38,7 +38,7 @@ pub use catalog::{
 pub use config::IcebergOptions;
 pub use dml::IcebergQueryPlanner;
 pub use location::LocationMap;
-pub use session::{parse_size, IcebergSession, WarehouseConfig};
+pub use session::{parse_size, session_state_builder, IcebergSession, WarehouseConfig};
 pub use table::{
     find_metadata_file, open_table_at, IcebergScanFunction, IcebergSnapshotsFunction,
     IcebergTableFactory, IcebergTableProvider, TableDefinition,

@@ -76,6 +76,28 @@ pub fn parse_size(text: &str) -> Result<usize> {
     Ok(bytes as usize)
 }
 
+/// A [`SessionStateBuilder`] with DataFusion's defaults and what Iceberg tables need in any
+/// session: [`IcebergOptions`](crate::IcebergOptions) (`SET iceberg.<key>`) and the
+/// [`IcebergQueryPlanner`](crate::IcebergQueryPlanner) that `DELETE`/`UPDATE` require.
+/// Engines with a planner of their own wrap it with
+/// [`IcebergQueryPlanner::wrapping`](crate::IcebergQueryPlanner::wrapping) instead.
+pub fn session_state_builder(config: SessionConfig) -> SessionStateBuilder {
+    let config = if config
+        .options()
+        .extensions
+        .get::<crate::IcebergOptions>()
+        .is_some()
+    {
+        config
+    } else {
+        config.with_option_extension(crate::IcebergOptions::default())
+    };
+    SessionStateBuilder::new()
+        .with_config(config)
+        .with_default_features()
+        .with_query_planner(Arc::new(crate::IcebergQueryPlanner::new()))
+}
+
 /// A DataFusion session over an Iceberg warehouse.
 #[derive(Clone)]
 pub struct IcebergSession {
@@ -132,15 +154,11 @@ impl IcebergSession {
             options.optimizer.repartition_sorts = false;
         }
         let config = config
-            .with_option_extension(crate::IcebergOptions::default())
             .with_information_schema(true)
             .with_create_default_catalog_and_schema(false)
             .with_default_catalog_and_schema(catalog.name(), "default");
-        let mut state = SessionStateBuilder::new()
-            .with_config(config)
+        let mut state = session_state_builder(config)
             .with_runtime_env(runtime)
-            .with_default_features()
-            .with_query_planner(Arc::new(crate::IcebergQueryPlanner::new()))
             .build();
         state
             .table_factories_mut()

@@ -119,7 +119,7 @@ impl MetadataStore for FaultyStore {
     }
 }
 
-async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
+async fn failing_commit_leaves_table_unchanged(fault: Fault, statement: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
@@ -130,9 +130,12 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
     )
     .await
     .unwrap();
-    sql(&s, "INSERT INTO ns.t VALUES (1, DATE '2025-01-01')")
-        .await
-        .unwrap();
+    sql(
+        &s,
+        "INSERT INTO ns.t VALUES (1, DATE '2025-01-01'), (4, DATE '2025-01-02'), (5, DATE '2025-02-01')",
+    )
+    .await
+    .unwrap();
 
     let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
     let before = s.catalog().load_table(&ident).await.unwrap();
@@ -144,7 +147,9 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
         fault,
         swaps: AtomicUsize::new(0),
     });
-    let ctx = datafusion::prelude::SessionContext::new();
+    let ctx = datafusion::prelude::SessionContext::new_with_state(
+        iceberg_exec::session_state_builder(Default::default()).build(),
+    );
     ctx.register_table(
         "faulty",
         Arc::new(
@@ -157,7 +162,7 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
     )
     .unwrap();
     let err = ctx
-        .sql("INSERT INTO faulty VALUES (2, DATE '2025-02-01'), (3, DATE '2025-03-01')")
+        .sql(statement)
         .await
         .unwrap()
         .collect()
@@ -176,7 +181,10 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
         files_before,
         "files of the failed commit were left behind"
     );
-    assert_eq!(rows(&s, "SELECT id FROM ns.t").await, ["1"]);
+    assert_eq!(
+        rows(&s, "SELECT id FROM ns.t ORDER BY id").await,
+        ["1", "4", "5"]
+    );
     let swaps = store.swaps.load(Ordering::SeqCst);
     match fault {
         Fault::AlwaysConflict => assert_eq!(swaps, 4, "1 attempt + 3 retries"),
@@ -185,16 +193,24 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault) -> String {
     err
 }
 
+const INSERT: &str = "INSERT INTO faulty VALUES (2, DATE '2025-02-01'), (3, DATE '2025-03-01')";
+/// Rewrites the January file (copy-on-write) and drops the February one whole.
+const DELETE: &str = "DELETE FROM faulty WHERE id = 4 OR day >= DATE '2025-02-01'";
+
 #[tokio::test]
 async fn conflict_exhaustion_cleans_up() {
-    let err = failing_commit_leaves_table_unchanged(Fault::AlwaysConflict).await;
-    assert!(err.contains("changed concurrently 4 time(s)"), "{err}");
+    for statement in [INSERT, DELETE] {
+        let err = failing_commit_leaves_table_unchanged(Fault::AlwaysConflict, statement).await;
+        assert!(err.contains("changed concurrently 4 time(s)"), "{err}");
+    }
 }
 
 #[tokio::test]
 async fn swap_error_cleans_up() {
-    let err = failing_commit_leaves_table_unchanged(Fault::SwapFails).await;
-    assert!(err.contains("disk full (simulated)"), "{err}");
+    for statement in [INSERT, DELETE] {
+        let err = failing_commit_leaves_table_unchanged(Fault::SwapFails, statement).await;
+        assert!(err.contains("disk full (simulated)"), "{err}");
+    }
 }
 
 #[tokio::test]

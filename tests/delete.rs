@@ -293,3 +293,185 @@ async fn sort_order_is_kept_by_rewrites() {
     sorted.sort();
     assert_eq!(keys, sorted);
 }
+
+#[tokio::test]
+async fn delete_without_the_guarding_planner_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let oracle = regions_table(&s).await;
+    let table = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let store: std::sync::Arc<dyn iceberg_exec::MetadataStore> = s.catalog().clone();
+    let provider = iceberg_exec::IcebergTableProvider::try_new(table, Some(store)).unwrap();
+    // A bare DataFusion session: its planner would turn `IN (SELECT ..)` into "every row".
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.register_table("t", std::sync::Arc::new(provider.clone()))
+        .unwrap();
+    let err = ctx
+        .sql("DELETE FROM t WHERE id = 1")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("IcebergQueryPlanner"), "{err}");
+    // With the planner installed the same provider deletes.
+    let ctx = datafusion::prelude::SessionContext::new_with_state(
+        iceberg_exec::session_state_builder(Default::default()).build(),
+    );
+    ctx.register_table("t", std::sync::Arc::new(provider))
+        .unwrap();
+    let out = ctx
+        .sql("DELETE FROM t WHERE id = 1")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(render(&out), ["1"]);
+    assert_eq!(table_rows(&s).await.len(), oracle.len() - 1);
+}
+
+/// What a statement of the concurrency test did.
+#[derive(Debug, Clone)]
+enum Done {
+    Insert(Vec<i64>),
+    /// `DELETE WHERE id % 10 = r`, with the count it reported.
+    Delete(i64, u64),
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_deletes_and_inserts_are_serializable() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, w INT) STORED AS ICEBERG LOCATION '' \
+         OPTIONS ('commit.retry.min-wait-ms' '2', 'commit.retry.num-retries' '40')",
+    )
+    .await
+    .unwrap();
+    let seed: Vec<String> = (0..60).map(|i| format!("({i}, -1)")).collect();
+    sql(&s, &format!("INSERT INTO ns.t VALUES {}", seed.join(", ")))
+        .await
+        .unwrap();
+    let base = current_snapshot(&s, "ns", "t").await.unwrap();
+
+    let mut tasks = vec![];
+    for w in 0..2i64 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = vec![];
+            for round in 0..5i64 {
+                let ids: Vec<i64> = (0..8).map(|i| 1000 + w * 500 + round * 10 + i).collect();
+                let values: Vec<String> = ids.iter().map(|i| format!("({i}, {w})")).collect();
+                let q = format!("INSERT INTO ns.t VALUES {}", values.join(", "));
+                if sql(&s, &q).await.is_ok() {
+                    done.push(Done::Insert(ids));
+                }
+            }
+            done
+        }));
+    }
+    for d in 0..2i64 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut done = vec![];
+            for round in 0..3i64 {
+                let r = d * 3 + round;
+                match sql(&s, &format!("DELETE FROM ns.t WHERE id % 10 = {r}")).await {
+                    Ok(b) => done.push(Done::Delete(r, render(&b)[0].parse().unwrap())),
+                    Err(e) => {
+                        let e = e.to_string();
+                        assert!(e.contains("conflict") || e.contains("concurrently"), "{e}");
+                    }
+                }
+            }
+            done
+        }));
+    }
+    let mut done = vec![];
+    for t in tasks {
+        done.extend(t.await.unwrap());
+    }
+    let inserts = done.iter().filter(|d| matches!(d, Done::Insert(_))).count();
+    assert_eq!(inserts, 10, "appends are retried, never refused");
+
+    // Replay the history snapshot by snapshot: each one is exactly one successful statement
+    // applied to its parent's rows.
+    let table = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let metadata = table.metadata();
+    let mut chain = vec![];
+    let mut at = metadata.current_snapshot_id();
+    while let Some(id) = at {
+        if id == base {
+            break;
+        }
+        chain.push(id);
+        at = metadata.snapshot_by_id(id).unwrap().parent_snapshot_id();
+    }
+    chain.reverse();
+    let read = |id: i64| {
+        let table = table.clone();
+        async move {
+            let provider = iceberg_exec::IcebergTableProvider::try_new(table, None)
+                .unwrap()
+                .with_snapshot_id(id)
+                .unwrap();
+            let ctx = datafusion::prelude::SessionContext::new();
+            ctx.register_table("t", std::sync::Arc::new(provider))
+                .unwrap();
+            let b = ctx
+                .sql("SELECT id FROM t ORDER BY id")
+                .await
+                .unwrap()
+                .collect()
+                .await
+                .unwrap();
+            render(&b)
+                .iter()
+                .map(|v| v.parse::<i64>().unwrap())
+                .collect::<Vec<i64>>()
+        }
+    };
+    let mut state: Vec<i64> = (0..60).collect();
+    let mut unmatched = done.clone();
+    for id in chain {
+        let rows = read(id).await;
+        let position = unmatched.iter().position(|d| match d {
+            Done::Insert(ids) => {
+                let mut want = state.clone();
+                want.extend(ids);
+                want.sort();
+                want == rows
+            }
+            Done::Delete(r, n) => {
+                let want: Vec<i64> = state.iter().copied().filter(|i| i % 10 != *r).collect();
+                want == rows && (state.len() - want.len()) as u64 == *n
+            }
+        });
+        let Some(p) = position else {
+            panic!("snapshot {id} is no successful statement applied to {state:?}: {rows:?}");
+        };
+        unmatched.remove(p);
+        state = rows;
+    }
+    // Statements without a snapshot are DELETEs that found nothing to delete.
+    for d in &unmatched {
+        assert!(matches!(d, Done::Delete(_, 0)), "lost: {d:?}");
+    }
+    assert!(
+        done.iter()
+            .any(|d| matches!(d, Done::Delete(_, n) if *n > 0)),
+        "no DELETE succeeded: {done:?}"
+    );
+}

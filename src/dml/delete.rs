@@ -55,7 +55,9 @@ use crate::physical_plan::write::{
     decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
 use crate::scan::{plan_files_pruned, to_predicate, unprunable_columns, PlannedFile, ScanFiles};
-use crate::snapshot::{commit, is_commit_state_unknown, NewFile, SnapshotChanges, Validation};
+use crate::snapshot::{
+    commit, is_commit_state_unknown, is_concurrent_change, NewFile, SnapshotChanges, Validation,
+};
 use crate::table::provider::arrow_schema;
 use crate::table::scan_plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::IcebergOptions;
@@ -150,60 +152,21 @@ pub(crate) async fn plan_delete(
     let mut columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
     columns.sort();
 
-    let job = |snapshot: Option<&SnapshotRef>| DeleteJob {
+    let job = DeleteJob {
         table: table.clone(),
         store: Arc::clone(&target.store),
-        state: session.clone(),
-        schema: Arc::clone(&schema),
+        state: session,
+        schema,
         locations: target.locations.clone(),
-        filters: filters.clone(),
-        columns: columns.clone(),
+        filters,
+        columns,
         mode,
-        base_snapshot_id: snapshot.map(|s| s.snapshot_id()),
+        base_snapshot_id: None,
         removed_whole: vec![],
         rows_removed_whole: 0,
         checked: ScanFiles::default(),
     };
-    let Some(snapshot) = metadata.current_snapshot() else {
-        return Ok(Arc::new(DeleteExec::new(None, job(None))));
-    };
-    let snapshot_schema = snapshot.schema(metadata).df()?;
-    let predicate = to_predicate(
-        &filters,
-        &unprunable_columns(metadata, metadata.current_schema(), &snapshot_schema),
-    );
-    let candidates = plan_files_pruned(table, snapshot, predicate).await?;
-
-    // Files whose every row matches go whole, unread (their rows are counted from the manifest
-    // when no delete applies to them, else by pass 1).
-    let whole = if filters.is_empty() {
-        candidates.files.iter().map(|f| f.path.clone()).collect()
-    } else {
-        proven_files(table, snapshot, &candidates.files, &columns, &filters).await?
-    };
-    let mut job = job(Some(snapshot));
-    let mut to_check = vec![];
-    for f in candidates.files {
-        if whole.contains(&f.path) {
-            if f.is_clean() {
-                job.rows_removed_whole += f.record_count;
-            } else {
-                // Its live rows are counted by pass 1 (all of them match).
-                to_check.push(f.clone());
-            }
-            job.removed_whole.push(f);
-        } else {
-            to_check.push(f);
-        }
-    }
-    job.checked = ScanFiles {
-        files: to_check,
-        equality_deletes: candidates.equality_deletes,
-    };
-    let pass1 = match job.checked.files.is_empty() {
-        true => None,
-        false => Some(job.matching_files_plan(&session).await?),
-    };
+    let (job, pass1) = job.plan().await?;
     Ok(Arc::new(DeleteExec::new(pass1, job)))
 }
 
@@ -264,6 +227,94 @@ struct DeleteJob {
 }
 
 impl DeleteJob {
+    /// Chooses the files of the table's current snapshot: those removed whole and those pass 1
+    /// reads (its plan is returned).
+    async fn plan(mut self) -> Result<(Self, Option<Arc<dyn ExecutionPlan>>)> {
+        let table = self.table.clone();
+        let metadata = table.metadata();
+        let Some(snapshot) = metadata.current_snapshot() else {
+            return Ok((self, None));
+        };
+        self.base_snapshot_id = Some(snapshot.snapshot_id());
+        let snapshot_schema = snapshot.schema(metadata).df()?;
+        let predicate = to_predicate(
+            &self.filters,
+            &unprunable_columns(metadata, metadata.current_schema(), &snapshot_schema),
+        );
+        let candidates = plan_files_pruned(&table, snapshot, predicate).await?;
+
+        // Files whose every row matches go whole, unread (their rows are counted from the
+        // manifest when no delete applies to them, else by pass 1).
+        let whole = if self.filters.is_empty() {
+            candidates.files.iter().map(|f| f.path.clone()).collect()
+        } else {
+            proven_files(
+                &table,
+                snapshot,
+                &candidates.files,
+                &self.columns,
+                &self.filters,
+            )
+            .await?
+        };
+        let mut to_check = vec![];
+        for f in candidates.files {
+            if whole.contains(&f.path) {
+                if f.is_clean() {
+                    self.rows_removed_whole += f.record_count;
+                } else {
+                    // Its live rows are counted by pass 1 (all of them match).
+                    to_check.push(f.clone());
+                }
+                self.removed_whole.push(f);
+            } else {
+                to_check.push(f);
+            }
+        }
+        self.checked = ScanFiles {
+            files: to_check,
+            equality_deletes: candidates.equality_deletes,
+        };
+        let pass1 = match self.checked.files.is_empty() {
+            true => None,
+            false => Some(self.matching_files_plan(&self.state).await?),
+        };
+        Ok((self, pass1))
+    }
+
+    /// The same statement on a newer version of the table, planned again (pass 1 optimized
+    /// like DataFusion optimizes every plan).
+    async fn again(&self, table: Table) -> Result<(Self, Option<Arc<dyn ExecutionPlan>>)> {
+        let job = Self {
+            schema: arrow_schema(table.metadata().current_schema())?,
+            table,
+            store: Arc::clone(&self.store),
+            state: self.state.clone(),
+            locations: self.locations.clone(),
+            filters: self.filters.clone(),
+            columns: self.columns.clone(),
+            mode: self.mode,
+            base_snapshot_id: None,
+            removed_whole: vec![],
+            rows_removed_whole: 0,
+            checked: ScanFiles::default(),
+        };
+        let (job, pass1) = job.plan().await?;
+        let pass1 = match pass1 {
+            Some(plan) => Some(job.optimized(plan)?),
+            None => None,
+        };
+        Ok((job, pass1))
+    }
+
+    /// `plan` through the physical optimizer rules of the session.
+    fn optimized(&self, mut plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        for rule in self.state.physical_optimizers() {
+            plan = rule.optimize(plan, self.state.config_options())?;
+        }
+        Ok(plan)
+    }
+
     fn condition(&self) -> Option<Expr> {
         conjunction(self.filters.clone())
     }
@@ -335,17 +386,14 @@ impl DeleteJob {
         let keep: Arc<dyn ExecutionPlan> =
             Arc::new(KeepRowsExec::try_new(scan, condition, counts)?);
         let sort = sort_requirement(&self.table, &keep.schema())?;
-        let mut plan: Arc<dyn ExecutionPlan> = Arc::new(DataFileWriterExec::try_new(
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(DataFileWriterExec::try_new(
             keep,
             self.table.clone(),
             sort,
             written,
         )?);
         // The rules DataFusion runs on every plan: the sort the writer requires, among others.
-        for rule in self.state.physical_optimizers() {
-            plan = rule.optimize(plan, self.state.config_options())?;
-        }
-        Ok(plan)
+        self.optimized(plan)
     }
 }
 
@@ -458,13 +506,45 @@ struct Counters {
     files_written: datafusion::physical_plan::metrics::Count,
     delete_files_removed: datafusion::physical_plan::metrics::Count,
     commit_attempts: datafusion::physical_plan::metrics::Count,
+    statement_attempts: datafusion::physical_plan::metrics::Count,
 }
 
+/// Runs the statement; when a concurrent commit changed what it read, plans and runs it again on
+/// the new table state, up to the table's `commit.retry.num-retries` times.
 async fn run(
+    mut job: Arc<DeleteJob>,
+    mut pass1: Option<Arc<dyn ExecutionPlan>>,
+    context: Arc<TaskContext>,
+    m: Counters,
+) -> Result<u64> {
+    let retries = job
+        .table
+        .metadata()
+        .table_properties()
+        .df()?
+        .commit_num_retries;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        m.statement_attempts.add(1);
+        match run_once(Arc::clone(&job), pass1.clone(), Arc::clone(&context), &m).await {
+            Err(e) if is_concurrent_change(&e) && attempt <= retries => {
+                log::info!("DELETE on '{}' runs again: {e}", job.table.identifier());
+                let table = Arc::clone(&job.store).load(job.table.identifier()).await?;
+                let (again, plan) = job.again(table).await?;
+                job = Arc::new(again);
+                pass1 = plan;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn run_once(
     job: Arc<DeleteJob>,
     pass1: Option<Arc<dyn ExecutionPlan>>,
     context: Arc<TaskContext>,
-    m: Counters,
+    m: &Counters,
 ) -> Result<u64> {
     // Pass 1: matching live rows per file.
     let mut matched: HashMap<String, u64> = HashMap::new();
@@ -641,6 +721,7 @@ impl ExecutionPlan for DeleteExec {
             files_written: counter("files_written"),
             delete_files_removed: counter("delete_files_removed"),
             commit_attempts: counter("commit_attempts"),
+            statement_attempts: counter("statement_attempts"),
         };
         let fut = run(Arc::clone(&self.job), self.pass1.clone(), context, m);
         let stream = futures::stream::once(async move {

@@ -6,4 +6,7 @@ pub(crate) mod metadata_file;
 mod producer;
 
 pub use commit::{commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown};
-pub use producer::{MayMatch, NewFile, SnapshotChanges, SnapshotProducer, Validation, MAIN_BRANCH};
+pub use producer::{
+    is_concurrent_change, ConcurrentChange, MayMatch, NewFile, SnapshotChanges, SnapshotProducer,
+    Validation, MAIN_BRANCH,
+};

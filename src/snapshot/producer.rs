@@ -57,6 +57,32 @@ pub struct SnapshotChanges {
     pub validation: Option<Validation>,
 }
 
+/// A commit refused because a concurrent commit changed what the statement read: running the
+/// statement again on the new table state may succeed.
+#[derive(Debug)]
+pub struct ConcurrentChange(pub String);
+
+impl std::fmt::Display for ConcurrentChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConcurrentChange {}
+
+fn conflict(message: String) -> DataFusionError {
+    DataFusionError::External(Box::new(ConcurrentChange(message)))
+}
+
+/// Whether `e` (or a cause of it) is a [`ConcurrentChange`].
+pub fn is_concurrent_change(e: &DataFusionError) -> bool {
+    match e {
+        DataFusionError::External(inner) => inner.is::<ConcurrentChange>(),
+        DataFusionError::Context(_, inner) => is_concurrent_change(inner),
+        _ => false,
+    }
+}
+
 /// Decides whether a data file committed concurrently may hold rows a statement's condition
 /// matches (`true` when it cannot tell).
 pub type MayMatch = Arc<dyn Fn(&TableMetadata, i32, &DataFile) -> bool + Send + Sync>;
@@ -203,7 +229,7 @@ impl SnapshotProducer {
             .filter(|p| !found_removed.contains(*p))
             .collect();
         if !missing.is_empty() {
-            return Err(DataFusionError::Execution(format!(
+            return Err(conflict(format!(
                 "commit conflict: {} file(s) to remove are no longer in the table (e.g. {})",
                 missing.len(),
                 missing[0]
@@ -442,7 +468,7 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
     let mut at = head;
     while at != validation.base_snapshot_id {
         let Some(id) = at else {
-            return Err(DataFusionError::Execution(
+            return Err(conflict(
                 "commit conflict: the snapshot this statement read is no longer an ancestor of \
                  the table's current state (rolled back concurrently); nothing was changed"
                     .into(),
@@ -462,7 +488,7 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
                     continue;
                 }
                 let file = entry.data_file();
-                let conflict = match entry.content_type() {
+                let found = match entry.content_type() {
                     DataContentType::Data => (validation.may_match)(
                         metadata,
                         manifest.partition_spec_id,
@@ -481,8 +507,8 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
                         )
                     }
                 };
-                if let Some(what) = conflict {
-                    return Err(DataFusionError::Execution(format!(
+                if let Some(what) = found {
+                    return Err(conflict(format!(
                         "commit conflict: snapshot {id}, committed concurrently, {what} ({}); \
                          nothing was changed, run the statement again",
                         file.file_path()
