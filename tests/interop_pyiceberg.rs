@@ -594,3 +594,78 @@ impl RowKey for Vec<Value> {
             .join("|")
     }
 }
+
+/// Rows of a tool answer, numbers normalised, sorted by the first column.
+fn tool_rows(answer: &Value) -> Vec<Vec<Value>> {
+    let rows: Vec<Vec<Value>> = answer["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().clone())
+        .collect();
+    let mut rows = normalise(rows);
+    rows.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+    rows
+}
+
+#[test]
+fn copy_on_write_deletes_on_pyiceberg_tables_read_the_same_in_pyiceberg_and_duckdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    let created = tool(&["create-warehouse", "--warehouse", &whs]);
+    let rows_of = |t: &str| -> Vec<Vec<Value>> {
+        normalise(
+            created["tables"][t]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r.as_array().unwrap().clone())
+                .collect(),
+        )
+    };
+    // events: [id, name, ts, amount, day], partitioned by day(ts) and bucket(4, id).
+    let mut events = rows_of("pyns.events");
+    let mut simple = rows_of("pyns.simple");
+    let deleted = |statement: &str| -> u64 {
+        let out = ours(&wh, statement);
+        assert_eq!(out.len(), 1, "{statement}: {out:?}");
+        out[0]["count"].as_u64().unwrap()
+    };
+
+    let before = events.len();
+    let n = deleted("DELETE FROM pyns.events WHERE name = 'name_1'");
+    events.retain(|r| r[1] != Value::from("name_1"));
+    assert_eq!(n as usize, before - events.len());
+    assert!(n > 0);
+
+    // NULL amounts stay: the condition is NULL there.
+    let before = events.len();
+    let n = deleted("DELETE FROM pyns.events WHERE amount > 80");
+    events.retain(|r| r[3].as_f64().is_none_or(|a| a <= 80.0));
+    assert_eq!(n as usize, before - events.len());
+    assert!(events.iter().any(|r| r[3].is_null()));
+
+    // The NULL partition of day(ts), proven from null counts.
+    let before = events.len();
+    let n = deleted("DELETE FROM pyns.events WHERE ts IS NULL");
+    events.retain(|r| !r[2].is_null());
+    assert_eq!(n as usize, before - events.len());
+    assert!(n > 0);
+
+    let n = deleted("DELETE FROM pyns.simple WHERE id % 3 = 0");
+    simple.retain(|r| r[0].as_f64().unwrap() as i64 % 3 != 0);
+    assert_eq!(n, 3);
+
+    for (table, expected) in [("pyns.events", &events), ("pyns.simple", &simple)] {
+        let theirs = tool(&["read", "--warehouse", &whs, "--table", table]);
+        assert_eq!(&tool_rows(&theirs), expected, "pyiceberg reads {table}");
+        let metadata = theirs["metadata_location"].as_str().unwrap().to_string();
+        let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+        assert_eq!(&tool_rows(&duck), expected, "DuckDB reads {table}");
+    }
+    let mine = ours(&wh, "SELECT id, name, ts, amount, day FROM pyns.events");
+    let mut mine = normalise(as_lists(&mine, &["id", "name", "ts", "amount", "day"]));
+    mine.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+    assert_eq!(mine, events);
+}

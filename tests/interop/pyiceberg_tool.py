@@ -421,10 +421,11 @@ def cmd_read(args) -> dict:
     try:
         table = catalog.load_table(args.table)
         arrow = table.scan().to_arrow()
+        location = table.metadata_location
     finally:
         catalog.close()
     names, rows = arrow_to_rows(arrow)
-    return {"columns": names, "rows": sort_rows(rows)}
+    return {"columns": names, "rows": sort_rows(rows), "metadata_location": location}
 
 
 def _walk_namespaces(catalog, parent=()):
