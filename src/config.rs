@@ -16,6 +16,9 @@ extensions_options! {
         /// How `DELETE` removes rows from files it cannot drop whole: `copy-on-write` or
         /// `merge-on-read`; empty means the table's `write.delete.mode` (copy-on-write when unset).
         pub delete_mode: String, default = String::new()
+        /// How `UPDATE` changes rows: `copy-on-write` or `merge-on-read`; empty means the
+        /// table's `write.update.mode` (copy-on-write when unset).
+        pub update_mode: String, default = String::new()
     }
 }
 

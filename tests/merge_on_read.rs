@@ -367,6 +367,11 @@ impl Harness {
     /// must be what the spec's reading minus the condition gives. The oracle then follows the
     /// commit: removed files leave it, rewritten ones join with the new sequence number.
     async fn sql_delete(&mut self, rng: &mut StdRng, context: &str) {
+        self.sql_change(rng, context, false).await
+    }
+
+    /// Like [`Self::sql_delete`], with `UPDATE .. SET v = v + 1000` instead when `update`.
+    async fn sql_change(&mut self, rng: &mut StdRng, context: &str, update: bool) {
         type Cond = Box<dyn Fn(&Row) -> bool>;
         let x = rng.random_range(0..40i64);
         let p = rng.random_range(0..3i32);
@@ -386,20 +391,29 @@ impl Harness {
             ),
         };
         let before = self.oracle.live();
-        let expected: Vec<Row> = before.iter().filter(|r| !matches(r)).cloned().collect();
-        let out = render(
-            &sql(
-                &self.session,
-                &format!("DELETE FROM ns.t WHERE {condition}"),
+        let (statement, expected): (String, Vec<Row>) = if update {
+            (
+                format!("UPDATE ns.t SET v = v + 1000 WHERE {condition}"),
+                before
+                    .iter()
+                    .map(|r| {
+                        let mut r = r.clone();
+                        if matches(&r) {
+                            r.3 += 1000;
+                        }
+                        r
+                    })
+                    .collect(),
             )
-            .await
-            .unwrap(),
-        );
-        assert_eq!(
-            out,
-            [(before.len() - expected.len()).to_string()],
-            "{context}: DELETE WHERE {condition} count"
-        );
+        } else {
+            (
+                format!("DELETE FROM ns.t WHERE {condition}"),
+                before.iter().filter(|r| !matches(r)).cloned().collect(),
+            )
+        };
+        let changed = before.iter().filter(|r| matches(r)).count();
+        let out = render(&sql(&self.session, &statement).await.unwrap());
+        assert_eq!(out, [changed.to_string()], "{context}: {statement} count");
         let table = self.table().await;
         if let Some(snapshot) = table.metadata().current_snapshot().cloned() {
             let files = iceberg_exec::scan::plan_files(&table, &snapshot)
@@ -421,7 +435,7 @@ impl Harness {
         assert_eq!(
             sorted(self.oracle.live().iter().map(line).collect()),
             sorted(expected.iter().map(line).collect()),
-            "{context}: files after DELETE WHERE {condition}"
+            "{context}: files after {statement}"
         );
     }
 
@@ -473,10 +487,11 @@ async fn random_history(seed: u64, partitioned: bool) {
     h.check("first append").await;
     for step in 0..8 {
         let context = format!("seed {seed} partitioned {partitioned} step {step}");
-        // Every history ends with a SQL DELETE over all its deletes.
-        let kind = if step == 7 { 4 } else { rng.random_range(0..5) };
+        // Every history ends with a SQL DELETE over all its deletes (UPDATEs come at random).
+        let kind = if step == 7 { 4 } else { rng.random_range(0..6) };
         match kind {
             4 => h.sql_delete(&mut rng, &context).await,
+            5 => h.sql_change(&mut rng, &context, true).await,
             0 => h.append(&mut rng, 150, 40).await,
             1 => h.delete_positions(&mut rng, 0.15).await,
             2 => h.delete_keys(&mut rng, false, 4, 3).await,
@@ -582,4 +597,6 @@ async fn equality_delete_join_spills_under_a_small_pool() {
     // A copy-on-write DELETE over these deletes runs in the same pool.
     h.sql_delete(&mut rng, "under 4 MiB").await;
     h.check("under 4 MiB, after DELETE").await;
+    h.sql_change(&mut rng, "under 4 MiB", true).await;
+    h.check("under 4 MiB, after UPDATE").await;
 }

@@ -1,4 +1,4 @@
-//! `DELETE` (and later `UPDATE`) orchestration, and the query planner that guards them.
+//! `DELETE` and `UPDATE` orchestration, and the query planner that guards them.
 //!
 //! DataFusion hands a DML statement's predicate to [`TableProvider::delete_from`] as the
 //! conjuncts it finds in `Filter` and `TableScan` nodes of the statement's (optimized) input.
@@ -12,7 +12,7 @@
 //!
 //! [`TableProvider::delete_from`]: datafusion::datasource::TableProvider::delete_from
 
-pub(crate) mod delete;
+pub(crate) mod statement;
 pub(crate) mod strict;
 
 use std::sync::Arc;

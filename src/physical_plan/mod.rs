@@ -1,8 +1,8 @@
 //! Our physical operators, one folder per family.
 
+pub mod change_rows;
 pub mod commit;
 pub mod equality_delete;
-pub mod keep_rows;
 pub mod positional_delete;
 pub mod scan;
 mod spill;

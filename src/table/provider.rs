@@ -17,6 +17,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use iceberg::table::Table;
 
 use crate::catalog::MetadataStore;
+use crate::dml::statement::DmlOp;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
@@ -176,7 +177,7 @@ impl IcebergTableProvider {
     }
 
     /// The table a `DELETE`/`UPDATE` changes (an error when the provider is read-only).
-    fn dml_target(&self, op: &str) -> Result<crate::dml::delete::DmlTarget<'_>> {
+    fn dml_target(&self, op: &str) -> Result<crate::dml::statement::DmlTarget<'_>> {
         let Some(store) = &self.store else {
             return Err(DataFusionError::Plan(format!(
                 "{op} on table '{}' is not possible: it is read-only here (opened by path or at a \
@@ -184,7 +185,7 @@ impl IcebergTableProvider {
                 self.table.identifier()
             )));
         };
-        Ok(crate::dml::delete::DmlTarget {
+        Ok(crate::dml::statement::DmlTarget {
             table: &self.table,
             store: Arc::clone(store),
             locations: &self.locations,
@@ -284,7 +285,17 @@ impl TableProvider for IcebergTableProvider {
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let target = self.dml_target("DELETE")?;
-        crate::dml::delete::plan_delete(target, state, filters).await
+        crate::dml::statement::plan_dml(target, state, DmlOp::Delete, filters).await
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = self.dml_target("UPDATE")?;
+        crate::dml::statement::plan_dml(target, state, DmlOp::Update(assignments), filters).await
     }
 
     async fn insert_into(

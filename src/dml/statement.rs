@@ -1,18 +1,21 @@
-//! `DELETE FROM t WHERE c`: metadata-only where the manifests prove it, copy-on-write elsewhere.
+//! `DELETE FROM t WHERE c` and `UPDATE t SET .. WHERE c`: metadata-only deletes where the
+//! manifests prove every row of a file matches, copy-on-write elsewhere.
 //!
 //! ```text
 //!  planning (no side effects; EXPLAIN stops here)
 //!    manifests ─► candidate files (pruned by c) ─┬─ every row matches c (proved from partition
 //!                                                │  values / bounds) ─► removed whole, unread
 //!                                                └─ the rest ─► pass 1
-//!  DeleteExec (execute)
+//!  DmlExec (execute)
 //!    pass 1  scan(candidates, deletes applied, + _file) ─► Filter(c) ─► matching rows per file
-//!    pass 2  scan(files with a match, deletes applied) ─► KeepRows(c IS NOT TRUE)
+//!    pass 2  scan(files with a match, deletes applied) ─► ChangeRows (DELETE: keep the rows
+//!              where c IS NOT TRUE; UPDATE: assign where c IS TRUE)
 //!              ─► [sort by the table's sort order, spilling] ─► DataFileWriterExec
-//!    verify  pass-2 rows read = rows written + rows matched, and rows matched = pass 1's count
-//!    commit  delete / overwrite snapshot: remove the files, add the rewritten ones; fails on
-//!            concurrent commits that add rows c may match or deletes to rewritten files
+//!    verify  rows matched in pass 2 = pass 1's count; rows read = rows written (+ rows deleted)
+//!    commit  delete / overwrite snapshot: remove the files, add the rewritten ones; on concurrent
+//!            commits that add rows c may match or deletes to rewritten files: plan and run again
 //! ```
+//! An `UPDATE` removes no file whole: every file with a matching row is rewritten.
 //! Memory: pass 1 keeps one counter per matching file; pass 2 streams (the sort spills).
 
 use std::any::Any;
@@ -50,7 +53,7 @@ use super::{dml_checked, unchecked_dml_error};
 use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
-use crate::physical_plan::keep_rows::{KeepRowsCounts, KeepRowsExec};
+use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::write::{
     decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
@@ -72,16 +75,32 @@ pub(crate) enum DeleteMode {
 }
 
 impl DeleteMode {
-    /// The mode in effect: the session's `iceberg.delete_mode`, else the table's
-    /// `write.delete.mode`, else copy-on-write.
-    pub(crate) fn of(metadata: &TableMetadata, options: &IcebergOptions) -> Result<Self> {
-        let (value, source) = if options.delete_mode.is_empty() {
-            match metadata.properties().get("write.delete.mode") {
-                Some(v) => (v.as_str(), "table property write.delete.mode"),
+    /// The mode of `op` in effect: the session's `iceberg.delete_mode` / `iceberg.update_mode`,
+    /// else the table's `write.delete.mode` / `write.update.mode`, else copy-on-write.
+    pub(crate) fn of(
+        metadata: &TableMetadata,
+        options: &IcebergOptions,
+        op: &DmlOp,
+    ) -> Result<Self> {
+        let (session, property, option) = match op {
+            DmlOp::Delete => (
+                &options.delete_mode,
+                "write.delete.mode",
+                "iceberg.delete_mode",
+            ),
+            DmlOp::Update(_) => (
+                &options.update_mode,
+                "write.update.mode",
+                "iceberg.update_mode",
+            ),
+        };
+        let (value, source) = if session.is_empty() {
+            match metadata.properties().get(property) {
+                Some(v) => (v.as_str(), format!("table property {property}")),
                 None => return Ok(Self::CopyOnWrite),
             }
         } else {
-            (options.delete_mode.as_str(), "iceberg.delete_mode")
+            (session.as_str(), option.to_string())
         };
         match value.to_ascii_lowercase().as_str() {
             "copy-on-write" => Ok(Self::CopyOnWrite),
@@ -100,6 +119,24 @@ impl DeleteMode {
     }
 }
 
+/// What a statement does to the rows its condition selects.
+#[derive(Debug, Clone)]
+pub(crate) enum DmlOp {
+    /// `DELETE`.
+    Delete,
+    /// `UPDATE`: (column, new value) pairs, values already of the column's type.
+    Update(Vec<(String, Expr)>),
+}
+
+impl DmlOp {
+    fn sql(&self) -> &'static str {
+        match self {
+            Self::Delete => "DELETE",
+            Self::Update(_) => "UPDATE",
+        }
+    }
+}
+
 /// The table a statement changes, as the provider holds it.
 pub(crate) struct DmlTarget<'a> {
     pub table: &'a Table,
@@ -107,34 +144,40 @@ pub(crate) struct DmlTarget<'a> {
     pub locations: &'a LocationMap,
 }
 
-/// Plans `DELETE FROM target WHERE filters` (AND-ed; none: every row).
-pub(crate) async fn plan_delete(
+/// Plans `DELETE FROM target WHERE filters` or `UPDATE target SET .. WHERE filters` (filters
+/// AND-ed; none: every row).
+pub(crate) async fn plan_dml(
     target: DmlTarget<'_>,
     state: &dyn Session,
+    op: DmlOp,
     filters: Vec<Expr>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    let sql = op.sql();
     if !dml_checked() {
-        return Err(unchecked_dml_error("DELETE"));
+        return Err(unchecked_dml_error(sql));
     }
     let session = state
         .as_any()
         .downcast_ref::<SessionState>()
         .ok_or_else(|| {
-            DataFusionError::NotImplemented(
-                "DELETE on Iceberg tables needs DataFusion's SessionState".into(),
-            )
+            DataFusionError::NotImplemented(format!(
+                "{sql} on Iceberg tables needs DataFusion's SessionState"
+            ))
         })?
         .clone();
     let table = target.table;
     let metadata = table.metadata();
     let options = IcebergOptions::from_config(state.config_options());
-    let mode = DeleteMode::of(metadata, &options)?;
+    let mode = DeleteMode::of(metadata, &options, &op)?;
     if mode == DeleteMode::MergeOnRead {
-        return Err(DataFusionError::NotImplemented(
-            "merge-on-read DELETE is not supported yet; run it as copy-on-write with \
-             SET iceberg.delete_mode = 'copy-on-write'"
-                .into(),
-        ));
+        let option = match op {
+            DmlOp::Delete => "delete_mode",
+            DmlOp::Update(_) => "update_mode",
+        };
+        return Err(DataFusionError::NotImplemented(format!(
+            "merge-on-read {sql} is not supported yet; run it as copy-on-write with \
+             SET iceberg.{option} = 'copy-on-write'"
+        )));
     }
     let schema = arrow_schema(metadata.current_schema())?;
     let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
@@ -145,14 +188,26 @@ pub(crate) async fn plan_delete(
         let ty = f.get_type(&df_schema)?;
         if ty != DataType::Boolean && ty != DataType::Null {
             return Err(DataFusionError::Plan(format!(
-                "a DELETE condition must be boolean, got {ty} for {f}"
+                "a {sql} condition must be boolean, got {ty} for {f}"
             )));
+        }
+    }
+    if let DmlOp::Update(assignments) = &op {
+        for (column, value) in assignments {
+            let field = df_schema.field_with_unqualified_name(column)?;
+            let ty = value.get_type(&df_schema)?;
+            if &ty != field.data_type() {
+                return Err(DataFusionError::Plan(format!(
+                    "UPDATE cannot assign a value of type {ty} to column '{column}' ({})",
+                    field.data_type()
+                )));
+            }
         }
     }
     let mut columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
     columns.sort();
 
-    let job = DeleteJob {
+    let job = DmlJob {
         table: table.clone(),
         store: Arc::clone(&target.store),
         state: session,
@@ -160,6 +215,7 @@ pub(crate) async fn plan_delete(
         locations: target.locations.clone(),
         filters,
         columns,
+        op,
         mode,
         base_snapshot_id: None,
         removed_whole: vec![],
@@ -167,7 +223,7 @@ pub(crate) async fn plan_delete(
         checked: ScanFiles::default(),
     };
     let (job, pass1) = job.plan().await?;
-    Ok(Arc::new(DeleteExec::new(pass1, job)))
+    Ok(Arc::new(DmlExec::new(pass1, job)))
 }
 
 /// The candidate files whose every row provably matches `filters`.
@@ -204,9 +260,9 @@ async fn proven_files(
     Ok(proven)
 }
 
-/// Everything a `DELETE` decided at planning time.
+/// Everything a `DELETE` or `UPDATE` decided at planning time.
 #[derive(Debug)]
-struct DeleteJob {
+struct DmlJob {
     table: Table,
     store: Arc<dyn MetadataStore>,
     /// The planning session: pass 2 is planned with it once pass 1 has run.
@@ -216,6 +272,7 @@ struct DeleteJob {
     filters: Vec<Expr>,
     /// Columns the condition names.
     columns: Vec<String>,
+    op: DmlOp,
     mode: DeleteMode,
     base_snapshot_id: Option<i64>,
     /// Files removed whole.
@@ -226,7 +283,7 @@ struct DeleteJob {
     checked: ScanFiles,
 }
 
-impl DeleteJob {
+impl DmlJob {
     /// Chooses the files of the table's current snapshot: those removed whole and those pass 1
     /// reads (its plan is returned).
     async fn plan(mut self) -> Result<(Self, Option<Arc<dyn ExecutionPlan>>)> {
@@ -244,8 +301,10 @@ impl DeleteJob {
         let candidates = plan_files_pruned(&table, snapshot, predicate).await?;
 
         // Files whose every row matches go whole, unread (their rows are counted from the
-        // manifest when no delete applies to them, else by pass 1).
-        let whole = if self.filters.is_empty() {
+        // manifest when no delete applies to them, else by pass 1). UPDATE rewrites them all.
+        let whole = if matches!(self.op, DmlOp::Update(_)) {
+            HashSet::new()
+        } else if self.filters.is_empty() {
             candidates.files.iter().map(|f| f.path.clone()).collect()
         } else {
             proven_files(
@@ -293,6 +352,7 @@ impl DeleteJob {
             locations: self.locations.clone(),
             filters: self.filters.clone(),
             columns: self.columns.clone(),
+            op: self.op.clone(),
             mode: self.mode,
             base_snapshot_id: None,
             removed_whole: vec![],
@@ -358,11 +418,11 @@ impl DeleteJob {
         )?))
     }
 
-    /// Pass 2: the kept rows of `files`, written as new data files.
+    /// Pass 2: the rows of `files` after the change, written as new data files.
     async fn rewrite_plan(
         &self,
         files: Vec<PlannedFile>,
-        counts: Arc<KeepRowsCounts>,
+        counts: Arc<ChangeCounts>,
         written: WrittenFiles,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let scan_files = ScanFiles {
@@ -380,11 +440,29 @@ impl DeleteJob {
             file_column: false,
         };
         let scan = plan_scan(&self.state, &req, &scan_files).await?;
+        let schema = scan.schema();
         let condition = self
-            .physical_condition(&scan.schema())?
-            .ok_or_else(|| DataFusionError::Internal("a rewrite without a condition".into()))?;
+            .physical_condition(&schema)?
+            .unwrap_or_else(|| datafusion::physical_plan::expressions::lit(true));
+        let change = match &self.op {
+            DmlOp::Delete => RowChange::Delete,
+            DmlOp::Update(assignments) => {
+                let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+                RowChange::Update(
+                    assignments
+                        .iter()
+                        .map(|(column, value)| {
+                            Ok((
+                                schema.index_of(column)?,
+                                self.state.create_physical_expr(value.clone(), &df_schema)?,
+                            ))
+                        })
+                        .collect::<Result<_>>()?,
+                )
+            }
+        };
         let keep: Arc<dyn ExecutionPlan> =
-            Arc::new(KeepRowsExec::try_new(scan, condition, counts)?);
+            Arc::new(ChangeRowsExec::try_new(scan, condition, change, counts)?);
         let sort = sort_requirement(&self.table, &keep.schema())?;
         let plan: Arc<dyn ExecutionPlan> = Arc::new(DataFileWriterExec::try_new(
             keep,
@@ -397,12 +475,12 @@ impl DeleteJob {
     }
 }
 
-/// Runs a `DELETE`: pass 1 (its child), pass 2, verification and the commit. One output row:
-/// `count`, the rows deleted.
+/// Runs a `DELETE` or `UPDATE`: pass 1 (its child), pass 2, verification and the commit. One
+/// output row: `count`, the rows deleted or updated. Shown as `DeleteExec` / `UpdateExec`.
 #[derive(Debug)]
-pub struct DeleteExec {
+pub struct DmlExec {
     pass1: Option<Arc<dyn ExecutionPlan>>,
-    job: Arc<DeleteJob>,
+    job: Arc<DmlJob>,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
 }
@@ -415,12 +493,12 @@ fn count_schema() -> SchemaRef {
     )]))
 }
 
-impl DeleteExec {
-    fn new(pass1: Option<Arc<dyn ExecutionPlan>>, job: DeleteJob) -> Self {
+impl DmlExec {
+    fn new(pass1: Option<Arc<dyn ExecutionPlan>>, job: DmlJob) -> Self {
         Self::with_job(pass1, Arc::new(job))
     }
 
-    fn with_job(pass1: Option<Arc<dyn ExecutionPlan>>, job: Arc<DeleteJob>) -> Self {
+    fn with_job(pass1: Option<Arc<dyn ExecutionPlan>>, job: Arc<DmlJob>) -> Self {
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(count_schema()),
             Partitioning::UnknownPartitioning(1),
@@ -436,17 +514,25 @@ impl DeleteExec {
     }
 }
 
-impl DisplayAs for DeleteExec {
+impl DisplayAs for DmlExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let job = &self.job;
         write!(
             f,
-            "DeleteExec: table={}, mode={}, removed_whole={}, checked={}",
+            "{}: table={}, mode={}, removed_whole={}, checked={}",
+            self.name(),
             job.table.identifier(),
             job.mode.name(),
             job.removed_whole.len(),
             job.checked.files.len(),
         )?;
+        if let DmlOp::Update(assignments) = &job.op {
+            let set: Vec<String> = assignments
+                .iter()
+                .map(|(c, v)| format!("{c} = {v}"))
+                .collect();
+            write!(f, ", set=[{}]", set.join(", "))?;
+        }
         if let Some(c) = job.condition() {
             write!(f, ", condition={c}")?;
         }
@@ -490,10 +576,10 @@ fn count_files(batch: &RecordBatch, counts: &mut HashMap<String, u64>) -> Result
     Ok(())
 }
 
-async fn remove_written(job: &DeleteJob, written: &WrittenFiles) {
+async fn remove_written(job: &DmlJob, written: &WrittenFiles) {
     for f in written.take() {
         if let Err(e) = job.table.file_io().delete(&f).await {
-            log::warn!("could not remove {f} after a failed DELETE: {e}");
+            log::warn!("could not remove {f} after a failed {}: {e}", job.op.sql());
         }
     }
 }
@@ -512,7 +598,7 @@ struct Counters {
 /// Runs the statement; when a concurrent commit changed what it read, plans and runs it again on
 /// the new table state, up to the table's `commit.retry.num-retries` times.
 async fn run(
-    mut job: Arc<DeleteJob>,
+    mut job: Arc<DmlJob>,
     mut pass1: Option<Arc<dyn ExecutionPlan>>,
     context: Arc<TaskContext>,
     m: Counters,
@@ -529,7 +615,11 @@ async fn run(
         m.statement_attempts.add(1);
         match run_once(Arc::clone(&job), pass1.clone(), Arc::clone(&context), &m).await {
             Err(e) if is_concurrent_change(&e) && attempt <= retries => {
-                log::info!("DELETE on '{}' runs again: {e}", job.table.identifier());
+                log::info!(
+                    "{} on '{}' runs again: {e}",
+                    job.op.sql(),
+                    job.table.identifier()
+                );
                 let table = Arc::clone(&job.store).load(job.table.identifier()).await?;
                 let (again, plan) = job.again(table).await?;
                 job = Arc::new(again);
@@ -541,7 +631,7 @@ async fn run(
 }
 
 async fn run_once(
-    job: Arc<DeleteJob>,
+    job: Arc<DmlJob>,
     pass1: Option<Arc<dyn ExecutionPlan>>,
     context: Arc<TaskContext>,
     m: &Counters,
@@ -571,12 +661,18 @@ async fn run_once(
     if removed.is_empty() {
         return Ok(0);
     }
+    if let DmlOp::Update(assignments) = &job.op {
+        if assignments.is_empty() {
+            // `SET c = c`: the rows match, nothing changes.
+            return Ok(deleted);
+        }
+    }
 
     // Pass 2: rewrite the touched files without the matching rows.
     let written = WrittenFiles::default();
     let mut added: Vec<NewFile> = vec![];
     if !touched.is_empty() {
-        let counts = Arc::new(KeepRowsCounts::default());
+        let counts = Arc::new(ChangeCounts::default());
         let result: Result<()> = async {
             let plan = job
                 .rewrite_plan(touched.clone(), Arc::clone(&counts), written.clone())
@@ -589,11 +685,16 @@ async fn run_once(
             // Self-check: the two passes must agree row for row.
             let (read, selected) = counts.get();
             let kept: u64 = added.iter().map(|f| f.file.record_count()).sum();
-            if selected != matched_in_touched || read != kept + selected {
+            let dropped = match job.op {
+                DmlOp::Delete => selected,
+                DmlOp::Update(_) => 0,
+            };
+            if selected != matched_in_touched || read != kept + dropped {
                 return Err(DataFusionError::Execution(format!(
-                    "DELETE on table '{}' aborted, nothing was changed: the rewrite does not add \
+                    "{} on table '{}' aborted, nothing was changed: the rewrite does not add \
                      up (pass 1 matched {matched_in_touched} rows in the rewritten files; pass 2 \
                      read {read}, matched {selected}, wrote {kept})",
+                    job.op.sql(),
                     job.table.identifier()
                 )));
             }
@@ -603,7 +704,12 @@ async fn run_once(
         .await;
         if let Err(e) = result {
             remove_written(&job, &written).await;
-            return Err(e);
+            return Err(e.context(format!(
+                "{} on table '{}' failed while rewriting {} file(s); nothing was changed",
+                job.op.sql(),
+                job.table.identifier(),
+                touched.len()
+            )));
         }
     }
 
@@ -666,9 +772,12 @@ async fn run_once(
     Ok(deleted)
 }
 
-impl ExecutionPlan for DeleteExec {
+impl ExecutionPlan for DmlExec {
     fn name(&self) -> &str {
-        "DeleteExec"
+        match self.job.op {
+            DmlOp::Delete => "DeleteExec",
+            DmlOp::Update(_) => "UpdateExec",
+        }
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -693,7 +802,7 @@ impl ExecutionPlan for DeleteExec {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if children.len() != self.pass1.iter().count() {
             return Err(DataFusionError::Internal(
-                "DeleteExec got a different number of children".into(),
+                "DmlExec got a different number of children".into(),
             ));
         }
         Ok(Arc::new(Self::with_job(
@@ -709,7 +818,7 @@ impl ExecutionPlan for DeleteExec {
     ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
             return Err(DataFusionError::Internal(format!(
-                "DeleteExec has one partition, asked for {partition}"
+                "DmlExec has one partition, asked for {partition}"
             )));
         }
         let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);

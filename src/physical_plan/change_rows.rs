@@ -1,13 +1,16 @@
-//! [`KeepRowsExec`]: passes the rows a condition does not select, counting both kinds.
+//! [`ChangeRowsExec`]: the row change of a copy-on-write `DELETE` or `UPDATE`, applied to the
+//! rows of the files it rewrites.
 
 use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow::array::{Array, BooleanArray};
+use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow::compute::kernels::boolean::not;
+use arrow::compute::kernels::zip::zip;
 use arrow::compute::{filter_record_batch, prep_null_mask_filter};
+use arrow::datatypes::DataType;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
@@ -21,16 +24,16 @@ use futures::StreamExt;
 
 use crate::physical_plan::single_child;
 
-/// Rows seen and rows selected by a [`KeepRowsExec`], over all its partitions.
+/// Rows seen and rows selected by a [`ChangeRowsExec`], over all its partitions.
 #[derive(Debug, Default)]
-pub struct KeepRowsCounts {
+pub struct ChangeCounts {
     /// Input rows.
     pub read: AtomicU64,
     /// Rows the condition is TRUE for (not passed on).
     pub selected: AtomicU64,
 }
 
-impl KeepRowsCounts {
+impl ChangeCounts {
     /// (read, selected) so far.
     pub fn get(&self) -> (u64, u64) {
         (
@@ -40,48 +43,93 @@ impl KeepRowsCounts {
     }
 }
 
-/// Keeps the rows for which `condition IS NOT TRUE` (FALSE or NULL): the rows a copy-on-write
-/// `DELETE` writes back. It counts the rows it reads and the rows it drops, so the statement can
-/// check its two passes against each other.
+/// What happens to the rows a condition selects.
+#[derive(Debug, Clone)]
+pub enum RowChange {
+    /// They are dropped: the output holds the rows for which `condition IS NOT TRUE`.
+    Delete,
+    /// Columns (by index) take new values (expressions over the input, of the column's type);
+    /// every row is passed on.
+    Update(Vec<(usize, Arc<dyn PhysicalExpr>)>),
+}
+
+/// Applies a `DELETE`'s or `UPDATE`'s change to the rows its condition selects (TRUE; a NULL
+/// condition selects nothing) and passes the rest through unchanged. It counts the rows it reads
+/// and the rows it selects, so the statement can check its two passes against each other.
 #[derive(Debug)]
-pub struct KeepRowsExec {
+pub struct ChangeRowsExec {
     input: Arc<dyn ExecutionPlan>,
     condition: Arc<dyn PhysicalExpr>,
-    counts: Arc<KeepRowsCounts>,
+    change: RowChange,
+    counts: Arc<ChangeCounts>,
     metrics: ExecutionPlanMetricsSet,
 }
 
-impl KeepRowsExec {
-    /// Keeps `input`'s rows that `condition` (over `input`'s schema) does not select.
+impl ChangeRowsExec {
+    /// Changes `input`'s rows that `condition` (over `input`'s schema) selects.
     pub fn try_new(
         input: Arc<dyn ExecutionPlan>,
         condition: Arc<dyn PhysicalExpr>,
-        counts: Arc<KeepRowsCounts>,
+        change: RowChange,
+        counts: Arc<ChangeCounts>,
     ) -> Result<Self> {
-        let ty = condition.data_type(&input.schema())?;
-        if ty != arrow::datatypes::DataType::Boolean {
+        let schema = input.schema();
+        let ty = condition.data_type(&schema)?;
+        if ty != DataType::Boolean {
             return Err(DataFusionError::Plan(format!(
-                "a DELETE condition must be boolean, got {ty}"
+                "a condition must be boolean, got {ty}"
             )));
+        }
+        if let RowChange::Update(assignments) = &change {
+            for (i, e) in assignments {
+                let field = schema
+                    .fields()
+                    .get(*i)
+                    .ok_or_else(|| DataFusionError::Internal(format!("no column {i} to update")))?;
+                let ty = e.data_type(&schema)?;
+                if &ty != field.data_type() {
+                    return Err(DataFusionError::Plan(format!(
+                        "cannot assign a value of type {ty} to column '{}' of type {}",
+                        field.name(),
+                        field.data_type()
+                    )));
+                }
+            }
         }
         Ok(Self {
             input,
             condition,
+            change,
             counts,
             metrics: ExecutionPlanMetricsSet::new(),
         })
     }
 }
 
-impl DisplayAs for KeepRowsExec {
+impl DisplayAs for ChangeRowsExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "KeepRowsExec: ({}) IS NOT TRUE", self.condition)
+        match &self.change {
+            RowChange::Delete => write!(f, "ChangeRowsExec: delete where {}", self.condition),
+            RowChange::Update(a) => {
+                let schema = self.input.schema();
+                let set: Vec<String> = a
+                    .iter()
+                    .map(|(i, e)| format!("{} = {e}", schema.field(*i).name()))
+                    .collect();
+                write!(
+                    f,
+                    "ChangeRowsExec: update set {} where {}",
+                    set.join(", "),
+                    self.condition
+                )
+            }
+        }
     }
 }
 
-impl ExecutionPlan for KeepRowsExec {
+impl ExecutionPlan for ChangeRowsExec {
     fn name(&self) -> &str {
-        "KeepRowsExec"
+        "ChangeRowsExec"
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -101,7 +149,10 @@ impl ExecutionPlan for KeepRowsExec {
     }
 
     fn cardinality_effect(&self) -> CardinalityEffect {
-        CardinalityEffect::LowerEqual
+        match self.change {
+            RowChange::Delete => CardinalityEffect::LowerEqual,
+            RowChange::Update(_) => CardinalityEffect::Equal,
+        }
     }
 
     fn with_new_children(
@@ -109,8 +160,9 @@ impl ExecutionPlan for KeepRowsExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(Self::try_new(
-            single_child("KeepRowsExec", children)?,
+            single_child("ChangeRowsExec", children)?,
             Arc::clone(&self.condition),
+            self.change.clone(),
             Arc::clone(&self.counts),
         )?))
     }
@@ -124,6 +176,7 @@ impl ExecutionPlan for KeepRowsExec {
         let schema = input.schema();
         let condition = Arc::clone(&self.condition);
         let counts = Arc::clone(&self.counts);
+        let change = self.change.clone();
         let read = MetricBuilder::new(&self.metrics).counter("rows_read", partition);
         let dropped = MetricBuilder::new(&self.metrics).counter("rows_selected", partition);
         let stream = input.map(move |batch| {
@@ -145,7 +198,19 @@ impl ExecutionPlan for KeepRowsExec {
                 .read
                 .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
             counts.selected.fetch_add(n as u64, Ordering::Relaxed);
-            Ok(filter_record_batch(&batch, &not(&selected)?)?)
+            match &change {
+                RowChange::Delete => Ok(filter_record_batch(&batch, &not(&selected)?)?),
+                RowChange::Update(assignments) => {
+                    let mut columns = batch.columns().to_vec();
+                    if n > 0 {
+                        for (i, e) in assignments {
+                            let new = e.evaluate(&batch)?.into_array(batch.num_rows())?;
+                            columns[*i] = zip(&selected, &new, &columns[*i])?;
+                        }
+                    }
+                    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+                }
+            }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
