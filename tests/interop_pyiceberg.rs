@@ -635,7 +635,7 @@ fn copy_on_write_deletes_on_pyiceberg_tables_read_the_same_in_pyiceberg_and_duck
 
     let before = events.len();
     let n = deleted("DELETE FROM pyns.events WHERE name = 'name_1'");
-    events.retain(|r| r[1] != Value::from("name_1"));
+    events.retain(|r| r[1] != "name_1");
     assert_eq!(n as usize, before - events.len());
     assert!(n > 0);
 
