@@ -23,12 +23,16 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::array::AsArray;
 use arrow::array::{Array, ArrayRef, DictionaryArray, RecordBatch, StringArray, UInt64Array};
+use arrow::datatypes::Int64Type;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt16Type};
 use datafusion::catalog::Session;
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::DFSchema;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::utils::{conjunction, expr_to_columns};
 use datafusion::logical_expr::{Expr, ExprSchemable};
@@ -40,6 +44,7 @@ use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::physical_plan::{
     execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream,
@@ -47,6 +52,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use iceberg::spec::{Operation, SnapshotRef, TableMetadata};
 use iceberg::table::Table;
+use roaring::RoaringTreemap;
 
 use super::strict::FileStats;
 use super::{dml_checked, unchecked_dml_error};
@@ -54,8 +60,10 @@ use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
+use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::write::{
-    decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
+    decode_data_files, sort_requirement, write_file_position_deletes, DataFileWriterExec,
+    WrittenFiles,
 };
 use crate::scan::{plan_files_pruned, to_predicate, unprunable_columns, PlannedFile, ScanFiles};
 use crate::snapshot::{
@@ -168,17 +176,11 @@ pub(crate) async fn plan_dml(
     let table = target.table;
     let metadata = table.metadata();
     let options = IcebergOptions::from_config(state.config_options());
-    let mode = DeleteMode::of(metadata, &options, &op)?;
-    if mode == DeleteMode::MergeOnRead {
-        let option = match op {
-            DmlOp::Delete => "delete_mode",
-            DmlOp::Update(_) => "update_mode",
-        };
-        return Err(DataFusionError::NotImplemented(format!(
-            "merge-on-read {sql} is not supported yet; run it as copy-on-write with \
-             SET iceberg.{option} = 'copy-on-write'"
-        )));
-    }
+    let mode = match &op {
+        // `SET c = c` changes nothing: it only counts the matching rows.
+        DmlOp::Update(a) if a.is_empty() => DeleteMode::CopyOnWrite,
+        _ => DeleteMode::of(metadata, &options, &op)?,
+    };
     let schema = arrow_schema(metadata.current_schema())?;
     let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
     let mut columns = HashSet::new();
@@ -387,7 +389,8 @@ impl DmlJob {
             .transpose()
     }
 
-    /// Pass 1: the `_file` of every live row that matches, over the checked files.
+    /// Pass 1: the `_file` of every live row that matches, over the checked files (and its
+    /// `_pos` for merge-on-read).
     async fn matching_files_plan(&self, state: &SessionState) -> Result<Arc<dyn ExecutionPlan>> {
         let projection: Vec<usize> = self
             .columns
@@ -403,19 +406,27 @@ impl DmlJob {
             limit: None,
             locations: &self.locations,
             file_column: true,
+            position_column: self.mode == DeleteMode::MergeOnRead,
         };
         let mut plan = plan_scan(state, &req, &self.checked).await?;
         if let Some(condition) = self.physical_condition(&plan.schema())? {
             plan = Arc::new(FilterExec::try_new(condition, plan)?);
         }
-        let file = plan.schema().index_of(FILE_COLUMN)?;
-        Ok(Arc::new(ProjectionExec::try_new(
-            vec![(
-                Arc::new(Column::new(FILE_COLUMN, file)) as Arc<dyn PhysicalExpr>,
-                FILE_COLUMN.to_string(),
-            )],
-            plan,
-        )?))
+        let schema = plan.schema();
+        let mut output = vec![FILE_COLUMN];
+        if req.position_column {
+            output.push(POSITION_COLUMN);
+        }
+        let exprs = output
+            .into_iter()
+            .map(|name| {
+                Ok((
+                    Arc::new(Column::new(name, schema.index_of(name)?)) as Arc<dyn PhysicalExpr>,
+                    name.to_string(),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
     }
 
     /// Pass 2: the rows of `files` after the change, written as new data files.
@@ -438,6 +449,7 @@ impl DmlJob {
             limit: None,
             locations: &self.locations,
             file_column: false,
+            position_column: false,
         };
         let scan = plan_scan(&self.state, &req, &scan_files).await?;
         let schema = scan.schema();
@@ -448,17 +460,19 @@ impl DmlJob {
             DmlOp::Delete => RowChange::Delete,
             DmlOp::Update(assignments) => {
                 let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
-                RowChange::Update(
-                    assignments
-                        .iter()
-                        .map(|(column, value)| {
-                            Ok((
-                                schema.index_of(column)?,
-                                self.state.create_physical_expr(value.clone(), &df_schema)?,
-                            ))
-                        })
-                        .collect::<Result<_>>()?,
-                )
+                let assignments = assignments
+                    .iter()
+                    .map(|(column, value)| {
+                        Ok((
+                            schema.index_of(column)?,
+                            self.state.create_physical_expr(value.clone(), &df_schema)?,
+                        ))
+                    })
+                    .collect::<Result<_>>()?;
+                match self.mode {
+                    DeleteMode::CopyOnWrite => RowChange::Update(assignments),
+                    DeleteMode::MergeOnRead => RowChange::UpdateSelected(assignments),
+                }
             }
         };
         let keep: Arc<dyn ExecutionPlan> =
@@ -591,6 +605,7 @@ struct Counters {
     rows_rewritten: datafusion::physical_plan::metrics::Count,
     files_written: datafusion::physical_plan::metrics::Count,
     delete_files_removed: datafusion::physical_plan::metrics::Count,
+    delete_files_written: datafusion::physical_plan::metrics::Count,
     commit_attempts: datafusion::physical_plan::metrics::Count,
     statement_attempts: datafusion::physical_plan::metrics::Count,
 }
@@ -636,13 +651,29 @@ async fn run_once(
     context: Arc<TaskContext>,
     m: &Counters,
 ) -> Result<u64> {
-    // Pass 1: matching live rows per file.
+    let mor = job.mode == DeleteMode::MergeOnRead;
+    let written = WrittenFiles::default();
+    // Pass 1: matching live rows per file (merge-on-read: written as position deletes).
     let mut matched: HashMap<String, u64> = HashMap::new();
+    let mut delete_files: Vec<NewFile> = vec![];
     if let Some(plan) = pass1 {
-        let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
-        let mut stream = execute_stream(plan, Arc::clone(&context))?;
-        while let Some(batch) = stream.next().await {
-            count_files(&batch?, &mut matched)?;
+        if mor {
+            match write_position_deletes(&job, plan, &context, &written).await {
+                Ok((counts, files)) => {
+                    matched = counts;
+                    delete_files = files;
+                }
+                Err(e) => {
+                    remove_written(&job, &written).await;
+                    return Err(e);
+                }
+            }
+        } else {
+            let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
+            let mut stream = execute_stream(plan, Arc::clone(&context))?;
+            while let Some(batch) = stream.next().await {
+                count_files(&batch?, &mut matched)?;
+            }
         }
     }
     let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
@@ -657,21 +688,23 @@ async fn run_once(
     let matched_in_touched: u64 = touched.iter().map(|f| matched[&f.path]).sum();
 
     let mut removed: Vec<&PlannedFile> = job.removed_whole.iter().collect();
-    removed.extend(touched.iter());
-    if removed.is_empty() {
+    if !mor {
+        removed.extend(touched.iter());
+    }
+    if removed.is_empty() && delete_files.is_empty() {
         return Ok(0);
     }
     if let DmlOp::Update(assignments) = &job.op {
         if assignments.is_empty() {
-            // `SET c = c`: the rows match, nothing changes.
             return Ok(deleted);
         }
     }
 
-    // Pass 2: rewrite the touched files without the matching rows.
-    let written = WrittenFiles::default();
+    // Pass 2: copy-on-write rewrites the touched files; a merge-on-read UPDATE writes the new
+    // versions of the matching rows.
     let mut added: Vec<NewFile> = vec![];
-    if !touched.is_empty() {
+    let rewrite = !touched.is_empty() && (!mor || matches!(job.op, DmlOp::Update(_)));
+    if rewrite {
         let counts = Arc::new(ChangeCounts::default());
         let result: Result<()> = async {
             let plan = job
@@ -684,21 +717,22 @@ async fn run_once(
             }
             // Self-check: the two passes must agree row for row.
             let (read, selected) = counts.get();
-            let kept: u64 = added.iter().map(|f| f.file.record_count()).sum();
-            let dropped = match job.op {
-                DmlOp::Delete => selected,
-                DmlOp::Update(_) => 0,
+            let written_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
+            let expected = match (&job.op, mor) {
+                (DmlOp::Delete, _) => read.checked_sub(selected),
+                (DmlOp::Update(_), false) => Some(read),
+                (DmlOp::Update(_), true) => Some(selected),
             };
-            if selected != matched_in_touched || read != kept + dropped {
+            if selected != matched_in_touched || expected != Some(written_rows) {
                 return Err(DataFusionError::Execution(format!(
                     "{} on table '{}' aborted, nothing was changed: the rewrite does not add \
                      up (pass 1 matched {matched_in_touched} rows in the rewritten files; pass 2 \
-                     read {read}, matched {selected}, wrote {kept})",
+                     read {read}, matched {selected}, wrote {written_rows})",
                     job.op.sql(),
                     job.table.identifier()
                 )));
             }
-            m.rows_rewritten.add(kept as usize);
+            m.rows_rewritten.add(written_rows as usize);
             Ok(())
         }
         .await;
@@ -742,7 +776,7 @@ async fn run_once(
             Operation::Overwrite
         },
         added_data_files: added,
-        added_delete_files: vec![],
+        added_delete_files: delete_files,
         removed_files,
         summary_properties: HashMap::new(),
         validation: Some(Validation {
@@ -752,6 +786,7 @@ async fn run_once(
         }),
     };
     let files_written = changes.added_data_files.len();
+    let delete_files_written = changes.added_delete_files.len();
     match commit(Arc::clone(&job.store), job.table.identifier(), changes).await {
         Ok(outcome) => {
             written.take();
@@ -766,10 +801,109 @@ async fn run_once(
     }
     m.rows_deleted.add(deleted as usize);
     m.files_removed.add(job.removed_whole.len());
-    m.files_rewritten.add(touched.len());
+    m.files_rewritten.add(if mor { 0 } else { touched.len() });
     m.files_written.add(files_written);
+    m.delete_files_written.add(delete_files_written);
     m.delete_files_removed.add(delete_files_removed);
     Ok(deleted)
+}
+
+/// Merge-on-read pass 1: runs `plan` (rows `(_file, _pos)`) partition by partition, each on its
+/// own task, and writes one position delete file per data file with matching rows. A data file
+/// is read by one partition, its positions in order, so one bitmap per partition is held at a
+/// time (reserved from the pool). Returns the matching rows per data file and the files.
+async fn write_position_deletes(
+    job: &DmlJob,
+    plan: Arc<dyn ExecutionPlan>,
+    context: &Arc<TaskContext>,
+    written: &WrittenFiles,
+) -> Result<(HashMap<String, u64>, Vec<NewFile>)> {
+    let files: Arc<HashMap<String, (i32, iceberg::spec::Struct)>> = Arc::new(
+        job.checked
+            .files
+            .iter()
+            .map(|f| (f.path.clone(), (f.spec_id, f.partition.clone())))
+            .collect(),
+    );
+    let partitions = plan.output_partitioning().partition_count();
+    let mut tasks = vec![];
+    for i in 0..partitions {
+        let mut stream = plan.execute(i, Arc::clone(context))?;
+        let files = Arc::clone(&files);
+        let table = job.table.clone();
+        let written = written.clone();
+        let reservation =
+            MemoryConsumer::new(format!("MergeOnReadDelete[{i}]")).register(context.memory_pool());
+        tasks.push(SpawnedTask::spawn(async move {
+            let mut counts: HashMap<String, u64> = HashMap::new();
+            let mut out: Vec<NewFile> = vec![];
+            let mut current: Option<(String, RoaringTreemap)> = None;
+            let flush = |current: Option<(String, RoaringTreemap)>,
+                         counts: &mut HashMap<String, u64>| {
+                let table = table.clone();
+                let files = Arc::clone(&files);
+                let written = written.clone();
+                let run = current.map(|(path, bitmap)| {
+                    *counts.entry(path.clone()).or_default() += bitmap.len();
+                    (path, bitmap)
+                });
+                async move {
+                    let Some((path, bitmap)) = run else {
+                        return Ok::<_, DataFusionError>(None);
+                    };
+                    let (spec_id, partition) = files.get(&path).cloned().ok_or_else(|| {
+                        DataFusionError::Internal(format!("{path} was not planned"))
+                    })?;
+                    let file =
+                        write_file_position_deletes(&table, spec_id, partition, &path, &bitmap)
+                            .await?;
+                    written.record(file.file.file_path().to_string());
+                    Ok(Some(file))
+                }
+            };
+            while let Some(batch) = stream.next().await {
+                let batch = batch?;
+                let paths = arrow::compute::cast(batch.column(0), &DataType::Utf8)?;
+                let paths = paths.as_string::<i32>();
+                let positions = batch.column(1).as_primitive::<Int64Type>();
+                for row in 0..batch.num_rows() {
+                    let path = paths.value(row);
+                    if current.as_ref().is_none_or(|(p, _)| p != path) {
+                        let done = current.take();
+                        out.extend(flush(done, &mut counts).await?);
+                        current = Some((path.to_string(), RoaringTreemap::new()));
+                    }
+                    if let Some((_, bitmap)) = current.as_mut() {
+                        bitmap.insert(positions.value(row) as u64);
+                    }
+                }
+                let size = current.as_ref().map_or(0, |(_, b)| b.serialized_size());
+                reservation.try_resize(size)?;
+            }
+            out.extend(flush(current.take(), &mut counts).await?);
+            drop(reservation);
+            Ok::<_, DataFusionError>((counts, out))
+        }));
+    }
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut out = vec![];
+    let mut failure = None;
+    for task in tasks {
+        match task.join_unwind().await {
+            Ok(Ok((c, files))) => {
+                for (path, n) in c {
+                    *counts.entry(path).or_default() += n;
+                }
+                out.extend(files);
+            }
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(e) => failure = failure.or(Some(DataFusionError::ExecutionJoin(Box::new(e)))),
+        }
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok((counts, out)),
+    }
 }
 
 impl ExecutionPlan for DmlExec {
@@ -829,6 +963,7 @@ impl ExecutionPlan for DmlExec {
             rows_rewritten: counter("rows_rewritten"),
             files_written: counter("files_written"),
             delete_files_removed: counter("delete_files_removed"),
+            delete_files_written: counter("delete_files_written"),
             commit_attempts: counter("commit_attempts"),
             statement_attempts: counter("statement_attempts"),
         };

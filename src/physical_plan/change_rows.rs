@@ -51,6 +51,9 @@ pub enum RowChange {
     /// Columns (by index) take new values (expressions over the input, of the column's type);
     /// every row is passed on.
     Update(Vec<(usize, Arc<dyn PhysicalExpr>)>),
+    /// Like `Update`, passing on only the selected rows (the new rows of a merge-on-read
+    /// `UPDATE`, whose old versions are deleted by position).
+    UpdateSelected(Vec<(usize, Arc<dyn PhysicalExpr>)>),
 }
 
 /// Applies a `DELETE`'s or `UPDATE`'s change to the rows its condition selects (TRUE; a NULL
@@ -80,7 +83,7 @@ impl ChangeRowsExec {
                 "a condition must be boolean, got {ty}"
             )));
         }
-        if let RowChange::Update(assignments) = &change {
+        if let RowChange::Update(assignments) | RowChange::UpdateSelected(assignments) = &change {
             for (i, e) in assignments {
                 let field = schema
                     .fields()
@@ -110,7 +113,7 @@ impl DisplayAs for ChangeRowsExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         match &self.change {
             RowChange::Delete => write!(f, "ChangeRowsExec: delete where {}", self.condition),
-            RowChange::Update(a) => {
+            RowChange::Update(a) | RowChange::UpdateSelected(a) => {
                 let schema = self.input.schema();
                 let set: Vec<String> = a
                     .iter()
@@ -152,6 +155,7 @@ impl ExecutionPlan for ChangeRowsExec {
         match self.change {
             RowChange::Delete => CardinalityEffect::LowerEqual,
             RowChange::Update(_) => CardinalityEffect::Equal,
+            RowChange::UpdateSelected(_) => CardinalityEffect::LowerEqual,
         }
     }
 
@@ -207,6 +211,14 @@ impl ExecutionPlan for ChangeRowsExec {
                             let new = e.evaluate(&batch)?.into_array(batch.num_rows())?;
                             columns[*i] = zip(&selected, &new, &columns[*i])?;
                         }
+                    }
+                    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+                }
+                RowChange::UpdateSelected(assignments) => {
+                    let batch = filter_record_batch(&batch, &selected)?;
+                    let mut columns = batch.columns().to_vec();
+                    for (i, e) in assignments {
+                        columns[*i] = e.evaluate(&batch)?.into_array(batch.num_rows())?;
                     }
                     Ok(RecordBatch::try_new(batch.schema(), columns)?)
                 }

@@ -274,6 +274,7 @@ impl TableProvider for IcebergTableProvider {
             limit,
             locations: &self.locations,
             file_column: false,
+            position_column: false,
         };
         let parquet = plan_scan(state, &request, &files).await?;
         Ok(Arc::new(IcebergScanExec::new(parquet, summary)))

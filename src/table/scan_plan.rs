@@ -68,6 +68,9 @@ pub(crate) struct ScanRequest<'a> {
     pub locations: &'a LocationMap,
     /// Whether the output ends with [`FILE_COLUMN`] (dictionary-encoded, one value per file).
     pub file_column: bool,
+    /// Whether the output ends with [`POSITION_COLUMN`], each row's position in its file (after
+    /// the file column when both are asked for). No filter reaches the reader then.
+    pub position_column: bool,
 }
 
 /// The plan reading `files`, with their deletes applied.
@@ -182,7 +185,7 @@ pub(crate) async fn plan_scan(
     .with_limit(req.limit.filter(|_| !has_deletes))
     .build();
     let mut plan = parquet_plan(state, config).await?;
-    if !has_deletes && hidden_columns == 0 {
+    if !has_deletes && hidden_columns == 0 && !req.position_column {
         return Ok(plan);
     }
 
@@ -208,7 +211,9 @@ pub(crate) async fn plan_scan(
             );
         }
     }
-    if !positional.is_empty() {
+    if req.position_column {
+        plan = Arc::new(PositionalDeleteExec::try_new(plan, positional)?.with_positions()?);
+    } else if !positional.is_empty() {
         plan = Arc::new(PositionalDeleteExec::try_new(plan, positional)?);
     }
 
@@ -232,6 +237,10 @@ pub(crate) async fn plan_scan(
     let mut output: Vec<usize> = (0..requested.len()).collect();
     if req.file_column {
         output.push(needed.len());
+    }
+    if req.position_column {
+        // Appended after the scan's columns (the hidden per-file ones included).
+        output.push(needed.len() + hidden_columns);
     }
     if plan.schema().fields().len() != output.len() {
         let schema = plan.schema();

@@ -12,6 +12,11 @@
 //! Deleted rows are never decoded. The bitmaps of one partition's files are held at once (at
 //! most one bit per row of those files, reserved from the memory pool); row selections are built
 //! for one file at a time, just before it is read.
+//!
+//! With [`PositionalDeleteExec::with_positions`] the node also appends each row's position in
+//! its data file (`_pos`, what a merge-on-read `DELETE` writes into new position delete files).
+//! Every file is then read whole apart from its deleted rows, with no predicate inside the
+//! reader, so the k-th row read is the k-th live position of the file.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -75,6 +80,9 @@ pub struct FileDeletes {
     pub delete_files: Vec<PositionDeleteFile>,
 }
 
+/// Name of the row position column [`PositionalDeleteExec::with_positions`] appends.
+pub const POSITION_COLUMN: &str = "__iceberg_pos";
+
 /// Removes position-deleted rows from a parquet scan (its child, a [`DataSourceExec`] over a
 /// [`FileScanConfig`]) by handing DataFusion's reader a row selection per data file.
 #[derive(Debug)]
@@ -82,6 +90,8 @@ pub struct PositionalDeleteExec {
     input: Arc<dyn ExecutionPlan>,
     /// By object store location of the data file.
     deletes: Arc<HashMap<String, FileDeletes>>,
+    /// With the `_pos` column: the output's properties.
+    positions: Option<Arc<PlanProperties>>,
     metrics: ExecutionPlanMetricsSet,
 }
 
@@ -95,8 +105,34 @@ impl PositionalDeleteExec {
         Ok(Self {
             input,
             deletes: Arc::new(deletes),
+            positions: None,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// Also appends [`POSITION_COLUMN`] (Int64): each row's position in its data file. Filters
+    /// are then kept out of the scan below (they would hide rows from the count).
+    pub fn with_positions(mut self) -> Result<Self> {
+        scan_config(&self.input)?;
+        let input = self.input.schema();
+        let mut fields: Vec<arrow::datatypes::FieldRef> = input.fields().iter().cloned().collect();
+        fields.push(Arc::new(arrow::datatypes::Field::new(
+            POSITION_COLUMN,
+            DataType::Int64,
+            false,
+        )));
+        let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            input.metadata().clone(),
+        ));
+        let props = self.input.properties();
+        self.positions = Some(Arc::new(PlanProperties::new(
+            datafusion::physical_expr::EquivalenceProperties::new(schema),
+            props.partitioning.clone(),
+            props.emission_type,
+            props.boundedness,
+        )));
+        Ok(self)
     }
 
     fn delete_file_count(&self) -> usize {
@@ -131,7 +167,11 @@ impl DisplayAs for PositionalDeleteExec {
             "PositionalDeleteExec: data_files={}, delete_files={}, route=row_selection",
             self.deletes.len(),
             self.delete_file_count()
-        )
+        )?;
+        if self.positions.is_some() {
+            write!(f, ", positions={POSITION_COLUMN}")?;
+        }
+        Ok(())
     }
 }
 
@@ -145,7 +185,10 @@ impl ExecutionPlan for PositionalDeleteExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+        match &self.positions {
+            Some(p) => p,
+            None => self.input.properties(),
+        }
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
@@ -166,10 +209,15 @@ impl ExecutionPlan for PositionalDeleteExec {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = single_child("PositionalDeleteExec", children)?;
         scan_config(&input)?;
-        Ok(Arc::new(Self {
+        let node = Self {
             input,
             deletes: Arc::clone(&self.deletes),
+            positions: None,
             metrics: ExecutionPlanMetricsSet::new(),
+        };
+        Ok(Arc::new(match self.positions {
+            Some(_) => node.with_positions()?,
+            None => node,
         }))
     }
 
@@ -184,9 +232,11 @@ impl ExecutionPlan for PositionalDeleteExec {
             .get(partition)
             .map(|g| g.files().to_vec())
             .unwrap_or_default();
-        if !files
-            .iter()
-            .any(|f| self.deletes.contains_key(f.object_meta.location.as_ref()))
+        let positions = self.positions.is_some();
+        if !positions
+            && !files
+                .iter()
+                .any(|f| self.deletes.contains_key(f.object_meta.location.as_ref()))
         {
             return self.input.execute(partition, context);
         }
@@ -210,7 +260,7 @@ impl ExecutionPlan for PositionalDeleteExec {
             let per_file = futures::stream::iter(files).then(move |file| {
                 let opener = Arc::clone(&opener);
                 let bitmaps = Arc::clone(&bitmaps);
-                async move { opener.open(file, &bitmaps.positions).await }
+                async move { opener.open(file, &bitmaps.positions, positions).await }
             });
             Ok::<_, DataFusionError>(per_file.try_flatten())
         })
@@ -233,6 +283,13 @@ impl ExecutionPlan for PositionalDeleteExec {
         parent_filters: Vec<Arc<dyn PhysicalExpr>>,
         _config: &ConfigOptions,
     ) -> Result<FilterDescription> {
+        if self.positions.is_some() {
+            // Every live row must be read for the positions to count right.
+            return Ok(FilterDescription::all_unsupported(
+                &parent_filters,
+                &self.children(),
+            ));
+        }
         // Filters judge each row on its own: reading fewer rows never changes which positions
         // are deleted, so they may run inside the scan.
         FilterDescription::from_children(parent_filters, &self.children())
@@ -302,13 +359,19 @@ impl FileOpener {
         })
     }
 
-    /// Reads one data file, skipping its deleted positions.
+    /// Reads one data file, skipping its deleted positions (and numbering the rest when
+    /// `positions`).
     async fn open(
         &self,
         file: PartitionedFile,
         bitmaps: &HashMap<String, RoaringTreemap>,
+        positions: bool,
     ) -> Result<SendableRecordBatchStream> {
         let location = file.object_meta.location.to_string();
+        let deleted = match positions {
+            true => bitmaps.get(&location).cloned().unwrap_or_default(),
+            false => RoaringTreemap::new(),
+        };
         let file = match bitmaps.get(&location) {
             Some(deleted) if !deleted.is_empty() => {
                 // Through DataFusion's metadata cache: the scan of this file reuses the footer.
@@ -335,7 +398,68 @@ impl FileOpener {
         let config = FileScanConfigBuilder::from(self.config.clone())
             .with_file_groups(vec![FileGroup::new(vec![file])])
             .build();
-        DataSourceExec::from_data_source(config).execute(0, Arc::clone(&self.context))
+        let stream =
+            DataSourceExec::from_data_source(config).execute(0, Arc::clone(&self.context))?;
+        if !positions {
+            return Ok(stream);
+        }
+        let input = stream.schema();
+        let mut fields: Vec<arrow::datatypes::FieldRef> = input.fields().iter().cloned().collect();
+        fields.push(Arc::new(arrow::datatypes::Field::new(
+            POSITION_COLUMN,
+            DataType::Int64,
+            false,
+        )));
+        let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(
+            fields,
+            input.metadata().clone(),
+        ));
+        let mut cursor = LivePositions::new(deleted);
+        let out = Arc::clone(&schema);
+        let numbered = stream.map(move |batch| {
+            let batch = batch?;
+            let pos = cursor.take(batch.num_rows());
+            let mut columns = batch.columns().to_vec();
+            columns.push(Arc::new(pos));
+            Ok(arrow::array::RecordBatch::try_new(
+                Arc::clone(&out),
+                columns,
+            )?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, numbered)))
+    }
+}
+
+/// The live positions of a file in order: 0, 1, 2, … without the deleted ones.
+struct LivePositions {
+    next: u64,
+    deleted: std::iter::Peekable<roaring::treemap::IntoIter>,
+}
+
+impl LivePositions {
+    fn new(deleted: RoaringTreemap) -> Self {
+        Self {
+            next: 0,
+            deleted: deleted.into_iter().peekable(),
+        }
+    }
+
+    /// The next `n` live positions.
+    fn take(&mut self, n: usize) -> arrow::array::Int64Array {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            while self.deleted.peek().is_some_and(|&d| d <= self.next) {
+                if self.deleted.next() == Some(self.next) {
+                    self.next += 1;
+                }
+            }
+            // Up to the next deleted position, every position is live.
+            let until = self.deleted.peek().copied().unwrap_or(u64::MAX);
+            let run = (until - self.next).min((n - out.len()) as u64);
+            out.extend((self.next..self.next + run).map(|p| p as i64));
+            self.next += run;
+        }
+        arrow::array::Int64Array::from(out)
     }
 }
 
@@ -517,6 +641,18 @@ mod tests {
                     .join(" "),
             })
             .collect()
+    }
+
+    #[test]
+    fn live_positions_skip_deleted_ones() {
+        let deleted: RoaringTreemap = [0u64, 3, 4, 9].into_iter().collect();
+        let mut live = LivePositions::new(deleted);
+        assert_eq!(live.take(3).values().to_vec(), vec![1, 2, 5]);
+        assert_eq!(live.take(4).values().to_vec(), vec![6, 7, 8, 10]);
+        assert_eq!(live.take(0).len(), 0);
+        assert_eq!(live.take(2).values().to_vec(), vec![11, 12]);
+        let mut none = LivePositions::new(RoaringTreemap::new());
+        assert_eq!(none.take(3).values().to_vec(), vec![0, 1, 2]);
     }
 
     #[test]

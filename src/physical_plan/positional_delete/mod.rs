@@ -2,4 +2,4 @@
 
 mod exec;
 
-pub use exec::{FileDeletes, PositionDeleteFile, PositionalDeleteExec};
+pub use exec::{FileDeletes, PositionDeleteFile, PositionalDeleteExec, POSITION_COLUMN};

@@ -81,6 +81,64 @@ pub async fn write_position_delete_file(
     }
     deletes.sort();
     deletes.dedup();
+    let single = deletes
+        .first()
+        .map(|(p, _)| p.clone())
+        .filter(|first| deletes.iter().all(|(p, _)| p == first));
+    let chunks = deletes.chunks(64 * 1024).map(|chunk| {
+        (
+            StringArray::from_iter_values(chunk.iter().map(|(p, _)| p.as_str())),
+            Int64Array::from_iter_values(chunk.iter().map(|(_, p)| *p)),
+        )
+    });
+    write_positions(table, spec_id, partition, single, chunks).await
+}
+
+/// Writes one position delete file for the data file `data_file` (recorded path, in partition
+/// `partition` of spec `spec_id`): the positions in `positions`, recorded with
+/// `referenced_data_file` (a file-scoped delete file).
+pub async fn write_file_position_deletes(
+    table: &Table,
+    spec_id: i32,
+    partition: Struct,
+    data_file: &str,
+    positions: &roaring::RoaringTreemap,
+) -> Result<NewFile> {
+    if positions.is_empty() {
+        return Err(DataFusionError::Plan(
+            "a position delete file needs at least one position".into(),
+        ));
+    }
+    if positions.max().is_some_and(|p| p > i64::MAX as u64) {
+        return Err(DataFusionError::Plan(format!(
+            "a position of {data_file} is out of range"
+        )));
+    }
+    let mut iter = positions.iter().peekable();
+    let chunks = std::iter::from_fn(move || {
+        iter.peek()?;
+        let pos: Vec<i64> = iter.by_ref().take(64 * 1024).map(|p| p as i64).collect();
+        let paths = StringArray::from_iter_values(std::iter::repeat_n(data_file, pos.len()));
+        Some((paths, Int64Array::from(pos)))
+    });
+    write_positions(
+        table,
+        spec_id,
+        partition,
+        Some(data_file.to_string()),
+        chunks,
+    )
+    .await
+}
+
+/// Writes (file_path, pos) chunks, already sorted, as one position delete file.
+async fn write_positions(
+    table: &Table,
+    spec_id: i32,
+    partition: Struct,
+    referenced: Option<String>,
+    chunks: impl Iterator<Item = (StringArray, Int64Array)>,
+) -> Result<NewFile> {
     let schema = Arc::new(
         Schema::builder()
             .with_fields([
@@ -107,13 +165,7 @@ pub async fn write_position_delete_file(
         names("pos-deletes"),
     );
     let mut writer = rolling.build();
-    let single = deletes
-        .first()
-        .map(|(p, _)| p.clone())
-        .filter(|first| deletes.iter().all(|(p, _)| p == first));
-    for chunk in deletes.chunks(64 * 1024) {
-        let paths = StringArray::from_iter_values(chunk.iter().map(|(p, _)| p.as_str()));
-        let pos = Int64Array::from_iter_values(chunk.iter().map(|(_, p)| *p));
+    for (paths, pos) in chunks {
         let batch = RecordBatch::try_new(
             Arc::clone(&arrow_schema),
             vec![Arc::new(paths) as ArrayRef, Arc::new(pos)],
@@ -129,7 +181,7 @@ pub async fn write_position_delete_file(
     })?;
     file.content(DataContentType::PositionDeletes)
         .partition_spec_id(spec_id)
-        .referenced_data_file(single);
+        .referenced_data_file(referenced);
     if let Some(k) = &key {
         file.partition(k.data().clone());
     }

@@ -8,7 +8,8 @@ mod sort_order;
 mod writer;
 
 pub use delete_files::{
-    write_equality_delete_file, write_position_delete_file, DELETE_FILE_PATH_ID, DELETE_POS_ID,
+    write_equality_delete_file, write_file_position_deletes, write_position_delete_file,
+    DELETE_FILE_PATH_ID, DELETE_POS_ID,
 };
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;
