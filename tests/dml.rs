@@ -603,3 +603,115 @@ async fn failed_updates_change_nothing() {
     assert!(plan.contains("UpdateExec: table=ns.t, mode=copy-on-write, removed_whole=0, checked=3, set=[v = Int32(0)]"), "{plan}");
     assert_eq!(current_snapshot(&s, "ns", "t").await, snap);
 }
+
+#[tokio::test]
+async fn merge_on_read_writes_position_deletes_per_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let mut oracle = regions_table(&s).await;
+    // The table's own property chooses the mode.
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.m (id BIGINT NOT NULL, region VARCHAR, v INT) STORED AS ICEBERG \
+         LOCATION '' PARTITIONED BY (region) OPTIONS ('write.delete.mode' 'merge-on-read', \
+         'write.update.mode' 'merge-on-read')",
+    )
+    .await
+    .unwrap();
+    sql(&s, "INSERT INTO ns.m SELECT * FROM ns.t")
+        .await
+        .unwrap();
+    let m_rows = |s: &IcebergSession| {
+        let s = s.clone();
+        async move { rows(&s, "SELECT id, region, v FROM ns.m ORDER BY id, region").await }
+    };
+    let m_summary = |s: &IcebergSession| {
+        let s = s.clone();
+        async move {
+            let t = s
+                .catalog()
+                .load_table(&TableIdent::from_strs(["ns", "m"]).unwrap())
+                .await
+                .unwrap();
+            let snap = t.metadata().current_snapshot().unwrap();
+            (
+                snap.summary().operation.as_str().to_string(),
+                snap.summary().additional_properties.clone(),
+            )
+        }
+    };
+    let plan = render(
+        &sql(&s, "EXPLAIN DELETE FROM ns.m WHERE id % 7 = 0")
+            .await
+            .unwrap(),
+    )
+    .join("\n");
+    assert!(plan.contains("mode=merge-on-read"), "{plan}");
+    assert!(plan.contains("positions=__iceberg_pos"), "{plan}");
+
+    let before = oracle.len();
+    let n = delete(&s, "DELETE FROM ns.m WHERE id % 7 = 0").await;
+    oracle.retain(|r| r.0 % 7 != 0);
+    assert_eq!(n as usize, before - oracle.len());
+    assert_eq!(m_rows(&s).await, render_rows(&oracle));
+    let (op, props) = m_summary(&s).await;
+    assert_eq!(op, "delete");
+    // One file-scoped delete file per data file with a deleted row (each of the six has one).
+    assert_eq!(
+        props["added-delete-files"], props["total-data-files"],
+        "{props:?}"
+    );
+    assert_eq!(props["added-delete-files"], "6", "{props:?}");
+    assert_eq!(props["added-position-deletes"], n.to_string(), "{props:?}");
+    assert!(!props.contains_key("deleted-data-files"), "{props:?}");
+
+    // Deleted rows are not deleted again.
+    assert_eq!(delete(&s, "DELETE FROM ns.m WHERE id % 7 = 0").await, 0);
+
+    // UPDATE: position deletes for the old versions, new data files for the new ones.
+    let want = update_rows(&mut oracle, |r| r.0 % 5 == 1, |r| r.2 = Some(1000));
+    assert_eq!(
+        delete(&s, "UPDATE ns.m SET v = 1000 WHERE id % 5 = 1").await,
+        want
+    );
+    assert_eq!(m_rows(&s).await, render_rows(&oracle));
+    let (op, props) = m_summary(&s).await;
+    assert_eq!(op, "overwrite");
+    assert_eq!(
+        props["added-position-deletes"],
+        want.to_string(),
+        "{props:?}"
+    );
+    assert_eq!(props["added-records"], want.to_string(), "{props:?}");
+
+    // A whole partition still goes from metadata alone, with its position deletes.
+    let before = oracle.len();
+    let n = delete(&s, "DELETE FROM ns.m WHERE region = 'eu'").await;
+    oracle.retain(|r| r.1 != "eu");
+    assert_eq!(n as usize, before - oracle.len());
+    assert_eq!(m_rows(&s).await, render_rows(&oracle));
+    let (_, props) = m_summary(&s).await;
+    // The two DELETE/UPDATE rounds left two delete files on each of the two eu files.
+    assert_eq!(props["removed-delete-files"], "4", "{props:?}");
+    assert!(!props.contains_key("added-delete-files"), "{props:?}");
+
+    // A session setting overrides the table; nonsense is refused before anything runs.
+    sql(&s, "SET iceberg.delete_mode = 'copy-on-write'")
+        .await
+        .unwrap();
+    let n = delete(&s, "DELETE FROM ns.m WHERE id % 11 = 0").await;
+    oracle.retain(|r| r.0 % 11 != 0);
+    assert!(n > 0);
+    assert_eq!(m_rows(&s).await, render_rows(&oracle));
+    assert_eq!(m_summary(&s).await.0, "overwrite");
+    sql(&s, "SET iceberg.delete_mode = 'sometimes'")
+        .await
+        .unwrap();
+    let err = sql(&s, "DELETE FROM ns.m WHERE id = 3").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("copy-on-write' or 'merge-on-read'"),
+        "{err}"
+    );
+    assert_eq!(m_rows(&s).await, render_rows(&oracle));
+}

@@ -811,18 +811,24 @@ async fn run_once(
 /// Merge-on-read pass 1: runs `plan` (rows `(_file, _pos)`) partition by partition, each on its
 /// own task, and writes one position delete file per data file with matching rows. A data file
 /// is read by one partition, its positions in order, so one bitmap per partition is held at a
-/// time (reserved from the pool). Returns the matching rows per data file and the files.
+/// time (reserved from the pool). Returns the matching rows per data file and the files. Files
+/// the statement removes whole are counted, not written for.
 async fn write_position_deletes(
     job: &DmlJob,
     plan: Arc<dyn ExecutionPlan>,
     context: &Arc<TaskContext>,
     written: &WrittenFiles,
 ) -> Result<(HashMap<String, u64>, Vec<NewFile>)> {
-    let files: Arc<HashMap<String, (i32, iceberg::spec::Struct)>> = Arc::new(
+    // Files removed whole are only counted.
+    let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
+    let files: Arc<HashMap<String, (i32, iceberg::spec::Struct, bool)>> = Arc::new(
         job.checked
             .files
             .iter()
-            .map(|f| (f.path.clone(), (f.spec_id, f.partition.clone())))
+            .map(|f| {
+                let write = !whole.contains(f.path.as_str());
+                (f.path.clone(), (f.spec_id, f.partition.clone(), write))
+            })
             .collect(),
     );
     let partitions = plan.output_partitioning().partition_count();
@@ -851,9 +857,13 @@ async fn write_position_deletes(
                     let Some((path, bitmap)) = run else {
                         return Ok::<_, DataFusionError>(None);
                     };
-                    let (spec_id, partition) = files.get(&path).cloned().ok_or_else(|| {
-                        DataFusionError::Internal(format!("{path} was not planned"))
-                    })?;
+                    let (spec_id, partition, write) =
+                        files.get(&path).cloned().ok_or_else(|| {
+                            DataFusionError::Internal(format!("{path} was not planned"))
+                        })?;
+                    if !write {
+                        return Ok(None);
+                    }
                     let file =
                         write_file_position_deletes(&table, spec_id, partition, &path, &bitmap)
                             .await?;

@@ -192,7 +192,9 @@ impl ExecutionPlan for PositionalDeleteExec {
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
+        // Rows do keep their order (the output properties say so), but the input must stay the
+        // file scan: answering `true` would let sort pushdown put a `SortExec` below this node.
+        vec![false]
     }
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
@@ -274,7 +276,13 @@ impl ExecutionPlan for PositionalDeleteExec {
 
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
         // Deleted rows make every count an upper bound.
-        Ok(self.input.partition_statistics(partition)?.to_inexact())
+        let mut stats = self.input.partition_statistics(partition)?.to_inexact();
+        if self.positions.is_some() {
+            stats
+                .column_statistics
+                .push(datafusion::common::ColumnStatistics::new_unknown());
+        }
+        Ok(stats)
     }
 
     fn gather_filters_for_pushdown(
