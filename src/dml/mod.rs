@@ -15,13 +15,15 @@
 pub(crate) mod statement;
 pub(crate) mod strict;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::Column;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::{QueryPlanner, SessionState};
-use datafusion::logical_expr::{lit, Expr, LogicalPlan, LogicalPlanBuilder, WriteOp};
+use datafusion::logical_expr::{lit, Expr, LogicalPlan, LogicalPlanBuilder, Projection, WriteOp};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, PhysicalPlanner};
 
@@ -112,6 +114,14 @@ fn check_dml(plan: LogicalPlan) -> Result<LogicalPlan> {
         };
         let table = dml.table_name.to_string();
         match check_input(&dml.input, op, &table)? {
+            Input::Rows if dml.op == WriteOp::Update => {
+                // DataFusion reads the assignments from the top projection only: expressions
+                // the optimizer moved into a projection below (common subexpressions) are
+                // put back.
+                let mut dml = dml.clone();
+                dml.input = Arc::new(inline_projections(dml.input.as_ref().clone())?);
+                Ok(Transformed::yes(LogicalPlan::Dml(dml)))
+            }
             Input::Rows => Ok(Transformed::no(node)),
             Input::NoRows => {
                 let none = LogicalPlanBuilder::empty(true)
@@ -122,6 +132,40 @@ fn check_dml(plan: LogicalPlan) -> Result<LogicalPlan> {
         }
     })
     .map(|t| t.data)
+}
+
+/// Merges a projection over projections into one projection over their input, replacing
+/// references to the lower projections' outputs by their expressions.
+fn inline_projections(plan: LogicalPlan) -> Result<LogicalPlan> {
+    let LogicalPlan::Projection(top) = &plan else {
+        return Ok(plan);
+    };
+    let LogicalPlan::Projection(inner) = top.input.as_ref() else {
+        return Ok(plan);
+    };
+    let outputs: HashMap<Column, Expr> = inner
+        .schema
+        .columns()
+        .into_iter()
+        .zip(inner.expr.iter().map(|e| e.clone().unalias()))
+        .collect();
+    let exprs = top
+        .expr
+        .iter()
+        .map(|e| {
+            e.clone()
+                .transform(|x| match &x {
+                    Expr::Column(c) => match outputs.get(c) {
+                        Some(inlined) => Ok(Transformed::yes(inlined.clone())),
+                        None => Ok(Transformed::no(x)),
+                    },
+                    _ => Ok(Transformed::no(x)),
+                })
+                .map(|t| t.data)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let merged = Projection::try_new(exprs, Arc::clone(&inner.input))?;
+    inline_projections(LogicalPlan::Projection(merged))
 }
 
 enum Input {
