@@ -2,8 +2,9 @@
 //!
 //! Apache Iceberg tables as first-class citizens of Apache DataFusion: an Iceberg catalog you
 //! register in a [`SessionContext`](datafusion::prelude::SessionContext), scans on DataFusion's
-//! parquet engine, and writes (`INSERT`, `CREATE TABLE AS`) through this crate's own snapshot
-//! producer and compare-and-swap commit, in bounded memory.
+//! parquet engine with merge-on-read deletes applied, and writes (`INSERT`, `CREATE TABLE AS`,
+//! `DELETE`, `UPDATE`) through this crate's own snapshot producer and compare-and-swap commit, in
+//! bounded memory.
 //!
 //! ```no_run
 //! use iceberg_exec::{IcebergSession, WarehouseConfig};

@@ -340,19 +340,65 @@ async fn delete_without_the_guarding_planner_is_refused() {
 /// What a statement of the concurrency test did.
 #[derive(Debug, Clone)]
 enum Done {
-    Insert(Vec<i64>),
+    /// `INSERT` of these `(id, w)` rows.
+    Insert(Vec<(i64, i64)>),
     /// `DELETE WHERE id % 10 = r`, with the count it reported.
     Delete(i64, u64),
+    /// `UPDATE SET w = w + 1000 WHERE id % 10 = r`, with the count it reported.
+    Update(i64, u64),
+}
+
+impl Done {
+    /// The table after this statement, applied to `state` (sorted `(id, w)` rows).
+    fn apply(&self, state: &[(i64, i64)]) -> (Vec<(i64, i64)>, u64) {
+        let mut out: Vec<(i64, i64)> = vec![];
+        let mut n = 0;
+        match self {
+            Done::Insert(rows) => {
+                out = state.to_vec();
+                out.extend(rows);
+                n = rows.len() as u64;
+            }
+            Done::Delete(r, _) => {
+                for &(id, w) in state {
+                    if id % 10 == *r {
+                        n += 1;
+                    } else {
+                        out.push((id, w));
+                    }
+                }
+            }
+            Done::Update(r, _) => {
+                for &(id, w) in state {
+                    if id % 10 == *r {
+                        n += 1;
+                        out.push((id, w + 1000));
+                    } else {
+                        out.push((id, w));
+                    }
+                }
+            }
+        }
+        out.sort();
+        (out, n)
+    }
+
+    fn reported(&self) -> u64 {
+        match self {
+            Done::Insert(rows) => rows.len() as u64,
+            Done::Delete(_, n) | Done::Update(_, n) => *n,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_deletes_and_inserts_are_serializable() {
+async fn concurrent_deletes_updates_and_inserts_are_serializable() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
     sql(
         &s,
-        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, w INT) STORED AS ICEBERG LOCATION '' \
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, w BIGINT) STORED AS ICEBERG LOCATION '' \
          OPTIONS ('commit.retry.min-wait-ms' '2', 'commit.retry.num-retries' '40')",
     )
     .await
@@ -369,24 +415,53 @@ async fn concurrent_deletes_and_inserts_are_serializable() {
         tasks.push(tokio::spawn(async move {
             let mut done = vec![];
             for round in 0..5i64 {
-                let ids: Vec<i64> = (0..8).map(|i| 1000 + w * 500 + round * 10 + i).collect();
-                let values: Vec<String> = ids.iter().map(|i| format!("({i}, {w})")).collect();
+                let rows: Vec<(i64, i64)> = (0..8)
+                    .map(|i| (1000 + w * 500 + round * 10 + i, w))
+                    .collect();
+                let values: Vec<String> = rows.iter().map(|(i, w)| format!("({i}, {w})")).collect();
                 let q = format!("INSERT INTO ns.t VALUES {}", values.join(", "));
                 if sql(&s, &q).await.is_ok() {
-                    done.push(Done::Insert(ids));
+                    done.push(Done::Insert(rows));
                 }
             }
             done
         }));
     }
-    for d in 0..2i64 {
+    // Deleters and updaters, each statement on its own residue of id % 10, in both modes.
+    for d in 0..3i64 {
         let s = s.clone();
         tasks.push(tokio::spawn(async move {
             let mut done = vec![];
             for round in 0..3i64 {
                 let r = d * 3 + round;
-                match sql(&s, &format!("DELETE FROM ns.t WHERE id % 10 = {r}")).await {
-                    Ok(b) => done.push(Done::Delete(r, render(&b)[0].parse().unwrap())),
+                let mode = if (d + round) % 2 == 0 {
+                    "copy-on-write"
+                } else {
+                    "merge-on-read"
+                };
+                let update = d == 2;
+                let q = if update {
+                    format!("UPDATE ns.t SET w = w + 1000 WHERE id % 10 = {r}")
+                } else {
+                    format!("DELETE FROM ns.t WHERE id % 10 = {r}")
+                };
+                // A session of its own: the mode is a session setting.
+                let own = IcebergSession::with_catalog(s.catalog().clone(), None).unwrap();
+                sql(&own, &format!("SET iceberg.delete_mode = '{mode}'"))
+                    .await
+                    .unwrap();
+                sql(&own, &format!("SET iceberg.update_mode = '{mode}'"))
+                    .await
+                    .unwrap();
+                match sql(&own, &q).await {
+                    Ok(b) => {
+                        let n = render(&b)[0].parse().unwrap();
+                        done.push(if update {
+                            Done::Update(r, n)
+                        } else {
+                            Done::Delete(r, n)
+                        });
+                    }
                     Err(e) => {
                         let e = e.to_string();
                         assert!(e.contains("conflict") || e.contains("concurrently"), "{e}");
@@ -404,7 +479,7 @@ async fn concurrent_deletes_and_inserts_are_serializable() {
     assert_eq!(inserts, 10, "appends are retried, never refused");
 
     // Replay the history snapshot by snapshot: each one is exactly one successful statement
-    // applied to its parent's rows.
+    // applied to its parent's rows, with the count it reported.
     let table = s
         .catalog()
         .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
@@ -432,7 +507,7 @@ async fn concurrent_deletes_and_inserts_are_serializable() {
             ctx.register_table("t", std::sync::Arc::new(provider))
                 .unwrap();
             let b = ctx
-                .sql("SELECT id FROM t ORDER BY id")
+                .sql("SELECT id, w FROM t ORDER BY id, w")
                 .await
                 .unwrap()
                 .collect()
@@ -440,25 +515,20 @@ async fn concurrent_deletes_and_inserts_are_serializable() {
                 .unwrap();
             render(&b)
                 .iter()
-                .map(|v| v.parse::<i64>().unwrap())
-                .collect::<Vec<i64>>()
+                .map(|line| {
+                    let (a, b) = line.split_once('|').unwrap();
+                    (a.parse::<i64>().unwrap(), b.parse::<i64>().unwrap())
+                })
+                .collect::<Vec<(i64, i64)>>()
         }
     };
-    let mut state: Vec<i64> = (0..60).collect();
+    let mut state: Vec<(i64, i64)> = (0..60).map(|i| (i, -1)).collect();
     let mut unmatched = done.clone();
     for id in chain {
         let rows = read(id).await;
-        let position = unmatched.iter().position(|d| match d {
-            Done::Insert(ids) => {
-                let mut want = state.clone();
-                want.extend(ids);
-                want.sort();
-                want == rows
-            }
-            Done::Delete(r, n) => {
-                let want: Vec<i64> = state.iter().copied().filter(|i| i % 10 != *r).collect();
-                want == rows && (state.len() - want.len()) as u64 == *n
-            }
+        let position = unmatched.iter().position(|d| {
+            let (want, n) = d.apply(&state);
+            want == rows && n == d.reported()
         });
         let Some(p) = position else {
             panic!("snapshot {id} is no successful statement applied to {state:?}: {rows:?}");
@@ -466,15 +536,17 @@ async fn concurrent_deletes_and_inserts_are_serializable() {
         unmatched.remove(p);
         state = rows;
     }
-    // Statements without a snapshot are DELETEs that found nothing to delete.
+    // Statements without a snapshot are the ones that found no row.
     for d in &unmatched {
-        assert!(matches!(d, Done::Delete(_, 0)), "lost: {d:?}");
+        assert_eq!(d.reported(), 0, "lost: {d:?}");
     }
-    assert!(
-        done.iter()
-            .any(|d| matches!(d, Done::Delete(_, n) if *n > 0)),
-        "no DELETE succeeded: {done:?}"
-    );
+    for kind in ["Delete", "Update"] {
+        assert!(
+            done.iter()
+                .any(|d| format!("{d:?}").starts_with(kind) && d.reported() > 0),
+            "no {kind} succeeded: {done:?}"
+        );
+    }
 }
 
 fn update_rows(
