@@ -535,6 +535,57 @@ async fn random_history(seed: u64, partitioned: bool) {
 }
 
 #[tokio::test]
+async fn deleting_a_partition_drops_its_equality_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(dir.path(), true, None).await;
+    let mut rng = StdRng::seed_from_u64(5);
+    h.append(&mut rng, 300, 40).await;
+    // Partition-scoped equality deletes until one lands in a partition other than 0.
+    let mut part = None;
+    while part.is_none_or(|p| p == 0) {
+        h.delete_keys(&mut rng, false, 4, 3).await;
+        part = h.oracle.eq.last().and_then(|e| e.part);
+    }
+    let part = part.unwrap();
+    h.check("before").await;
+    let summary = |t: &Table| {
+        t.metadata()
+            .current_snapshot()
+            .unwrap()
+            .summary()
+            .additional_properties
+            .clone()
+    };
+    let before = summary(&h.table().await);
+    let out = render(
+        &sql(&h.session, &format!("DELETE FROM ns.t WHERE part = {part}"))
+            .await
+            .unwrap(),
+    );
+    let expected: Vec<Row> = h
+        .oracle
+        .live()
+        .into_iter()
+        .filter(|r| r.2 != part)
+        .collect();
+    assert_eq!(out, [(h.oracle.live().len() - expected.len()).to_string()]);
+    let after = summary(&h.table().await);
+    // Every equality delete file scoped to that partition left with its data files.
+    let scoped = h.oracle.eq.iter().filter(|e| e.part == Some(part)).count();
+    assert!(scoped >= 1);
+    assert_eq!(
+        after["removed-equality-delete-files"],
+        scoped.to_string(),
+        "{after:?}"
+    );
+    let total = |m: &HashMap<String, String>| m["total-delete-files"].parse::<usize>().unwrap();
+    assert_eq!(total(&after), total(&before) - scoped, "{after:?}");
+    h.oracle.files.retain(|f| f.part != part);
+    h.oracle.eq.retain(|e| e.part != Some(part));
+    h.check("after").await;
+}
+
+#[tokio::test]
 async fn random_histories_unpartitioned() {
     for seed in [1, 2, 3] {
         random_history(seed, false).await;

@@ -50,7 +50,7 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 use futures::StreamExt;
-use iceberg::spec::{Operation, SnapshotRef, TableMetadata};
+use iceberg::spec::{DataContentType, Operation, SnapshotRef, TableMetadata};
 use iceberg::table::Table;
 use roaring::RoaringTreemap;
 
@@ -65,7 +65,9 @@ use crate::physical_plan::write::{
     decode_data_files, sort_requirement, write_file_position_deletes, DataFileWriterExec,
     WrittenFiles,
 };
-use crate::scan::{plan_files_pruned, to_predicate, unprunable_columns, PlannedFile, ScanFiles};
+use crate::scan::{
+    plan_files_pruned, to_predicate, unprunable_columns, DeleteFileRef, PlannedFile, ScanFiles,
+};
 use crate::snapshot::{
     commit, is_commit_state_unknown, is_concurrent_change, NewFile, SnapshotChanges, Validation,
 };
@@ -760,6 +762,24 @@ async fn run_once(
             }
         }
     }
+    // Delete files that applied to removed files and may apply to no file that stays go too.
+    // (Files this commit adds are newer than every existing delete: none applies to them.)
+    let mut candidates: Vec<Arc<DeleteFileRef>> = job.checked.equality_deletes.clone();
+    for f in &removed {
+        candidates.extend(
+            f.position_deletes
+                .iter()
+                .filter(|d| d.referenced_data_file.is_none())
+                .cloned(),
+        );
+    }
+    if !removed.is_empty() && !candidates.is_empty() {
+        for path in orphan_deletes(&job, &removed_paths, &candidates).await? {
+            if removed_files.insert(path) {
+                delete_files_removed += 1;
+            }
+        }
+    }
     let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
     let (filters, columns) = (job.filters.clone(), job.columns.clone());
     let may_match: crate::snapshot::MayMatch =
@@ -806,6 +826,39 @@ async fn run_once(
     m.delete_files_written.add(delete_files_written);
     m.delete_files_removed.add(delete_files_removed);
     Ok(deleted)
+}
+
+/// Those of `deletes` that may apply to no data file of the base snapshot except `removed` ones
+/// (by scope and sequence number: a position delete file without `referenced_data_file` is
+/// kept while any file of its partition may still be its target).
+async fn orphan_deletes(
+    job: &DmlJob,
+    removed: &HashSet<&str>,
+    deletes: &[Arc<DeleteFileRef>],
+) -> Result<Vec<String>> {
+    let Some(snapshot) = job.table.metadata().current_snapshot() else {
+        return Ok(vec![]);
+    };
+    let remaining: Vec<PlannedFile> = crate::scan::plan_files(&job.table, snapshot)
+        .await?
+        .into_iter()
+        .filter(|f| !removed.contains(f.path.as_str()))
+        .collect();
+    let mut out: Vec<String> = vec![];
+    for d in deletes {
+        let used = remaining.iter().any(|f| {
+            let newer = match d.content {
+                DataContentType::EqualityDeletes => f.data_seq < d.data_seq,
+                _ => f.data_seq <= d.data_seq,
+            };
+            newer
+                && (d.spec_unpartitioned || (d.spec_id == f.spec_id && d.partition == f.partition))
+        });
+        if !used && !out.contains(&d.path) {
+            out.push(d.path.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// Merge-on-read pass 1: runs `plan` (rows `(_file, _pos)`) partition by partition, each on its
