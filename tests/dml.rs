@@ -787,3 +787,90 @@ async fn merge_on_read_writes_position_deletes_per_file() {
     );
     assert_eq!(m_rows(&s).await, render_rows(&oracle));
 }
+
+#[tokio::test]
+async fn a_statement_planned_before_a_concurrent_rewrite_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(&s, "CREATE TABLE ns.t (id BIGINT NOT NULL, w INT)")
+        .await
+        .unwrap();
+    let values: Vec<String> = (0..60).map(|i| format!("({i}, 0)")).collect();
+    sql(
+        &s,
+        &format!("INSERT INTO ns.t VALUES {}", values.join(", ")),
+    )
+    .await
+    .unwrap();
+    let ctx = s.context();
+    sql(&s, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    // Planned while the file holds id 5 ...
+    let plan = ctx
+        .sql("DELETE FROM ns.t WHERE id = 5")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    // ... which a concurrent copy-on-write DELETE removes, rewriting the file as ids 6..59
+    // (bounds that rule out id 5).
+    let other = common::session(dir.path()).await;
+    assert_eq!(delete(&other, "DELETE FROM ns.t WHERE id <= 5").await, 6);
+    let after_other = current_snapshot(&s, "ns", "t").await;
+    // Deleting by position from the removed file would count a row that is already gone: the
+    // statement sees the conflict, runs again on the new state and finds nothing.
+    let out = datafusion::physical_plan::collect(plan, ctx.task_ctx())
+        .await
+        .unwrap();
+    assert_eq!(render(&out), ["0"]);
+    assert_eq!(current_snapshot(&s, "ns", "t").await, after_other);
+    assert_eq!(
+        rows(&s, "SELECT count(*), min(id) FROM ns.t").await,
+        ["54|6"]
+    );
+}
+
+#[tokio::test]
+async fn passes_that_disagree_abort_the_statement() {
+    use datafusion::arrow::array::{ArrayRef, BooleanArray, Int64Array};
+    use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let oracle = regions_table(&s).await;
+    // A function that claims to be immutable but answers differently on every call: the two
+    // passes of a copy-on-write DELETE see different rows.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let flaky = create_udf(
+        "flaky",
+        vec![datafusion::arrow::datatypes::DataType::Int64],
+        datafusion::arrow::datatypes::DataType::Boolean,
+        Volatility::Immutable,
+        Arc::new(move |args: &[ColumnarValue]| {
+            let parity = (counter.fetch_add(1, Ordering::SeqCst) % 2) as i64;
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let ids = arrays[0].as_any().downcast_ref::<Int64Array>().unwrap();
+            let out: BooleanArray = ids.iter().map(|v| v.map(|v| v % 2 == parity)).collect();
+            Ok(ColumnarValue::Array(Arc::new(out) as ArrayRef))
+        }),
+    );
+    s.context().register_udf(flaky);
+    let snap = current_snapshot(&s, "ns", "t").await;
+    let files = files_under(&dir.path().join("ns/t/data"));
+    let err = sql(&s, "DELETE FROM ns.t WHERE region = 'us' AND flaky(id)")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(calls.load(Ordering::SeqCst) >= 2);
+    assert!(err.contains("does not add up"), "{err}");
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert_eq!(current_snapshot(&s, "ns", "t").await, snap);
+    assert_eq!(files_under(&dir.path().join("ns/t/data")), files);
+    assert_eq!(table_rows(&s).await, render_rows(&oracle));
+}

@@ -95,7 +95,8 @@ pub struct Validation {
     pub base_snapshot_id: Option<i64>,
     /// New data files it would have had to see: a conflict when this says they may match.
     pub may_match: MayMatch,
-    /// Data files whose rows it read and removes or rewrites: new deletes for them conflict.
+    /// Data files whose rows it changes (rewrites, or deletes from by position): their removal or
+    /// new deletes for them conflict.
     pub read_files: HashSet<String>,
 }
 
@@ -484,10 +485,20 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
             }
             let loaded = manifest.load_manifest(base.file_io()).await.df()?;
             for entry in loaded.entries() {
+                let file = entry.data_file();
+                if entry.status() == ManifestStatus::Deleted
+                    && validation.read_files.contains(file.file_path())
+                {
+                    return Err(conflict(format!(
+                        "commit conflict: snapshot {id}, committed concurrently, removed data \
+                         file {} that this statement changes; nothing was changed, run the \
+                         statement again",
+                        file.file_path()
+                    )));
+                }
                 if entry.status() != ManifestStatus::Added {
                     continue;
                 }
-                let file = entry.data_file();
                 let found = match entry.content_type() {
                     DataContentType::Data => (validation.may_match)(
                         metadata,
