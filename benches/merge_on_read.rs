@@ -1,8 +1,11 @@
 //! Merge-on-read scan speed, side by side in one run: `SELECT count(*), sum(value)` over a table
 //! of `ICEBERG_EXEC_BENCH_ROWS` rows (default 10M) in 20 files with 10% of rows position-deleted,
 //! and the same with 100K equality-deleted keys on top (`ICEBERG_EXEC_BENCH_EQ_KEYS`). Peers:
-//! DataFusion over the bare data files (ignoring deletes: the physical limit) and DuckDB's
-//! `iceberg_scan` (from the test venv, when present). Prints medians and ratios.
+//! DataFusion over the bare data files (ignoring deletes: the physical limit), DuckDB's
+//! `iceberg_scan` (from the test venv, when present) and iceberg-datafusion 0.10.1
+//! (benches/peers/iceberg-datafusion, when built; `ICEBERG_EXEC_BENCH_PEER_EQ=1` also runs it with
+//! equality deletes, killed after `ICEBERG_EXEC_BENCH_CAP_S` seconds, default 300). Prints
+//! medians and ratios.
 //!
 //! `cargo bench --bench merge_on_read`; `ICEBERG_EXEC_BENCH_MEMORY_LIMIT=64M` runs our queries
 //! under a memory pool of that size.
@@ -88,6 +91,60 @@ fn duckdb(metadata: &str) -> Option<(f64, String)> {
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
     Some((v["median_s"].as_f64()?, v["rows"].to_string()))
+}
+
+/// The iceberg-datafusion 0.10.1 peer (benches/peers/iceberg-datafusion), when built.
+fn peer_binary() -> Option<PathBuf> {
+    let path = match std::env::var_os("ICEBERG_EXEC_PEER_ICEBERG_DATAFUSION") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(std::env::var_os("HOME")?)
+            .join(".cache/iceberg-exec-peers-target/release/iceberg-datafusion-peer"),
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    eprintln!(
+        "iceberg-datafusion skipped: build it with CARGO_TARGET_DIR=~/.cache/iceberg-exec-peers-target \
+         cargo build --release --manifest-path benches/peers/iceberg-datafusion/Cargo.toml"
+    );
+    None
+}
+
+/// Runs the iceberg-datafusion peer on `metadata`, killed after the time cap
+/// (`ICEBERG_EXEC_BENCH_CAP_S`, default 300 s): `Err(cap)` then.
+fn iceberg_datafusion(metadata: &str) -> Option<Result<(f64, String), u64>> {
+    let binary = peer_binary()?;
+    let cap = env_num("ICEBERG_EXEC_BENCH_CAP_S", 300);
+    let mut child = Command::new(binary)
+        .args([metadata, QUERY])
+        .arg(runs().to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    let started = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if started.elapsed().as_secs() >= cap * runs() as u64 => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Some(Err(cap));
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
+            Err(_) => return None,
+        }
+    }
+    let out = child.wait_with_output().ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "iceberg-datafusion failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    Some(Ok((v["median_s"].as_f64()?, v["answer"].to_string())))
 }
 
 fn main() {
@@ -252,6 +309,43 @@ fn main() {
             answer
         );
         println!("ratio: ours/DuckDB (position deletes) {:.2}x", pos / d);
+    }
+    match iceberg_datafusion(&pos_meta.replace("file://", "")) {
+        Some(Ok((d, answer))) => {
+            println!(
+                "{:<48} {:>9} {}",
+                "iceberg-datafusion 0.10.1, position deletes",
+                format!("{d:.3}s"),
+                answer
+            );
+            println!(
+                "ratio: ours/iceberg-datafusion (position deletes) {:.2}x",
+                pos / d
+            );
+        }
+        Some(Err(cap)) => println!(
+            "{:<48} {:>9}",
+            "iceberg-datafusion 0.10.1, position deletes",
+            format!("> {cap}s")
+        ),
+        None => {}
+    }
+    if std::env::var_os("ICEBERG_EXEC_BENCH_PEER_EQ").is_some() {
+        match iceberg_datafusion(&eq_meta.replace("file://", "")) {
+            Some(Ok((d, answer))) => println!(
+                "{:<48} {:>9} {}  ratio ours/peer {:.2}x",
+                "iceberg-datafusion 0.10.1, position + equality",
+                format!("{d:.3}s"),
+                answer,
+                eq / d
+            ),
+            Some(Err(cap)) => println!(
+                "{:<48} {:>9}",
+                "iceberg-datafusion 0.10.1, position + equality",
+                format!("> {cap}s")
+            ),
+            None => {}
+        }
     }
     if std::env::var_os("ICEBERG_EXEC_BENCH_DUCKDB_EQ").is_some() {
         if let Some((d, answer)) = duckdb(&eq_meta.replace("file://", "")) {
