@@ -10,6 +10,9 @@
 //! `cargo bench --bench merge_on_read`; `ICEBERG_EXEC_BENCH_MEMORY_LIMIT=64M` runs our queries
 //! under a memory pool of that size.
 
+#[path = "peers/run.rs"]
+mod peers;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -93,58 +96,13 @@ fn duckdb(metadata: &str) -> Option<(f64, String)> {
     Some((v["median_s"].as_f64()?, v["rows"].to_string()))
 }
 
-/// The iceberg-datafusion 0.10.1 peer (benches/peers/iceberg-datafusion), when built.
-fn peer_binary() -> Option<PathBuf> {
-    let path = match std::env::var_os("ICEBERG_EXEC_PEER_ICEBERG_DATAFUSION") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME")?)
-            .join(".cache/iceberg-exec-peers-target/release/iceberg-datafusion-peer"),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    eprintln!(
-        "iceberg-datafusion skipped: build it with CARGO_TARGET_DIR=~/.cache/iceberg-exec-peers-target \
-         cargo build --release --manifest-path benches/peers/iceberg-datafusion/Cargo.toml"
-    );
-    None
-}
-
-/// Runs the iceberg-datafusion peer on `metadata`, killed after the time cap
-/// (`ICEBERG_EXEC_BENCH_CAP_S`, default 300 s): `Err(cap)` then.
 fn iceberg_datafusion(metadata: &str) -> Option<Result<(f64, String), u64>> {
-    let binary = peer_binary()?;
-    let cap = env_num("ICEBERG_EXEC_BENCH_CAP_S", 300);
-    let mut child = Command::new(binary)
-        .args([metadata, QUERY])
-        .arg(runs().to_string())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .ok()?;
-    let started = std::time::Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if started.elapsed().as_secs() >= cap * runs() as u64 => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Some(Err(cap));
-            }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(100)),
-            Err(_) => return None,
-        }
-    }
-    let out = child.wait_with_output().ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "iceberg-datafusion failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    Some(Ok((v["median_s"].as_f64()?, v["answer"].to_string())))
+    peers::iceberg_datafusion(
+        metadata,
+        QUERY,
+        runs(),
+        env_num("ICEBERG_EXEC_BENCH_CAP_S", 300),
+    )
 }
 
 fn main() {

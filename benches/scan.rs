@@ -1,8 +1,13 @@
 //! Scan speed against the physical limit: the same parquet files read by DataFusion's own
 //! `ListingTable`, in the same run. Ours / ListingTable is the cost of reading through Iceberg
-//! metadata (target: within 1.1x).
+//! metadata (target: within 1.1x). After criterion's groups, the same queries run with
+//! iceberg-datafusion 0.10.1 (benches/peers/iceberg-datafusion, when built) and print as medians
+//! with ratios.
 //!
 //! `cargo bench --bench scan` (rows: `ICEBERG_EXEC_BENCH_ROWS`, default 10M in 20 files).
+
+#[path = "peers/run.rs"]
+mod peers;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use datafusion::prelude::ParquetReadOptions;
@@ -64,6 +69,7 @@ fn bench_scan(c: &mut Criterion) {
             "SELECT count(*) AS n, round(sum(v), 3) AS sv FROM {t} WHERE id BETWEEN 2000000 AND 2100000",
         ),
     ];
+    let mut peer_runs = vec![];
     let mut group = c.benchmark_group(format!("scan_{rows}_rows_{files}_files"));
     group.sample_size(10);
     for (name, sql) in queries {
@@ -92,8 +98,47 @@ fn bench_scan(c: &mut Criterion) {
             answers[0], answers[1],
             "{name}: both engines give the same answer"
         );
+        peer_runs.push((name, sql));
     }
     group.finish();
+
+    // iceberg-datafusion, side by side with our median over the same runs.
+    let metadata = latest_metadata(&dir.path().join("b/t/metadata"));
+    for (name, sql) in peer_runs {
+        let q = sql.replace("{t}", "b.t");
+        let mut ours = vec![];
+        for _ in 0..5 {
+            let start = std::time::Instant::now();
+            rt.block_on(async { ctx.sql(&q).await?.collect().await })
+                .expect("query");
+            ours.push(start.elapsed().as_secs_f64());
+        }
+        ours.sort_by(f64::total_cmp);
+        let ours = ours[ours.len() / 2];
+        match peers::iceberg_datafusion(&metadata, sql, 5, 300) {
+            Some(Ok((peer, answer))) => println!(
+                "{name}: iceberg-exec {ours:.3}s, iceberg-datafusion 0.10.1 {peer:.3}s \
+                 (answer {answer}); iceberg-datafusion / ours = {:.2}x",
+                peer / ours
+            ),
+            Some(Err(cap)) => {
+                println!("{name}: iceberg-exec {ours:.3}s, iceberg-datafusion > {cap}s")
+            }
+            None => {}
+        }
+    }
+}
+
+/// The newest metadata file in `dir`.
+fn latest_metadata(dir: &std::path::Path) -> String {
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .expect("metadata dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+        .collect();
+    files.sort();
+    files.last().expect("a metadata file").display().to_string()
 }
 
 criterion_group!(benches, bench_scan);
