@@ -13,6 +13,10 @@ extensions_options! {
         /// Spill partitions per round of the equality-delete join when its keys do not fit in
         /// memory (Grace hash join fanout).
         pub equality_delete_fanout: usize, default = 16
+        /// Position delete rows (from the delete files' manifest entries) per scan partition
+        /// above which the partition applies them with a sorted, spilling anti-join instead of
+        /// in-memory bitmaps (partitions whose bitmaps do not fit in the pool switch too).
+        pub position_delete_join_threshold: u64, default = crate::physical_plan::positional_delete::DEFAULT_JOIN_THRESHOLD
         /// How `DELETE` removes rows from files it cannot drop whole: `copy-on-write` or
         /// `merge-on-read`; empty means the table's `write.delete.mode` (copy-on-write when unset).
         pub delete_mode: String, default = String::new()

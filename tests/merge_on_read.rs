@@ -227,6 +227,37 @@ impl Harness {
         }
     }
 
+    /// Appends `n` generated rows in one statement (large tables, quickly).
+    async fn append_series(&mut self, n: usize) {
+        let before: HashSet<String> = self.oracle.files.iter().map(|f| f.path.clone()).collect();
+        let offset = self.next_v;
+        sql(
+            &self.session,
+            &format!(
+                "INSERT INTO ns.t SELECT CASE WHEN value % 10 = 0 THEN NULL ELSE value % 5000 END, \
+                 CASE WHEN value % 4 = 0 THEN NULL ELSE 'k' || CAST(value % 4 AS VARCHAR) END, \
+                 CAST(value % 3 AS INT), value + {offset} FROM generate_series(1, {n})"
+            ),
+        )
+        .await
+        .unwrap();
+        self.next_v += n as i64 + 1;
+        let table = self.table().await;
+        let snapshot = table.metadata().current_snapshot().unwrap().clone();
+        let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+            .await
+            .unwrap();
+        for f in files.into_iter().filter(|f| !before.contains(&f.path)) {
+            let rows = read_rows(&f.path);
+            self.oracle.files.push(DataFile {
+                path: f.path,
+                seq: snapshot.sequence_number(),
+                part: rows[0].2,
+                rows,
+            });
+        }
+    }
+
     async fn commit_deletes(&self, files: Vec<NewFile>) -> i64 {
         let store: Arc<dyn MetadataStore> = self.session.catalog().clone();
         let changes = SnapshotChanges {
@@ -504,6 +535,29 @@ impl Harness {
                 .unwrap(),
         );
         assert_eq!(count, [expected.len().to_string()], "{context}: count(*)");
+        // The anti-join route of position deletes gives the same rows.
+        sql(
+            &self.session,
+            "SET iceberg.position_delete_join_threshold = 0",
+        )
+        .await
+        .unwrap();
+        let joined = sorted(render(
+            &sql(&self.session, "SELECT id, k2, part, v FROM ns.t")
+                .await
+                .unwrap(),
+        ));
+        sql(
+            &self.session,
+            "SET iceberg.position_delete_join_threshold = 20000000",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            joined,
+            sorted(expected.iter().map(line).collect()),
+            "{context}: anti-join route"
+        );
         assert_eq!(
             self.session.memory_pool().reserved(),
             0,
@@ -682,4 +736,56 @@ async fn equality_delete_join_spills_under_a_small_pool() {
     h.sql_delete(&mut rng, "under 4 MiB").await;
     h.sql_change(&mut rng, "under 4 MiB", true).await;
     h.check("under 4 MiB, after DELETE and UPDATE").await;
+}
+
+#[tokio::test]
+async fn position_delete_anti_join_spills_under_a_small_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(dir.path(), false, Some(4 * 1024 * 1024)).await;
+    let mut rng = StdRng::seed_from_u64(9);
+    h.append_series(400_000).await;
+    h.delete_positions(&mut rng, 0.9).await;
+    h.delete_positions(&mut rng, 0.3).await;
+    let deleted = h.oracle.positions.len();
+    assert!(deleted > 150_000, "{deleted}");
+    let ctx = h.session.context();
+    // Every partition takes the anti-join route.
+    sql(&h.session, "SET iceberg.position_delete_join_threshold = 0")
+        .await
+        .unwrap();
+    let plan = ctx
+        .sql("SELECT id, k2, part, v FROM ns.t")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+    assert_eq!(
+        sorted(render(&batches)),
+        sorted(h.oracle.live().iter().map(line).collect())
+    );
+    let mut nodes = vec![];
+    find_all(&plan, "PositionalDeleteExec", &mut nodes);
+    let m = nodes[0].metrics().unwrap();
+    let sum = |name: &str| m.sum_by_name(name).map_or(0, |v| v.as_usize());
+    assert!(sum("anti_join_route") > 0, "{m:?}");
+    assert_eq!(sum("bitmap_route"), 0, "{m:?}");
+    assert!(
+        sum("anti_join_spill_count") > 0,
+        "the sort of deletes did not spill: {m:?}"
+    );
+    assert_eq!(
+        sum("position_deleted_rows") + h.oracle.live().len(),
+        h.oracle.files.iter().map(|f| f.rows.len()).sum::<usize>()
+    );
+    assert_eq!(h.session.memory_pool().reserved(), 0);
+    // The default routes the same table through bitmaps, same answer.
+    sql(
+        &h.session,
+        "SET iceberg.position_delete_join_threshold = 20000000",
+    )
+    .await
+    .unwrap();
+    h.check("bitmap route under 4 MiB").await;
 }

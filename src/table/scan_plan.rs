@@ -198,6 +198,7 @@ pub(crate) async fn plan_scan(
                 Ok(PositionDeleteFile {
                     location: req.locations.object_path(&d.path)?.to_string(),
                     size: d.size,
+                    rows: d.record_count,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -211,10 +212,18 @@ pub(crate) async fn plan_scan(
             );
         }
     }
+    let threshold =
+        IcebergOptions::from_config(state.config_options()).position_delete_join_threshold;
     if req.position_column {
-        plan = Arc::new(PositionalDeleteExec::try_new(plan, positional)?.with_positions()?);
+        plan = Arc::new(
+            PositionalDeleteExec::try_new(plan, positional)?
+                .with_join_threshold(threshold)
+                .with_positions()?,
+        );
     } else if !positional.is_empty() {
-        plan = Arc::new(PositionalDeleteExec::try_new(plan, positional)?);
+        plan = Arc::new(
+            PositionalDeleteExec::try_new(plan, positional)?.with_join_threshold(threshold),
+        );
     }
 
     for ((ids, deletes), keys) in eq.sets.iter().zip(keys_of_set) {

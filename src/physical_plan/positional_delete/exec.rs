@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::{DataType, Int64Type};
 use datafusion::common::config::ConfigOptions;
@@ -46,6 +47,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::ObjectStore;
@@ -69,6 +71,8 @@ pub struct PositionDeleteFile {
     pub location: String,
     /// File size in bytes.
     pub size: u64,
+    /// Delete rows in the file (from its manifest entry).
+    pub rows: u64,
 }
 
 /// The position delete files that apply to one data file.
@@ -92,8 +96,13 @@ pub struct PositionalDeleteExec {
     deletes: Arc<HashMap<String, FileDeletes>>,
     /// With the `_pos` column: the output's properties.
     positions: Option<Arc<PlanProperties>>,
+    /// Delete rows per partition above which the partition takes the anti-join route.
+    join_threshold: u64,
     metrics: ExecutionPlanMetricsSet,
 }
+
+/// The default of [`PositionalDeleteExec::with_join_threshold`]: delete rows per partition.
+pub const DEFAULT_JOIN_THRESHOLD: u64 = 20_000_000;
 
 impl PositionalDeleteExec {
     /// Applies `deletes` (keyed by data file object location) to the parquet scan `input`.
@@ -106,8 +115,17 @@ impl PositionalDeleteExec {
             input,
             deletes: Arc::new(deletes),
             positions: None,
+            join_threshold: DEFAULT_JOIN_THRESHOLD,
             metrics: ExecutionPlanMetricsSet::new(),
         })
+    }
+
+    /// Routes a partition whose applicable position delete files hold more than `rows` rows to
+    /// the anti-join (a sorted, spilling merge) instead of in-memory bitmaps. A partition whose
+    /// bitmaps do not fit in the memory pool takes the anti-join too.
+    pub fn with_join_threshold(mut self, rows: u64) -> Self {
+        self.join_threshold = rows;
+        self
     }
 
     /// Also appends [`POSITION_COLUMN`] (Int64): each row's position in its data file. Filters
@@ -164,9 +182,11 @@ impl DisplayAs for PositionalDeleteExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "PositionalDeleteExec: data_files={}, delete_files={}, route=row_selection",
+            "PositionalDeleteExec: data_files={}, delete_files={}, route=row_selection or \
+             anti_join above {} delete rows per partition",
             self.deletes.len(),
-            self.delete_file_count()
+            self.delete_file_count(),
+            self.join_threshold
         )?;
         if self.positions.is_some() {
             write!(f, ", positions={POSITION_COLUMN}")?;
@@ -215,6 +235,7 @@ impl ExecutionPlan for PositionalDeleteExec {
             input,
             deletes: Arc::clone(&self.deletes),
             positions: None,
+            join_threshold: self.join_threshold,
             metrics: ExecutionPlanMetricsSet::new(),
         };
         Ok(Arc::new(match self.positions {
@@ -257,14 +278,45 @@ impl ExecutionPlan for PositionalDeleteExec {
                 .counter("position_delete_files_read", partition),
         });
         let schema = self.schema();
+        let threshold = self.join_threshold;
+        let metric =
+            |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let (bitmap_route, join_route) = (metric("bitmap_route"), metric("anti_join_route"));
+        let spill = SpillCounters {
+            count: metric("anti_join_spill_count"),
+            bytes: metric("anti_join_spilled_bytes"),
+            rows: metric("anti_join_spilled_rows"),
+        };
+        let out_schema = Arc::clone(&schema);
         let stream = futures::stream::once(async move {
-            let bitmaps = Arc::new(opener.load_bitmaps(&files, reservation).await?);
-            let per_file = futures::stream::iter(files).then(move |file| {
-                let opener = Arc::clone(&opener);
-                let bitmaps = Arc::clone(&bitmaps);
-                async move { opener.open(file, &bitmaps.positions, positions).await }
-            });
-            Ok::<_, DataFusionError>(per_file.try_flatten())
+            let delete_rows: u64 = opener.delete_files(&files).iter().map(|f| f.rows).sum();
+            let bitmaps = match delete_rows > threshold {
+                true => None,
+                false => match opener.load_bitmaps(&files, reservation).await {
+                    Ok(b) => Some(b),
+                    // Too large for memory after all: the anti-join needs only a batch.
+                    Err(DataFusionError::ResourcesExhausted(_)) => None,
+                    Err(e) => return Err(e),
+                },
+            };
+            let stream: BoxStream<'static, Result<RecordBatch>> = match bitmaps {
+                Some(bitmaps) => {
+                    bitmap_route.add(1);
+                    let bitmaps = Arc::new(bitmaps);
+                    let per_file = futures::stream::iter(files).then(move |file| {
+                        let opener = Arc::clone(&opener);
+                        let bitmaps = Arc::clone(&bitmaps);
+                        async move { opener.open(file, &bitmaps.positions, positions).await }
+                    });
+                    Box::pin(per_file.try_flatten())
+                }
+                None => {
+                    join_route.add(1);
+                    let with_positions = positions.then_some(out_schema);
+                    opener.anti_join(files, with_positions, spill)?
+                }
+            };
+            Ok::<_, DataFusionError>(stream)
         })
         .try_flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
@@ -319,6 +371,26 @@ struct Bitmaps {
     _reservation: MemoryReservation,
 }
 
+/// Spill metrics of the anti-join's sort.
+struct SpillCounters {
+    count: Count,
+    bytes: Count,
+    rows: Count,
+}
+
+/// State of the anti-join route of one partition.
+struct JoinState {
+    opener: Arc<FileOpener>,
+    /// Data files left, with the index of their recorded path when deletes apply to them.
+    files: std::collections::VecDeque<(PartitionedFile, Option<u32>)>,
+    /// The file being read: its stream, path index and next row position.
+    current: Option<(SendableRecordBatchStream, Option<u32>, u64)>,
+    cursor: super::join::DeleteCursor,
+    positions: Option<arrow::datatypes::SchemaRef>,
+    sort: Arc<dyn ExecutionPlan>,
+    spill: SpillCounters,
+}
+
 /// Reads one partition's data files with their deletes applied.
 struct FileOpener {
     config: FileScanConfig,
@@ -330,6 +402,112 @@ struct FileOpener {
 }
 
 impl FileOpener {
+    /// The distinct delete files that apply to some of `files`.
+    fn delete_files(&self, files: &[PartitionedFile]) -> Vec<PositionDeleteFile> {
+        let mut out: Vec<PositionDeleteFile> = files
+            .iter()
+            .filter_map(|f| self.deletes.get(f.object_meta.location.as_ref()))
+            .flat_map(|d| d.delete_files.iter().cloned())
+            .collect();
+        out.sort_by(|a, b| a.location.cmp(&b.location));
+        out.dedup();
+        out
+    }
+
+    /// The anti-join route: this partition's deletes sorted by (path, position) under the pool
+    /// (spilling), merged with its data files read whole in path order.
+    fn anti_join(
+        self: Arc<Self>,
+        files: Vec<PartitionedFile>,
+        positions: Option<arrow::datatypes::SchemaRef>,
+        spill: SpillCounters,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let mut ordered: Vec<(PartitionedFile, Option<String>)> = files
+            .into_iter()
+            .map(|f| {
+                let path = self
+                    .deletes
+                    .get(f.object_meta.location.as_ref())
+                    .map(|d| d.recorded_path.clone());
+                (f, path)
+            })
+            .collect();
+        // The deletes come sorted by recorded path: files with deletes are read in that order.
+        ordered.sort_by(|a, b| a.1.cmp(&b.1));
+        let paths: Vec<String> = ordered.iter().filter_map(|(_, p)| p.clone()).collect();
+        // Files with deletes, in path order, are numbered as their paths are in `paths`.
+        let mut next = 0u32;
+        let numbered: Vec<(PartitionedFile, Option<u32>)> = ordered
+            .iter()
+            .map(|(f, p)| {
+                let index = p.as_ref().map(|_| {
+                    next += 1;
+                    next - 1
+                });
+                (f.clone(), index)
+            })
+            .collect();
+        let delete_files =
+            self.delete_files(&ordered.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>());
+        let (sort, stream) = super::join::sorted_deletes(
+            &self.config.object_store_url,
+            &delete_files,
+            &paths,
+            Arc::clone(&self.context),
+        )?;
+        self.files_read.add(delete_files.len());
+        let state = JoinState {
+            opener: self,
+            files: numbered.into(),
+            current: None,
+            cursor: super::join::DeleteCursor::new(stream),
+            positions,
+            sort,
+            spill,
+        };
+        let stream = futures::stream::try_unfold(state, |mut st| async move {
+            loop {
+                if st.current.is_none() {
+                    let Some((file, path)) = st.files.pop_front() else {
+                        if let Some(m) = st.sort.metrics() {
+                            st.spill.count.add(m.spill_count().unwrap_or(0));
+                            st.spill.bytes.add(m.spilled_bytes().unwrap_or(0));
+                            st.spill.rows.add(m.spilled_rows().unwrap_or(0));
+                        }
+                        return Ok(None);
+                    };
+                    let stream = st.opener.open(file, &HashMap::new(), false).await?;
+                    st.current = Some((stream, path, 0));
+                }
+                let Some((stream, path, start)) = st.current.as_mut() else {
+                    continue;
+                };
+                let Some(batch) = stream.next().await else {
+                    st.current = None;
+                    continue;
+                };
+                let batch = batch?;
+                let n = batch.num_rows() as u64;
+                let at = *start;
+                *start += n;
+                let path = *path;
+                let out = super::join::filter_batch(
+                    batch,
+                    at,
+                    path,
+                    &mut st.cursor,
+                    st.positions.as_ref(),
+                    &st.opener.removed,
+                )
+                .await?;
+                if out.num_rows() > 0 {
+                    return Ok(Some((out, st)));
+                }
+            }
+        });
+        Ok(Box::pin(stream))
+    }
+
     /// Reads every delete file that applies to one of `files` once, keeping the positions of
     /// those files.
     async fn load_bitmaps(
