@@ -217,6 +217,24 @@ fn main() {
     let (clean, clean_answer) = rt.block_on(median(&embedded, "before_deletes"));
     let (pos, pos_answer) = rt.block_on(median(&ctx, "b.pos"));
     let (eq, eq_answer) = rt.block_on(median(&ctx, "b.eq"));
+    // The anti-join route of position deletes on the same table (what a partition takes above
+    // iceberg.position_delete_join_threshold delete rows).
+    let (joined, joined_answer) = rt.block_on(async {
+        ctx.sql("SET iceberg.position_delete_join_threshold = 0")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let out = median(&ctx, "b.pos").await;
+        ctx.sql("SET iceberg.position_delete_join_threshold = 20000000")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        out
+    });
     // What reading the key column costs on its own (the join needs it).
     let (with_key, with_key_answer) = rt.block_on(median_of(
         &ctx,
@@ -240,6 +258,13 @@ fn main() {
         "iceberg-exec, position deletes",
         format!("{pos:.3}s"),
         pos_answer
+    );
+    println!(
+        "{:<48} {:>9} {}  (anti-join / row selection {:.2}x)",
+        "iceberg-exec, position deletes, anti-join route",
+        format!("{joined:.3}s"),
+        joined_answer,
+        joined / pos
     );
     println!(
         "{:<48} {:>9} {}",
