@@ -26,7 +26,7 @@ use std::sync::Arc;
 use arrow::array::AsArray;
 use arrow::array::{Array, ArrayRef, DictionaryArray, RecordBatch, StringArray, UInt64Array};
 use arrow::datatypes::Int64Type;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt16Type};
+use arrow::datatypes::{DataType, SchemaRef, UInt16Type};
 use datafusion::catalog::Session;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::DFSchema;
@@ -60,6 +60,7 @@ use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
+use crate::physical_plan::commit::count_schema;
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::write::{
     decode_data_files, sort_requirement, write_file_position_deletes, DataFileWriterExec,
@@ -75,16 +76,16 @@ use crate::table::provider::arrow_schema;
 use crate::table::scan_plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::IcebergOptions;
 
-/// How a `DELETE` removes rows from files it cannot drop whole.
+/// How a `DELETE` or `UPDATE` changes rows in files it does not drop whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DeleteMode {
+pub(crate) enum WriteMode {
     /// Rewrite the files without the deleted rows.
     CopyOnWrite,
     /// Write position delete files.
     MergeOnRead,
 }
 
-impl DeleteMode {
+impl WriteMode {
     /// The mode of `op` in effect: the session's `iceberg.delete_mode` / `iceberg.update_mode`,
     /// else the table's `write.delete.mode` / `write.update.mode`, else copy-on-write.
     pub(crate) fn of(
@@ -180,8 +181,8 @@ pub(crate) async fn plan_dml(
     let options = IcebergOptions::from_config(state.config_options());
     let mode = match &op {
         // `SET c = c` changes nothing: it only counts the matching rows.
-        DmlOp::Update(a) if a.is_empty() => DeleteMode::CopyOnWrite,
-        _ => DeleteMode::of(metadata, &options, &op)?,
+        DmlOp::Update(a) if a.is_empty() => WriteMode::CopyOnWrite,
+        _ => WriteMode::of(metadata, &options, &op)?,
     };
     let schema = arrow_schema(metadata.current_schema())?;
     let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
@@ -277,7 +278,7 @@ struct DmlJob {
     /// Columns the condition names.
     columns: Vec<String>,
     op: DmlOp,
-    mode: DeleteMode,
+    mode: WriteMode,
     base_snapshot_id: Option<i64>,
     /// Files removed whole.
     removed_whole: Vec<PlannedFile>,
@@ -408,7 +409,7 @@ impl DmlJob {
             limit: None,
             locations: &self.locations,
             file_column: true,
-            position_column: self.mode == DeleteMode::MergeOnRead,
+            position_column: self.mode == WriteMode::MergeOnRead,
         };
         let mut plan = plan_scan(state, &req, &self.checked).await?;
         if let Some(condition) = self.physical_condition(&plan.schema())? {
@@ -472,8 +473,8 @@ impl DmlJob {
                     })
                     .collect::<Result<_>>()?;
                 match self.mode {
-                    DeleteMode::CopyOnWrite => RowChange::Update(assignments),
-                    DeleteMode::MergeOnRead => RowChange::UpdateSelected(assignments),
+                    WriteMode::CopyOnWrite => RowChange::Update(assignments),
+                    WriteMode::MergeOnRead => RowChange::UpdateSelected(assignments),
                 }
             }
         };
@@ -499,14 +500,6 @@ pub struct DmlExec {
     job: Arc<DmlJob>,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
-}
-
-fn count_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new(
-        "count",
-        DataType::UInt64,
-        false,
-    )]))
 }
 
 impl DmlExec {
@@ -592,14 +585,6 @@ fn count_files(batch: &RecordBatch, counts: &mut HashMap<String, u64>) -> Result
     Ok(())
 }
 
-async fn remove_written(job: &DmlJob, written: &WrittenFiles) {
-    for f in written.take() {
-        if let Err(e) = job.table.file_io().delete(&f).await {
-            log::warn!("could not remove {f} after a failed {}: {e}", job.op.sql());
-        }
-    }
-}
-
 struct Counters {
     rows_deleted: datafusion::physical_plan::metrics::Count,
     files_removed: datafusion::physical_plan::metrics::Count,
@@ -653,7 +638,7 @@ async fn run_once(
     context: Arc<TaskContext>,
     m: &Counters,
 ) -> Result<u64> {
-    let mor = job.mode == DeleteMode::MergeOnRead;
+    let mor = job.mode == WriteMode::MergeOnRead;
     let written = WrittenFiles::default();
     // Pass 1: matching live rows per file (merge-on-read: written as position deletes).
     let mut matched: HashMap<String, u64> = HashMap::new();
@@ -666,7 +651,7 @@ async fn run_once(
                     delete_files = files;
                 }
                 Err(e) => {
-                    remove_written(&job, &written).await;
+                    written.remove_all(job.table.file_io()).await;
                     return Err(e);
                 }
             }
@@ -739,7 +724,7 @@ async fn run_once(
         }
         .await;
         if let Err(e) = result {
-            remove_written(&job, &written).await;
+            written.remove_all(job.table.file_io()).await;
             return Err(e.context(format!(
                 "{} on table '{}' failed while rewriting {} file(s); nothing was changed",
                 job.op.sql(),
@@ -814,7 +799,7 @@ async fn run_once(
         }
         Err(e) => {
             if !is_commit_state_unknown(&e) {
-                remove_written(&job, &written).await;
+                written.remove_all(job.table.file_io()).await;
             }
             return Err(e);
         }

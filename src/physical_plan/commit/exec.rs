@@ -17,7 +17,6 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 use futures::StreamExt;
-use iceberg::io::FileIO;
 use iceberg::table::Table;
 
 use crate::catalog::MetadataStore;
@@ -44,7 +43,8 @@ pub struct CommitExec {
     properties: Arc<PlanProperties>,
 }
 
-fn count_schema() -> SchemaRef {
+/// The schema of a write statement's answer: one row, `count`.
+pub(crate) fn count_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new(
         "count",
         DataType::UInt64,
@@ -84,15 +84,6 @@ impl DisplayAs for CommitExec {
             "CommitExec: table={}, operation=append",
             self.table.identifier()
         )
-    }
-}
-
-async fn delete_all(file_io: &FileIO, files: Vec<String>) {
-    for f in files {
-        // Best effort: a file that cannot be removed is an orphan, not a correctness problem.
-        if let Err(e) = file_io.delete(&f).await {
-            log::warn!("could not remove {f} after a failed write: {e}");
-        }
     }
 }
 
@@ -159,7 +150,7 @@ impl ExecutionPlan for CommitExec {
                     Ok(mut f) => files.append(&mut f),
                     Err(e) => {
                         drop(input);
-                        delete_all(&file_io, written.take()).await;
+                        written.remove_all(&file_io).await;
                         return Err(e);
                     }
                 }
@@ -184,7 +175,7 @@ impl ExecutionPlan for CommitExec {
                 }
                 Err(e) => {
                     if !is_commit_state_unknown(&e) {
-                        delete_all(&file_io, written.take()).await;
+                        written.remove_all(&file_io).await;
                     }
                     Err(e)
                 }

@@ -2,4 +2,5 @@
 
 mod exec;
 
+pub(crate) use exec::count_schema;
 pub use exec::CommitExec;

@@ -132,17 +132,7 @@ impl PositionalDeleteExec {
     /// are then kept out of the scan below (they would hide rows from the count).
     pub fn with_positions(mut self) -> Result<Self> {
         scan_config(&self.input)?;
-        let input = self.input.schema();
-        let mut fields: Vec<arrow::datatypes::FieldRef> = input.fields().iter().cloned().collect();
-        fields.push(Arc::new(arrow::datatypes::Field::new(
-            POSITION_COLUMN,
-            DataType::Int64,
-            false,
-        )));
-        let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(
-            fields,
-            input.metadata().clone(),
-        ));
+        let schema = with_position_field(&self.input.schema());
         let props = self.input.properties();
         self.positions = Some(Arc::new(PlanProperties::new(
             datafusion::physical_expr::EquivalenceProperties::new(schema),
@@ -589,17 +579,7 @@ impl FileOpener {
         if !positions {
             return Ok(stream);
         }
-        let input = stream.schema();
-        let mut fields: Vec<arrow::datatypes::FieldRef> = input.fields().iter().cloned().collect();
-        fields.push(Arc::new(arrow::datatypes::Field::new(
-            POSITION_COLUMN,
-            DataType::Int64,
-            false,
-        )));
-        let schema = Arc::new(arrow::datatypes::Schema::new_with_metadata(
-            fields,
-            input.metadata().clone(),
-        ));
+        let schema = with_position_field(&stream.schema());
         let mut cursor = LivePositions::new(deleted);
         let out = Arc::clone(&schema);
         let numbered = stream.map(move |batch| {
@@ -614,6 +594,20 @@ impl FileOpener {
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, numbered)))
     }
+}
+
+/// `schema` with [`POSITION_COLUMN`] appended.
+fn with_position_field(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        POSITION_COLUMN,
+        DataType::Int64,
+        false,
+    )));
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
 }
 
 /// The live positions of a file in order: 0, 1, 2, … without the deleted ones.

@@ -34,6 +34,16 @@ impl WrittenFiles {
         }
     }
 
+    /// Deletes every recorded file (after a failed statement), leaving none recorded. Best
+    /// effort: a file that cannot be removed is an orphan, not a correctness problem.
+    pub async fn remove_all(&self, file_io: &iceberg::io::FileIO) {
+        for f in self.take() {
+            if let Err(e) = file_io.delete(&f).await {
+                log::warn!("could not remove {f} after a failed statement: {e}");
+            }
+        }
+    }
+
     /// Takes the recorded locations, leaving none.
     pub fn take(&self) -> Vec<String> {
         self.0
