@@ -65,6 +65,10 @@ fn bench_scan(c: &mut Criterion) {
             "SELECT round(sum(v), 3) AS sv, max(s) AS ms, min(k) AS mk FROM {t}",
         ),
         (
+            "full_scan_numeric",
+            "SELECT round(sum(v), 3) AS sv, min(k) AS mk FROM {t}",
+        ),
+        (
             "selective",
             "SELECT count(*) AS n, round(sum(v), 3) AS sv FROM {t} WHERE id BETWEEN 2000000 AND 2100000",
         ),
@@ -87,6 +91,13 @@ fn bench_scan(c: &mut Criterion) {
                     .expect("format")
                     .to_string(),
             );
+            // Planning alone (catalog lookup, metadata, manifests, physical plan).
+            group.bench_function(format!("{name}/plan/{engine}"), |b| {
+                b.iter(|| {
+                    rt.block_on(async { context.sql(&q).await?.create_physical_plan().await })
+                        .expect("plan")
+                })
+            });
             group.bench_function(format!("{name}/{engine}"), |b| {
                 b.iter(|| {
                     rt.block_on(async { context.sql(&q).await?.collect().await })

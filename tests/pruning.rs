@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{render, session, sql};
+use common::{render, rows, session, sql};
 use datafusion::datasource::memory::MemTable;
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
@@ -133,4 +133,55 @@ async fn files_with_nan_values_are_never_pruned_by_planning() {
             .unwrap(),
     );
     assert_eq!(ids, ["1", "2", "5"]);
+}
+
+/// Manifests and manifest lists are read once: a second plan of the same snapshot comes from
+/// the cache (the files can even be gone), and a new snapshot is planned from its own files.
+#[tokio::test]
+async fn planning_reads_manifests_once_per_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(&s, "CREATE TABLE ns.c (id BIGINT, v BIGINT)")
+        .await
+        .unwrap();
+    for lo in [0, 100, 200] {
+        sql(
+            &s,
+            &format!(
+                "INSERT INTO ns.c SELECT value, value % 7 FROM generate_series({lo}, {lo} + 99)"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let count = "SELECT count(*), sum(v) FROM ns.c";
+    let filtered = "SELECT count(*) FROM ns.c WHERE id >= 150";
+    let first = rows(&s, count).await;
+    assert_eq!(rows(&s, filtered).await, rows(&s, filtered).await);
+    // Every manifest and manifest list of the table is moved away: planning the same snapshot
+    // again, unfiltered or filtered, never opens them.
+    let metadata = dir.path().join("ns/c/metadata");
+    let moved = dir.path().join("moved");
+    std::fs::create_dir(&moved).unwrap();
+    let mut avro = 0;
+    for e in std::fs::read_dir(&metadata).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "avro") {
+            std::fs::rename(e.path(), moved.join(e.file_name())).unwrap();
+            avro += 1;
+        }
+    }
+    assert!(avro >= 6, "{avro} manifest files");
+    assert_eq!(rows(&s, count).await, first);
+    assert!(rows(&s, filtered).await.join(" ").contains("150"));
+    let stats = iceberg_exec::scan::manifest_cache_stats();
+    assert!(stats.hits > 0 && stats.entries > 0 && stats.bytes <= stats.capacity);
+    // Back in place, a new snapshot adds files the cache has never seen.
+    for e in std::fs::read_dir(&moved).unwrap().flatten() {
+        std::fs::rename(e.path(), metadata.join(e.file_name())).unwrap();
+    }
+    sql(&s, "INSERT INTO ns.c VALUES (1000, 1)").await.unwrap();
+    let after = rows(&s, count).await;
+    assert_ne!(after, first);
+    assert!(after.join(" ").contains("301"), "{after:?}");
 }

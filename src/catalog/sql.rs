@@ -49,7 +49,14 @@ pub struct SqlCatalog {
     file_io: FileIO,
     /// Whether `iceberg_tables` has Java's `iceberg_type` column (databases made by pyiceberg do not).
     has_iceberg_type: bool,
+    /// The last handle loaded for each table. A metadata file never changes, so a handle whose
+    /// metadata location is still the current one is reused: its metadata is not parsed again
+    /// and its manifest cache stays warm across queries.
+    handles: std::sync::Mutex<HashMap<TableIdent, Table>>,
 }
+
+/// Table handles kept by one catalog.
+const MAX_CACHED_HANDLES: usize = 256;
 
 /// The outcome of a compare-and-swap on a table's metadata pointer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +129,7 @@ impl SqlCatalog {
                     .await
                     .is_ok();
             Ok(Arc::new(SqlCatalog {
+                handles: Default::default(),
                 name,
                 warehouse,
                 pool,
@@ -345,10 +353,27 @@ impl SqlCatalog {
         let Some(location) = self.metadata_location(ident).await? else {
             return Ok(None);
         };
+        if let Some(table) = self.cached_handle(ident, &location) {
+            return Ok(Some(table));
+        }
         let metadata = read_metadata(&self.file_io, &location)
             .await
             .map_err(|e| e.context(format!("loading table '{ident}'")))?;
-        table_handle(ident.clone(), location, metadata, self.file_io.clone()).map(Some)
+        let table = table_handle(ident.clone(), location, metadata, self.file_io.clone())?;
+        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        if handles.len() >= MAX_CACHED_HANDLES && !handles.contains_key(ident) {
+            handles.clear();
+        }
+        handles.insert(ident.clone(), table.clone());
+        Ok(Some(table))
+    }
+
+    fn cached_handle(&self, ident: &TableIdent, location: &str) -> Option<Table> {
+        let handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
+        handles
+            .get(ident)
+            .filter(|t| t.metadata_location() == Some(location))
+            .cloned()
     }
 
     /// The location a new table gets when the caller gives none.

@@ -303,7 +303,7 @@ impl DmlJob {
             &self.filters,
             &unprunable_columns(metadata, metadata.current_schema(), &snapshot_schema),
         );
-        let candidates = plan_files_pruned(&table, snapshot, predicate).await?;
+        let candidates = plan_files_pruned(&table, &self.locations, snapshot, predicate).await?;
 
         // Files whose every row matches go whole, unread (their rows are counted from the
         // manifest when no delete applies to them, else by pass 1). UPDATE rewrites them all.

@@ -1,9 +1,14 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
+mod cache;
 mod deletes;
 mod field_ids;
 mod predicate;
 
+pub use cache::{
+    manifest_cache_stats, set_manifest_cache_capacity, ManifestCacheStats,
+    DEFAULT_MANIFEST_CACHE_BYTES,
+};
 pub use deletes::{DataFileRef, DeleteFileRef, DeleteIndex};
 pub use field_ids::FieldIdAdapterFactory;
 pub use predicate::{to_predicate, unprunable_columns};
@@ -99,14 +104,20 @@ impl PlannedFile {
 /// each with the delete files that apply to it: manifests are skipped by their partition
 /// summaries, files by partition values and column bounds, through the iceberg crate's
 /// evaluators; which deletes apply is decided by this crate's own rules ([`DeleteIndex`]).
+///
+/// `locations` is where the table's recorded locations are read from (it keys the manifest
+/// cache).
 pub async fn plan_files_pruned(
     table: &Table,
+    locations: &LocationMap,
     snapshot: &SnapshotRef,
     filter: Option<Predicate>,
 ) -> Result<ScanFiles> {
     let filter = match filter {
         None | Some(Predicate::AlwaysTrue) => {
-            return Ok(list_snapshot(table, snapshot).await?.plan(|_| true))
+            return Ok(list_snapshot(table, locations, snapshot)
+                .await?
+                .plan(|_| true))
         }
         Some(f) => f,
     };
@@ -118,7 +129,7 @@ pub async fn plan_files_pruned(
         .build()
         .df()?;
     let tasks: Vec<_> = scan.plan_files().await.df()?.try_collect().await.df()?;
-    if !may_have_deletes(table, snapshot).await? {
+    if !may_have_deletes(table, locations, snapshot).await? {
         let files = tasks
             .into_iter()
             .map(|task| {
@@ -141,13 +152,47 @@ pub async fn plan_files_pruned(
         });
     }
     let kept: HashSet<String> = tasks.into_iter().map(|t| t.data_file_path).collect();
-    let listing = list_snapshot(table, snapshot).await?;
+    let listing = list_snapshot(table, locations, snapshot).await?;
     Ok(listing.plan(|d| kept.contains(&d.path)))
 }
 
+/// The absolute location a recorded location is read from: the cache key of the file.
+fn cache_location(locations: &LocationMap, recorded: &str) -> String {
+    let resolved = locations.resolve(recorded);
+    if resolved.contains("://") {
+        return resolved;
+    }
+    std::path::absolute(&resolved)
+        .map(|p| p.display().to_string())
+        .unwrap_or(resolved)
+}
+
+/// The snapshot's manifest list, from the cache when it was read before.
+pub(crate) async fn manifest_list(
+    table: &Table,
+    locations: &LocationMap,
+    snapshot: &SnapshotRef,
+) -> Result<Arc<iceberg::spec::ManifestList>> {
+    // A manifest list belongs to one snapshot; the id tells copies of a path apart.
+    let key = (
+        cache_location(locations, snapshot.manifest_list()),
+        snapshot.snapshot_id() as u64,
+    );
+    if let Some(list) = cache::get_list(&key) {
+        return Ok(list);
+    }
+    let list = Arc::new(table.manifest_list_reader(snapshot).load().await.df()?);
+    cache::put_list(key, Arc::clone(&list));
+    Ok(list)
+}
+
 /// Whether the snapshot's manifest list names any delete manifest that may hold live files.
-async fn may_have_deletes(table: &Table, snapshot: &SnapshotRef) -> Result<bool> {
-    let list = table.manifest_list_reader(snapshot).load().await.df()?;
+async fn may_have_deletes(
+    table: &Table,
+    locations: &LocationMap,
+    snapshot: &SnapshotRef,
+) -> Result<bool> {
+    let list = manifest_list(table, locations, snapshot).await?;
     Ok(list.entries().iter().any(|m| {
         m.content == ManifestContentType::Deletes
             && (m.added_files_count.is_none_or(|n| n > 0)
@@ -194,9 +239,13 @@ const MANIFEST_READ_CONCURRENCY: usize = 4;
 /// The live files of one manifest.
 type ManifestFiles = (Vec<(DataFileRef, u64, u64)>, Vec<DeleteFileRef>);
 
-async fn list_snapshot(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotListing> {
+async fn list_snapshot(
+    table: &Table,
+    locations: &LocationMap,
+    snapshot: &SnapshotRef,
+) -> Result<SnapshotListing> {
     let metadata = table.metadata();
-    let list = table.manifest_list_reader(snapshot).load().await.df()?;
+    let list = manifest_list(table, locations, snapshot).await?;
     let jobs: Vec<(iceberg::spec::ManifestFile, bool)> = list
         .entries()
         .iter()
@@ -210,16 +259,31 @@ async fn list_snapshot(table: &Table, snapshot: &SnapshotRef) -> Result<Snapshot
     let file_io = table.file_io().clone();
     // Decoding is CPU work: each manifest on its own task, reduced to what planning keeps
     // before the next is read.
+    let locations = locations.clone();
     let reads = jobs.into_iter().map(move |(manifest, unpartitioned)| {
-        crate::io_runtime::spawn(read_manifest(manifest, file_io.clone(), unpartitioned))
+        let key = (
+            cache_location(&locations, &manifest.manifest_path),
+            manifest.manifest_length.max(0) as u64,
+        );
+        let file_io = file_io.clone();
+        async move {
+            if let Some(files) = cache::get_manifest(&key) {
+                return Ok(files);
+            }
+            let files = Arc::new(
+                crate::io_runtime::spawn(read_manifest(manifest, file_io, unpartitioned)).await?,
+            );
+            cache::put_manifest(key, Arc::clone(&files));
+            Ok::<_, DataFusionError>(files)
+        }
     });
     let mut manifests = futures::stream::iter(reads).buffered(MANIFEST_READ_CONCURRENCY);
     let mut data = vec![];
     let mut deletes = vec![];
     while let Some(files) = manifests.next().await {
-        let (d, del) = files?;
-        data.extend(d);
-        deletes.extend(del);
+        let files = files?;
+        data.extend(files.0.iter().cloned());
+        deletes.extend(files.1.iter().cloned());
     }
     Ok(SnapshotListing {
         data,
@@ -273,7 +337,10 @@ async fn read_manifest(
 /// The data files of `snapshot`, each with the position deletes that apply to it (the
 /// equality deletes of the scan are in [`plan_files_pruned`]'s answer).
 pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<PlannedFile>> {
-    Ok(list_snapshot(table, snapshot).await?.plan(|_| true).files)
+    Ok(list_snapshot(table, &LocationMap::default(), snapshot)
+        .await?
+        .plan(|_| true)
+        .files)
 }
 
 /// Splits files into at most `target` groups of similar total size (largest first, each into the

@@ -252,7 +252,7 @@ impl TableProvider for IcebergTableProvider {
             delete_files: 0,
             predicate: predicate.as_ref().map(|p| p.to_string()),
         };
-        let files = plan_files_pruned(&self.table, &snapshot, predicate).await?;
+        let files = plan_files_pruned(&self.table, &self.locations, &snapshot, predicate).await?;
         let summary = ScanSummary {
             scanned_files: files.files.len(),
             delete_files: files.delete_file_count(),

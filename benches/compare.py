@@ -1,0 +1,602 @@
+#!/usr/bin/env python3
+"""iceberg-exec's benchmark suite: the same tables, the same statements, every engine a user
+would otherwise pick, in one run on this machine; ratios, peak RSS, correctness, and a chart.
+
+    python3 benches/compare.py            # default scale (10M rows; about 25 minutes on 2 cores)
+    python3 benches/compare.py --quick    # smoke scale (CI: debug build, one run, no peers built)
+
+From nothing, it
+  1. creates a venv with the Python peers (benches/suite/requirements.txt: DuckDB 1.5.5 with its
+     iceberg extension, pyiceberg 0.12, deltalake, matplotlib),
+  2. builds `bench-engine` (benches/suite/engine.rs; release, or debug with --quick) and, unless
+     --quick or --no-build-peers, the iceberg-datafusion 0.10.1 peer (benches/peers/, once:
+     about an hour on 2 cores),
+  3. generates the tables through iceberg-exec's own commit path and checks them with DuckDB,
+  4. runs every scenario: each engine in its own process, engines alternating, `--runs` times;
+     wall time as the engine reports it for the statement, peak RSS of the process (wait4), and
+     the answer against an oracle (plain DataFusion over the bare data files, with the deletes
+     expressed as a condition on the generated ids). A wrong answer is reported, not timed; a
+     run over `--cap` seconds is killed and reported as "> cap",
+  5. writes target/bench-report/report.{json,md} and report.png.
+
+Ratios are iceberg-exec's median time over the other engine's: below 1 means iceberg-exec is
+faster.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(REPO, "benches", "suite")
+OURS = "iceberg-exec"
+PEER_ID = "iceberg-datafusion 0.10.1"
+DUCKDB = "DuckDB 1.5.5 iceberg_scan"
+PYICEBERG = "pyiceberg 0.12"
+DELTA = "deltalake (Delta table)"
+LIMIT = "DataFusion, bare parquet (limit)"
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+def target_dir() -> str:
+    return os.environ.get("CARGO_TARGET_DIR") or os.path.expanduser("~/.cache/iceberg-exec-target")
+
+
+def venv_python(args) -> str:
+    venv = args.venv
+    py = os.path.join(venv, "bin", "python")
+    reqs = os.path.join(SUITE, "requirements.txt")
+    wanted = open(reqs).read() + open(os.path.join(REPO, "tests/interop/requirements.txt")).read()
+    stamp = os.path.join(venv, ".iceberg-exec-bench-requirements")
+    if os.path.exists(py) and os.path.exists(stamp) and open(stamp).read() == wanted:
+        return py
+    if not os.path.exists(py):
+        log(f"creating venv {venv}")
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    log("installing the Python peers (benches/suite/requirements.txt)")
+    subprocess.run([py, "-m", "pip", "install", "-q", "-r", reqs], check=True, cwd=SUITE)
+    open(stamp, "w").write(wanted)
+    return py
+
+
+def build_engine(args) -> str:
+    cmd = ["cargo", "build", "--example", "bench-engine"]
+    if not args.quick:
+        cmd.append("--release")
+    log("building: " + " ".join(cmd))
+    subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "CARGO_TARGET_DIR": target_dir()})
+    return os.path.join(target_dir(), "debug" if args.quick else "release", "examples", "bench-engine")
+
+
+def peer_binary(args) -> str | None:
+    peers_target = os.environ.get("ICEBERG_EXEC_PEERS_TARGET") or os.path.expanduser(
+        "~/.cache/iceberg-exec-peers-target"
+    )
+    binary = os.path.join(peers_target, "release", "iceberg-datafusion-peer")
+    if os.path.exists(binary):
+        return binary
+    if args.quick or args.no_build_peers:
+        return None
+    manifest = os.path.join(REPO, "benches/peers/iceberg-datafusion/Cargo.toml")
+    log("building the iceberg-datafusion 0.10.1 peer (once; about an hour on 2 cores)")
+    subprocess.run(
+        ["cargo", "build", "--release", "--manifest-path", manifest],
+        check=True,
+        env={**os.environ, "CARGO_TARGET_DIR": peers_target},
+    )
+    return binary
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = int(line.split()[1]) // (1024 * 1024)
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), {mem} GiB RAM, {platform.system()} {platform.release()}"
+
+
+# --------------------------------------------------------------------------- running
+
+
+class Run:
+    """One process: status ok / cap / error / unsupported, time, peak RSS, answer."""
+
+    def __init__(self, status, seconds=None, rss_mib=None, answer=None, detail="", doc=None):
+        self.status, self.seconds, self.rss_mib, self.answer, self.detail = status, seconds, rss_mib, answer, detail
+        self.doc = doc or {}
+
+
+def run_process(cmd: list, cap: float, env=None) -> Run:
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    out_chunks, err_chunks = [], []
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, out_chunks)
+    sel.register(proc.stderr, selectors.EVENT_READ, err_chunks)
+    open_streams = 2
+    killed = False
+    while open_streams:
+        remaining = cap - (time.monotonic() - started)
+        if remaining <= 0:
+            proc.kill()
+            killed = True
+            break
+        for key, _ in sel.select(timeout=min(remaining, 1.0)):
+            data = key.fileobj.read1(65536)
+            if not data:
+                sel.unregister(key.fileobj)
+                open_streams -= 1
+            else:
+                key.data.append(data)
+    _, status, usage = os.wait4(proc.pid, 0)
+    rss_mib = usage.ru_maxrss / 1024
+    if killed:
+        return Run("cap", rss_mib=rss_mib, detail=f"killed after {cap:g} s")
+    out = b"".join(out_chunks).decode(errors="replace")
+    err = b"".join(err_chunks).decode(errors="replace")
+    if os.waitstatus_to_exitcode(status) != 0:
+        return Run("error", rss_mib=rss_mib, detail=(err.strip().splitlines() or ["no output"])[-1][:300])
+    try:
+        doc = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return Run("error", rss_mib=rss_mib, detail=f"no JSON on stdout: {out[-200:]!r}")
+    if "unsupported" in doc:
+        return Run("unsupported", rss_mib=rss_mib, detail=doc["unsupported"][:300])
+    if "seconds" not in doc and "median_s" in doc:
+        doc["seconds"] = doc["median_s"]
+    return Run("ok", seconds=doc["seconds"], rss_mib=rss_mib, answer=doc.get("answer"), detail="", doc=doc)
+
+
+def same_answer(got, want) -> bool:
+    if got is None or want is None or len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        g, w = str(g), str(w)
+        if g == w:
+            continue
+        try:
+            gf, wf = float(g), float(w)
+        except ValueError:
+            return False
+        if abs(gf - wf) > 1e-9 * max(1.0, abs(wf)):
+            return False
+    return True
+
+
+class Suite:
+    def __init__(self, args):
+        self.args = args
+        self.py = venv_python(args)
+        self.engine = build_engine(args)
+        self.peer = peer_binary(args)
+        self.work = args.work
+        self.capped = {}  # engine -> scenario where it exceeded the cap
+        self.scenarios = []
+
+    # -- helpers
+
+    def engine_json(self, *argv) -> dict:
+        out = subprocess.run([self.engine, *argv], check=True, capture_output=True, text=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def peers(self, *argv) -> list:
+        return [self.py, os.path.join(SUITE, "peers.py"), *argv]
+
+    def oracle(self, table: dict, select: str, where: str = "true") -> list:
+        listfile = self.file_list(table)
+        q = f"SELECT {select} FROM t WHERE ({table['live_where']}) AND ({where})"
+        return self.engine_json("datafusion", "--parquet", f"t={listfile}", "--sql", q)["answer"]
+
+    def file_list(self, table: dict) -> str:
+        path = os.path.join(table["warehouse"], "data-files.txt")
+        with open(path, "w") as f:
+            f.write("\n".join(table["data_files"]) + "\n")
+        return path
+
+    def generate(self, name: str, *options, planning=False) -> dict:
+        wh = os.path.join(self.work, name)
+        stamp = os.path.join(wh, "generated.json")
+        want = json.dumps([options, planning])
+        if os.path.exists(stamp):
+            doc = json.load(open(stamp))
+            if doc.get("options") == want and os.path.exists(wh + ".pristine"):
+                return doc
+        for d in (wh, wh + ".pristine"):
+            shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(wh)
+        log(f"generating {name} {' '.join(options)}")
+        started = time.monotonic()
+        doc = self.engine_json("generate-planning" if planning else "generate", "--warehouse", wh, *options)
+        doc.update(warehouse=wh, options=want, generate_s=round(time.monotonic() - started, 1))
+        json.dump(doc, open(stamp, "w"))
+        shutil.copytree(wh, wh + ".pristine")
+        return doc
+
+    def restore(self, table: dict) -> None:
+        wh = table["warehouse"]
+        shutil.rmtree(wh)
+        shutil.copytree(wh + ".pristine", wh)
+
+    def current_metadata(self, table: dict) -> str:
+        con = sqlite3.connect(os.path.join(table["warehouse"], "catalog.db"))
+        try:
+            (loc,) = con.execute(
+                "SELECT metadata_location FROM iceberg_tables WHERE table_namespace = 'bench' AND table_name = ?",
+                (table.get("name", "t"),),
+            ).fetchone()
+        finally:
+            con.close()
+        return loc.removeprefix("file://")
+
+    def duckdb_check(self, table: dict, select: str, want: list, label: str) -> None:
+        """The generator's table read by DuckDB gives the oracle's answer (before any timing)."""
+        q = f"SELECT {select} FROM {{t}}"
+        run = run_process(self.peers("duckdb", "--metadata", self.current_metadata(table), "--sql", q), self.args.cap)
+        if run.status != "ok" or not same_answer(run.answer, want):
+            raise SystemExit(f"generated table {label} fails the DuckDB check: {run.status} {run.answer} != {want} {run.detail}")
+        log(f"  {label}: DuckDB reads the oracle's answer {want}")
+
+    # -- one scenario
+
+    def scenario(self, name, title, goal, engines, expected, before_each=None, after_each=None, scale_note=""):
+        """`engines`: [(engine, argv or None with a reason)]; `after_each(engine, run)` checks a
+        statement's effect and returns the answer to compare (default: the run's own)."""
+        if self.args.scenarios and name not in self.args.scenarios:
+            return
+        log(f"scenario {name}: {title}")
+        results = {e: {"runs": [], "status": None, "detail": ""} for e, _ in engines}
+        for e, argv in engines:
+            if isinstance(argv, str):
+                results[e]["status"], results[e]["detail"] = "n/a", argv
+        for rep in range(self.args.runs):
+            for e, argv in engines:
+                r = results[e]
+                if r["status"] is not None:
+                    continue
+                if e in self.capped and self.capped[e][1] and name in self.capped[e][1]:
+                    r["status"], r["detail"] = "cap", f"> cap at the smaller {self.capped[e][0]} (not run again)"
+                    continue
+                if before_each:
+                    before_each(e)
+                run = run_process(argv, self.args.cap)
+                if run.status == "ok":
+                    answer = after_each(e, run) if after_each else run.answer
+                    want = expected(e)
+                    r["checked"] = want is not None
+                    if want is not None and not same_answer(answer, want):
+                        r["status"], r["detail"] = "wrong", f"answer {answer}, expected {want}"
+                        r["answer"] = answer
+                        continue
+                    r["runs"].append((run.seconds, run.rss_mib))
+                    r["answer"] = answer
+                else:
+                    r["status"], r["detail"] = run.status, run.detail
+                    if run.status == "cap":
+                        r["rss_mib"] = run.rss_mib
+                log(f"  run {rep + 1} {e}: {run.status} {run.seconds if run.seconds is not None else ''} "
+                    f"{'' if run.rss_mib is None else f'{run.rss_mib:.0f} MiB'} {run.detail}")
+        rows = []
+        for e, _ in engines:
+            r = results[e]
+            row = {"engine": e, "status": r["status"] or "ok", "detail": r["detail"], "answer": r.get("answer"),
+                   "checked": r.get("checked", False)}
+            if r["runs"] and row["status"] == "ok":
+                row["median_s"] = statistics.median(t for t, _ in r["runs"])
+                row["times_s"] = [round(t, 4) for t, _ in r["runs"]]
+                row["rss_mib"] = round(max(m for _, m in r["runs"]), 1)
+            elif row["status"] == "ok":
+                row["status"] = "error"
+            rows.append(row)
+        ours = next((r for r in rows if r["engine"] == OURS and r["status"] == "ok"), None)
+        for row in rows:
+            if ours and row["status"] == "ok" and row["engine"] != OURS:
+                row["ours_over_engine"] = round(ours["median_s"] / row["median_s"], 3)
+        self.scenarios.append({"name": name, "title": title, "goal": goal, "note": scale_note, "engines": rows})
+
+    def mark_capped(self, engine_names, scenario, later):
+        for s in self.scenarios:
+            if s["name"] == scenario:
+                for row in s["engines"]:
+                    if row["engine"] in engine_names and row["status"] == "cap":
+                        self.capped[row["engine"]] = (scenario, later)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="smoke scale: small tables, one run, debug build, no peer build")
+    p.add_argument("--runs", type=int, help="runs per engine (default 3; 1 with --quick)")
+    p.add_argument("--cap", type=float, help="seconds before a run is killed (default 300; 60 with --quick)")
+    p.add_argument("--rows", type=int, help="rows of the generated tables (default 10M; 200K with --quick)")
+    p.add_argument("--scenarios", help="comma-separated subset")
+    p.add_argument("--out", default=os.path.join(REPO, "target", "bench-report"))
+    p.add_argument("--work", help="where tables are generated (kept between runs of the same scale)")
+    p.add_argument("--venv", default=os.environ.get("ICEBERG_EXEC_VENV") or os.path.expanduser("~/.cache/iceberg-exec-venv"))
+    p.add_argument("--no-build-peers", action="store_true", help="skip the iceberg-datafusion peer when not built")
+    args = p.parse_args()
+    quick = args.quick
+    args.runs = args.runs or (1 if quick else 3)
+    args.cap = args.cap or (60.0 if quick else 300.0)
+    rows = args.rows or (200_000 if quick else 10_000_000)
+    files = 4 if quick else 20
+    rows -= rows % (files * 1000)
+    eq_keys = rows // 100
+    eq_big = rows // 10
+    planning_deletes = 2_000 if quick else 200_000
+    scale = "quick" if quick else "default"
+    args.work = args.work or os.path.join(target_dir(), "bench-work", f"{scale}-{rows}")
+    args.scenarios = set(args.scenarios.split(",")) if args.scenarios else None
+    os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    started = time.monotonic()
+    s = Suite(args)
+    E = s.engine
+
+    # Tables (kept between runs with the same options).
+    plain = s.generate("plain", "--rows", str(rows), "--files", str(files))
+    mor = s.generate("mor", "--rows", str(rows), "--files", str(files), "--pos-every", "10", "--eq-keys", str(eq_keys))
+    eqbig = s.generate("eq-big", "--rows", str(rows), "--files", str(files), "--eq-keys", str(eq_big))
+    planning = s.generate("planning", "--delete-files", str(planning_deletes), planning=True)
+    small = max(rows // 50 - (rows // 50) % (files * 1000), files * 1000)
+    check_mor = s.generate("check-mor", "--rows", str(small), "--files", str(files), "--pos-every", "10", "--eq-keys", str(small // 100))
+    check_eq = s.generate("check-eq", "--rows", str(small), "--files", str(files), "--eq-keys", str(small // 10))
+    agg = "count(*), sum(value)"
+    s.duckdb_check(plain, agg, s.oracle(plain, agg), f"plain ({rows} rows)")
+    # DuckDB applies equality deletes at O(rows x keys): the delete-carrying generators are
+    # checked at 1/50 of the rows, same options otherwise.
+    s.duckdb_check(check_mor, agg, s.oracle(check_mor, agg), f"mor generator at {small} rows")
+    s.duckdb_check(check_eq, agg, s.oracle(check_eq, agg), f"eq-big generator at {small} rows")
+
+    def iceberg_engines(table, query, aggs, pyfilter=None, pool=None, peer_ok=True):
+        t = table
+        ours = [E, "sql", "--warehouse", t["warehouse"], "--sql", query.replace("{t}", "bench.t")]
+        if pool:
+            ours += ["--memory-limit", pool]
+        peer = [s.peer, t["metadata"], query, "1"] if s.peer else "not built (benches/peers/iceberg-datafusion; skipped with --quick / --no-build-peers)"
+        py = s.peers("pyiceberg-scan", "--metadata", t["metadata"], "--aggs", json.dumps(aggs))
+        if pyfilter:
+            py += ["--filter", pyfilter]
+        limit = [E, "datafusion", "--parquet", f"t={s.file_list(t)}", "--sql", query.replace("{t}", "t")]
+        if pool:
+            limit += ["--memory-limit", pool]
+        return [
+            (OURS, ours),
+            (PEER_ID, peer if peer_ok else peer_ok),
+            (DUCKDB, s.peers("duckdb", "--metadata", t["metadata"], "--sql", query)),
+            (PYICEBERG, py),
+            (LIMIT, limit),
+        ]
+
+    def expect(want, limit_ignores_deletes=False):
+        return lambda e: None if (e == LIMIT and limit_ignores_deletes) else want
+
+    q_full = "SELECT count(*), sum(value), min(k), max(s) FROM {t}"
+    aggs_full = [["count"], ["sum", "value"], ["min", "k"], ["max", "s"]]
+    s.scenario(
+        "full_scan", f"Full scan, {rows:,} rows in {files} files", "within 1.1x of the limit; >= 2x faster than iceberg-datafusion",
+        iceberg_engines(plain, q_full, aggs_full), expect(s.oracle(plain, "count(*), sum(value), min(k), max(s)")),
+    )
+    lo, hi = rows // 5, rows // 5 + rows // 100 - 1
+    q_sel = f"SELECT count(*), sum(value) FROM {{t}} WHERE id BETWEEN {lo} AND {hi}"
+    s.scenario(
+        "selective_scan", f"Selective scan (1% of ids, one file), {rows:,} rows", "within 1.1x of the limit",
+        iceberg_engines(plain, q_sel, [["count"], ["sum", "value"]], pyfilter=f"id >= {lo} and id <= {hi}"),
+        expect(s.oracle(plain, agg, f"id BETWEEN {lo} AND {hi}")),
+    )
+    q_mor = "SELECT count(*), sum(value) FROM {t}"
+    s.scenario(
+        "mor_scan", f"Merge-on-read scan: 10% position-deleted, {eq_keys:,} equality-deleted keys",
+        "at least as fast as DuckDB; within 1.5x of position-only and 1.3x of the bare scan",
+        iceberg_engines(mor, q_mor, [["count"], ["sum", "value"]]), expect(s.oracle(mor, agg), limit_ignores_deletes=True),
+        scale_note="The limit reads the data files and ignores the deletes.",
+    )
+    s.mark_capped({PEER_ID, DUCKDB}, "mor_scan", {"eq_big_64mib"})
+    s.scenario(
+        "eq_big_64mib", f"{eq_big:,} equality-deleted keys, iceberg-exec under a 64 MiB pool",
+        "completes; peak RSS <= 350 MB",
+        iceberg_engines(eqbig, q_mor, [["count"], ["sum", "value"]], pool="64M"), expect(s.oracle(eqbig, agg), limit_ignores_deletes=True),
+        scale_note="An engine over the cap with fewer keys (mor_scan) is not run again.",
+    )
+
+    # DML: each run starts from the pristine table; the effect is read back by another engine.
+    def dml_scenario(name, title, goal, table, lo, hi, mode):
+        cond = f"id BETWEEN {lo} AND {hi}"
+        per_file = rows // files
+        f_lo, f_hi = lo // per_file * per_file, (hi // per_file + 1) * per_file - 1
+        delta_path = os.path.join(args.work, "delta-" + name)
+        out_dir = os.path.join(args.work, "copy-out")
+        want_after = s.oracle(table, agg, f"NOT ({cond})")
+
+        def before(e):
+            s.restore(table)
+            shutil.rmtree(out_dir, ignore_errors=True)
+            if e == DELTA:
+                shutil.rmtree(delta_path, ignore_errors=True)
+                subprocess.run(s.peers("delta-create", "--path", delta_path, "--files", s.file_list(table)), check=True, capture_output=True)
+
+        def after(e, run):
+            if e == LIMIT:
+                return None
+            if e == DELTA:
+                r = run_process(s.peers("delta-scan", "--path", delta_path, "--aggs", json.dumps([["count"], ["sum", "value"]])), args.cap)
+            else:
+                r = run_process(s.peers("duckdb", "--metadata", s.current_metadata(table), "--sql", f"SELECT {agg} FROM {{t}}"), args.cap)
+            return r.answer if r.status == "ok" else [r.status, r.detail]
+
+        ours = [E, "sql", "--warehouse", table["warehouse"], "--memory-limit", "64M", "--set", f"iceberg.delete_mode={mode}",
+                "--sql", f"DELETE FROM bench.t WHERE {cond}"]
+        if mode == "copy-on-write":
+            limit_sql = f"COPY (SELECT * FROM t WHERE id BETWEEN {f_lo} AND {f_hi} AND NOT ({cond})) TO '{out_dir}/out.parquet'"
+            limit_note = "COPY of the touched file without the deleted rows"
+        else:
+            limit_sql = f"SELECT count(*) FROM t WHERE {cond}"
+            limit_note = "finding the deleted rows"
+        engines = [
+            (OURS, ours),
+            (PYICEBERG, s.peers("pyiceberg-delete", "--warehouse", table["warehouse"], "--table", "bench.t", "--filter", f"id >= {lo} and id <= {hi}")),
+            (DELTA, s.peers("delta-delete", "--path", delta_path, "--predicate", f"id >= {lo} AND id <= {hi}")),
+            (LIMIT, [E, "datafusion", "--parquet", f"t={s.file_list(table)}", "--memory-limit", "64M", "--sql", limit_sql]),
+            (DUCKDB, "DuckDB 1.5.5 cannot write to Iceberg tables outside a REST catalog"),
+            (PEER_ID, "iceberg-datafusion 0.10.1 has no DELETE"),
+        ]
+        note = f"The limit is {limit_note}. pyiceberg and deltalake delete by copy-on-write."
+        s.scenario(name, title, goal, engines, lambda e: None if e == LIMIT else want_after, before, after, note)
+        s.restore(table)
+
+    per_file = rows // files
+    lo = 3 * per_file + per_file // 5
+    dml_scenario("cow_delete_1pct", f"Copy-on-write DELETE of 1% ({rows // 100:,} rows), 64 MiB pool", "close to the COPY limit; bounded memory",
+                 plain, lo, lo + rows // 100 - 1, "copy-on-write")
+    dml_scenario("mor_delete_0_1pct", f"Merge-on-read DELETE of 0.1% ({rows // 1000:,} rows), 64 MiB pool", "a small fraction of a rewrite",
+                 plain, lo, lo + rows // 1000 - 1, "merge-on-read")
+
+    # Sorted INSERT into an empty table with a sort order.
+    if not args.scenarios or "sorted_insert_64mib" in args.scenarios:
+        wh = os.path.join(args.work, "sorted")
+        sorted_table = {"warehouse": wh, "name": "s"}
+        if not os.path.exists(wh + ".pristine"):
+            shutil.rmtree(wh, ignore_errors=True)
+            os.makedirs(wh)
+            for q in ["CREATE SCHEMA bench",
+                      "CREATE EXTERNAL TABLE bench.s (id BIGINT, k BIGINT, value BIGINT, s VARCHAR) STORED AS ICEBERG LOCATION '' WITH ORDER (k ASC NULLS FIRST)"]:
+                s.engine_json("sql", "--warehouse", wh, "--sql", q)
+            shutil.copytree(wh, wh + ".pristine")
+        delta_path = os.path.join(args.work, "delta-sorted")
+        out_dir = os.path.join(args.work, "copy-out")
+        gen = f"SELECT value AS id, value * 7919 % 1000003 AS k, value % 1000 AS value, 'str-' || CAST(value % 5000 AS VARCHAR) AS s FROM generate_series(0, {rows - 1})"
+        want = [str(rows), str(sum(range(1000)) * (rows // 1000))]
+
+        def before(e):
+            s.restore(sorted_table)
+            shutil.rmtree(delta_path, ignore_errors=True)
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+        def after(e, run):
+            if e == LIMIT:
+                return None
+            if e == DELTA:
+                r = run_process(s.peers("delta-scan", "--path", delta_path, "--aggs", json.dumps([["count"], ["sum", "value"]])), args.cap)
+            else:
+                r = run_process(s.peers("duckdb", "--metadata", s.current_metadata(sorted_table), "--sql", f"SELECT {agg} FROM {{t}}"), args.cap)
+            return r.answer if r.status == "ok" else [r.status, r.detail]
+
+        engines = [
+            (OURS, [E, "sql", "--warehouse", wh, "--memory-limit", "64M", "--sql", f"INSERT INTO bench.s {gen}"]),
+            (PYICEBERG, s.peers("pyiceberg-append", "--warehouse", wh, "--table", "bench.s", "--rows", str(rows), "--sort-by", "k")),
+            (DELTA, s.peers("delta-append", "--path", delta_path, "--rows", str(rows), "--sort-by", "k")),
+            (LIMIT, [E, "datafusion", "--memory-limit", "64M", "--sql", f"COPY ({gen} ORDER BY k ASC NULLS FIRST) TO '{out_dir}/out.parquet'"]),
+            (DUCKDB, "DuckDB 1.5.5 cannot write to Iceberg tables outside a REST catalog"),
+            (PEER_ID, "iceberg-datafusion 0.10.1 writes no sorted files"),
+        ]
+        s.scenario("sorted_insert_64mib", f"INSERT of {rows:,} rows into a table sorted by k, 64 MiB pool", "bounded memory; close to a sorted COPY",
+                   engines, lambda e: None if e == LIMIT else want, before, after,
+                   "pyiceberg and deltalake get the rows sorted in memory by pyarrow first (they have no sort-on-write). The limit is DataFusion's sorted COPY under the same pool.")
+        s.restore(sorted_table)
+
+    def planning_expected(e):
+        return None
+
+    def planning_after(e, run):
+        text = " ".join(" ".join(r) for r in run.doc.get("rows", []))
+        return ["ok"] if f"delete_files={planning_deletes}" in text else [f"EXPLAIN lacks delete_files={planning_deletes}"]
+
+    s.scenario(
+        "planning", f"Planning a scan of 2,000 data files with {planning_deletes:,} delete files (EXPLAIN)",
+        "within 512 MB RSS",
+        [(OURS, [E, "sql", "--warehouse", planning["warehouse"], "--sql", "EXPLAIN SELECT count(*) FROM bench.t"]),
+         (PEER_ID, "iceberg-datafusion 0.10.1 plans files inside execute(): EXPLAIN does no planning"),
+         (DUCKDB, "DuckDB cannot plan without reading the (here synthetic) delete files")],
+        lambda e: ["ok"], None, planning_after,
+        "The delete files are listed in manifests but not written; planning reads manifests only.",
+    )
+
+    report = {
+        "scale": scale,
+        "rows": rows,
+        "files": files,
+        "runs": args.runs,
+        "cap_s": args.cap,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "seconds": round(time.monotonic() - started, 1),
+        "scenarios": s.scenarios,
+    }
+    json_path = os.path.join(args.out, "report.json")
+    json.dump(report, open(json_path, "w"), indent=1)
+    md = markdown(report)
+    open(os.path.join(args.out, "report.md"), "w").write(md)
+    png = os.path.join(args.out, "report.png")
+    subprocess.run(s.peers("chart", "--report", json_path, "--out", png), check=True, capture_output=True)
+    print(md)
+    log(f"wrote {args.out}/report.md, report.json, report.png in {report['seconds']} s")
+    bad = [(sc["name"], r["engine"]) for sc in s.scenarios for r in sc["engines"] if r["engine"] == OURS and r["status"] != "ok"]
+    if bad:
+        log(f"iceberg-exec did not complete: {bad}")
+        return 1
+    return 0
+
+
+def markdown(report: dict) -> str:
+    out = [
+        f"# iceberg-exec benchmark report ({report['scale']} scale)",
+        "",
+        f"{report['date']} · {report['machine']} · median of {report['runs']} run(s), each in its own process · "
+        f"cap {report['cap_s']:g} s · whole run {report['seconds']:g} s",
+        "",
+        "Ratio = iceberg-exec's median time / the engine's (below 1: iceberg-exec is faster). "
+        "Peak RSS is the process's (wait4 ru_maxrss). Correct = same answer as the oracle.",
+        "",
+    ]
+    for sc in report["scenarios"]:
+        out += [f"## {sc['title']}", "", f"Goal: {sc['goal']}." + (f" {sc['note']}" if sc["note"] else ""), ""]
+        out += ["| engine | median | peak RSS | correct | iceberg-exec / engine | note |", "|---|---:|---:|---|---:|---|"]
+        for r in sc["engines"]:
+            if r["status"] == "ok":
+                t = f"{r['median_s']:.3f} s"
+                rss = f"{r['rss_mib']:.0f} MiB"
+                correct = "yes" if r["checked"] else "n/a"
+                ratio = f"{r['ours_over_engine']:.2f}" if "ours_over_engine" in r else ""
+            elif r["status"] == "cap":
+                t, rss, correct, ratio = f"> {report['cap_s']:g} s", "", "not known", "< " + ratio_vs_cap(report, sc)
+            else:
+                t, rss, correct, ratio = "", "", {"wrong": "**WRONG**"}.get(r["status"], r["status"]), ""
+            out.append(f"| {r['engine']} | {t} | {rss} | {correct} | {ratio} | {r['detail']} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def ratio_vs_cap(report, sc) -> str:
+    ours = next((r for r in sc["engines"] if r["engine"] == OURS and r["status"] == "ok"), None)
+    return f"{ours['median_s'] / report['cap_s']:.4f}" if ours else "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,458 @@
+//! The Rust side of the benchmark suite (`benches/compare.py` drives it): generates the tables
+//! the scenarios read and runs one statement per process, so each run's wall time and peak RSS
+//! are its own. Every command prints one JSON document on stdout.
+//!
+//! ```text
+//! bench-engine generate --warehouse DIR --rows N --files F [--pos-every M] [--eq-keys K]
+//! bench-engine generate-planning --warehouse DIR --delete-files N
+//! bench-engine sql --warehouse DIR --sql SQL [--memory-limit 64M] [--set KEY=VALUE]..
+//! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M]
+//! ```
+//!
+//! Tables have the columns `id BIGINT, k BIGINT, value BIGINT, s VARCHAR`; row `g` (0-based) holds
+//! `id = g`, `k = g * 7919 % 1000003`, `value = g % 1000`, `s = 'str-' || g % 5000`, one append
+//! per data file in id order. Which rows are deleted follows formulas of `id`, so `generate`
+//! also prints the SQL condition that keeps exactly the live rows (`live_where`): the oracle
+//! evaluates it with plain DataFusion over the bare data files.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::util::display::array_value_to_string;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
+use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Operation, Struct};
+use iceberg::TableIdent;
+use iceberg_exec::physical_plan::write::{write_equality_delete_file, write_position_delete_file};
+use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
+use iceberg_exec::{IcebergSession, MetadataStore, WarehouseConfig};
+use serde_json::{json, Value};
+
+/// The table every scenario uses.
+const TABLE: &str = "bench.t";
+
+struct Args(Vec<String>);
+
+impl Args {
+    fn one(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .position(|a| a == name)
+            .and_then(|i| self.0.get(i + 1))
+            .map(String::as_str)
+    }
+
+    fn all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .windows(2)
+            .filter(|w| w[0] == name)
+            .map(|w| w[1].as_str())
+            .collect()
+    }
+
+    fn need(&self, name: &str) -> Result<&str> {
+        self.one(name)
+            .ok_or_else(|| DataFusionError::Plan(format!("{name} is required")))
+    }
+
+    fn num(&self, name: &str, default: u64) -> Result<u64> {
+        self.one(name).map_or(Ok(default), |v| {
+            v.parse()
+                .map_err(|e| DataFusionError::Plan(format!("{name} {v}: {e}")))
+        })
+    }
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// Every row of the answer, each value as text.
+fn rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>> {
+    let mut out = vec![];
+    for b in batches {
+        for r in 0..b.num_rows() {
+            let row = b
+                .columns()
+                .iter()
+                .map(|c| array_value_to_string(c, r))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            out.push(row);
+        }
+    }
+    Ok(out)
+}
+
+async fn session(warehouse: &str, memory_limit: Option<&str>) -> Result<IcebergSession> {
+    let mut config = WarehouseConfig::local(warehouse);
+    if let Some(limit) = memory_limit {
+        config.memory_limit = Some(iceberg_exec::parse_size(limit)?);
+    }
+    IcebergSession::open(config).await
+}
+
+async fn run(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
+    ctx.sql(sql).await?.collect().await
+}
+
+/// `generate`: the data table, position deletes every `--pos-every` rows of each file, and
+/// `--eq-keys` equality-deleted ids in two waves: the first committed after half of the appends
+/// (so it cannot delete rows appended later), the second after all of them.
+async fn generate(args: &Args) -> Result<Value> {
+    let warehouse = args.need("--warehouse")?;
+    let rows = args.num("--rows", 10_000_000)?;
+    let files = args.num("--files", 20)?.max(1);
+    let pos_every = args.num("--pos-every", 0)?;
+    let eq_keys = args.num("--eq-keys", 0)?;
+    if rows % files != 0 || rows == 0 {
+        return Err(DataFusionError::Plan(format!(
+            "--rows ({rows}) must be a positive multiple of --files ({files})"
+        )));
+    }
+    let per_file = rows / files;
+    let s = session(warehouse, None).await?;
+    let ctx = s.context().clone();
+    run(&ctx, "CREATE SCHEMA IF NOT EXISTS bench").await?;
+    run(
+        &ctx,
+        &format!("CREATE TABLE {TABLE} (id BIGINT, k BIGINT, value BIGINT, s VARCHAR)"),
+    )
+    .await?;
+    let ident =
+        TableIdent::from_strs(["bench", "t"]).map_err(|e| DataFusionError::External(e.into()))?;
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let (k1, k2) = (eq_keys / 2, eq_keys - eq_keys / 2);
+    let half = files / 2;
+    let mut dead = vec![];
+    for f in 0..files {
+        if f == half && k1 > 0 {
+            dead.push(equality_wave(&s, &store, &ident, rows, k1, 1, Some(half * per_file)).await?);
+        }
+        let (lo, hi) = (f * per_file, (f + 1) * per_file - 1);
+        run(
+            &ctx,
+            &format!(
+                "INSERT INTO {TABLE} SELECT value, value * 7919 % 1000003, value % 1000, \
+                 'str-' || CAST(value % 5000 AS VARCHAR) FROM generate_series({lo}, {hi})"
+            ),
+        )
+        .await?;
+    }
+    if k2 > 0 {
+        dead.push(equality_wave(&s, &store, &ident, rows, k2, 2, None).await?);
+    }
+    if pos_every > 0 {
+        let table = s.catalog().load_table(&ident).await?;
+        let snapshot = table
+            .metadata()
+            .current_snapshot()
+            .cloned()
+            .ok_or_else(|| DataFusionError::Internal("no snapshot".into()))?;
+        let mut added = vec![];
+        let r = 3 % pos_every;
+        for file in iceberg_exec::scan::plan_files(&table, &snapshot).await? {
+            // Positions are where the deleted ids sit in the file, read from the file itself.
+            let positions: Vec<(String, i64)> = file_ids(&file.path)?
+                .into_iter()
+                .enumerate()
+                .filter(|(_, id)| id.rem_euclid(pos_every as i64) == r as i64)
+                .map(|(p, _)| (file.path.clone(), p as i64))
+                .collect();
+            if !positions.is_empty() {
+                added
+                    .push(write_position_delete_file(&table, 0, Struct::empty(), positions).await?);
+            }
+        }
+        let changes = SnapshotChanges {
+            operation: Operation::Delete,
+            added_delete_files: added,
+            ..Default::default()
+        };
+        commit(Arc::clone(&store), &ident, changes).await?;
+        dead.push(format!("id % {pos_every} = {}", 3 % pos_every));
+    }
+    let table = s.catalog().load_table(&ident).await?;
+    let snapshot = table
+        .metadata()
+        .current_snapshot()
+        .cloned()
+        .ok_or_else(|| DataFusionError::Internal("no snapshot".into()))?;
+    let data_files: Vec<String> = iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await?
+        .into_iter()
+        .map(|f| f.path.trim_start_matches("file://").to_string())
+        .collect();
+    let live_where = match dead.is_empty() {
+        true => "true".to_string(),
+        false => format!("NOT ({})", dead.join(" OR ")),
+    };
+    Ok(json!({
+        "table": TABLE,
+        "metadata": table.metadata_location().unwrap_or_default().trim_start_matches("file://"),
+        "data_files": data_files,
+        "rows": rows,
+        "live_where": live_where,
+    }))
+}
+
+/// The `id` column of a data file, in row order.
+fn file_ids(path: &str) -> Result<Vec<i64>> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
+    let file = std::fs::File::open(path.trim_start_matches("file://"))?;
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)?;
+    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), [0]);
+    let mut ids = vec![];
+    for batch in builder.with_projection(mask).build()? {
+        ids.extend(
+            batch?
+                .column(0)
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .copied(),
+        );
+    }
+    Ok(ids)
+}
+
+/// One wave of `keys` equality-deleted ids, `id = j * (rows / keys) + offset`; with `below`, only
+/// rows with smaller ids are in files older than the wave. Returns the condition of the rows it
+/// deletes.
+async fn equality_wave(
+    s: &IcebergSession,
+    store: &Arc<dyn MetadataStore>,
+    ident: &TableIdent,
+    rows: u64,
+    keys: u64,
+    offset: u64,
+    below: Option<u64>,
+) -> Result<String> {
+    let step = (rows / keys).max(1);
+    let table = s.catalog().load_table(ident).await?;
+    let ids: Vec<i64> = (0..keys).map(|j| (j * step + offset) as i64).collect();
+    let n = ids.len();
+    // Delete files carry the whole row shape; only `id` (field 1) is the key.
+    let batch = RecordBatch::try_from_iter([
+        ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+        ("k", Arc::new(Int64Array::from(vec![0i64; n])) as ArrayRef),
+        (
+            "value",
+            Arc::new(Int64Array::from(vec![0i64; n])) as ArrayRef,
+        ),
+        (
+            "s",
+            Arc::new(arrow::array::StringArray::from(vec!["x"; n])) as ArrayRef,
+        ),
+    ])?;
+    let file = write_equality_delete_file(&table, vec![1], 0, Struct::empty(), &[batch]).await?;
+    let changes = SnapshotChanges {
+        operation: Operation::Delete,
+        added_delete_files: vec![file],
+        ..Default::default()
+    };
+    commit(Arc::clone(store), ident, changes).await?;
+    let last = (keys - 1) * step + offset;
+    let mut cond = format!("(id % {step} = {offset} AND id <= {last}");
+    if let Some(below) = below {
+        cond.push_str(&format!(" AND id < {below}"));
+    }
+    cond.push(')');
+    Ok(cond)
+}
+
+fn planning_file(
+    content: DataContentType,
+    path: String,
+    part: i32,
+    referenced: Option<String>,
+) -> Result<NewFile> {
+    let mut b = DataFileBuilder::default();
+    b.content(content)
+        .file_path(path)
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::from_iter([Some(Literal::int(part))]))
+        .partition_spec_id(0)
+        .record_count(1000)
+        .file_size_in_bytes(50_000)
+        .referenced_data_file(referenced);
+    if content == DataContentType::EqualityDeletes {
+        b.equality_ids(Some(vec![1]));
+    }
+    Ok(NewFile {
+        spec_id: 0,
+        file: b.build().map_err(|e| DataFusionError::External(e.into()))?,
+    })
+}
+
+/// `generate-planning`: a partitioned table whose manifests list `--data-files` data files and
+/// `--delete-files` delete files (three quarters position deletes naming one data file, a
+/// quarter partition-scoped equality deletes). The files are never written: planning reads
+/// manifests only, and the scenario plans with `EXPLAIN`.
+async fn generate_planning(args: &Args) -> Result<Value> {
+    let warehouse = args.need("--warehouse")?;
+    let deletes = args.num("--delete-files", 200_000)? as usize;
+    let data_files = args.num("--data-files", 2000)?.max(1) as usize;
+    let partitions = 50usize;
+    let s = session(warehouse, None).await?;
+    for q in [
+        "CREATE SCHEMA bench".to_string(),
+        format!(
+            "CREATE EXTERNAL TABLE {TABLE} (id BIGINT, part INT NOT NULL) STORED AS ICEBERG \
+             LOCATION '' PARTITIONED BY (part)"
+        ),
+    ] {
+        run(s.context(), &q).await?;
+    }
+    let ident =
+        TableIdent::from_strs(["bench", "t"]).map_err(|e| DataFusionError::External(e.into()))?;
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let base = format!("{warehouse}/bench/t/data");
+    let data = (0..data_files)
+        .map(|i| {
+            let part = (i % partitions) as i32;
+            planning_file(
+                DataContentType::Data,
+                format!("{base}/part={part}/d{i}.parquet"),
+                part,
+                None,
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let paths: Vec<String> = data
+        .iter()
+        .map(|f| f.file.file_path().to_string())
+        .collect();
+    commit(Arc::clone(&store), &ident, SnapshotChanges::append(data)).await?;
+    let added = (0..deletes)
+        .map(|i| {
+            let target = i % data_files;
+            let part = (target % partitions) as i32;
+            match i % 4 == 3 {
+                true => planning_file(
+                    DataContentType::EqualityDeletes,
+                    format!("{base}/part={part}/eq{i}.parquet"),
+                    part,
+                    None,
+                ),
+                false => planning_file(
+                    DataContentType::PositionDeletes,
+                    format!("{base}/part={part}/pos{i}.parquet"),
+                    part,
+                    Some(paths[target].clone()),
+                ),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let changes = SnapshotChanges {
+        operation: Operation::Delete,
+        added_delete_files: added,
+        ..Default::default()
+    };
+    let out = commit(store, &ident, changes).await?;
+    Ok(json!({
+        "table": TABLE,
+        "metadata": out.table.metadata_location().unwrap_or_default().trim_start_matches("file://"),
+        "data_files": [],
+        "rows": 0,
+        "live_where": "true",
+    }))
+}
+
+/// `sql`: runs `--sql` through iceberg-exec (after `--set` options), timed, and reports the
+/// pool's reservation afterwards.
+async fn sql(args: &Args) -> Result<Value> {
+    let s = session(args.need("--warehouse")?, args.one("--memory-limit")).await?;
+    let ctx = s.context();
+    for kv in args.all("--set") {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| DataFusionError::Plan(format!("--set {kv}: expected KEY=VALUE")))?;
+        run(ctx, &format!("SET {k} = '{v}'")).await?;
+    }
+    let started = Instant::now();
+    let answer = run(ctx, args.need("--sql")?).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let reserved = ctx.runtime_env().memory_pool.reserved();
+    let all = rows(&answer)?;
+    Ok(json!({
+        "seconds": seconds,
+        "answer": all.first(),
+        "rows": all,
+        "reserved_after": reserved,
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}
+
+/// `datafusion`: plain DataFusion (the physical limit), parquet files registered as tables.
+async fn datafusion_sql(args: &Args) -> Result<Value> {
+    let mut config = SessionConfig::new();
+    config.options_mut().execution.target_partitions = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let mut runtime = RuntimeEnvBuilder::new();
+    if let Some(limit) = args.one("--memory-limit") {
+        runtime = runtime.with_memory_pool(Arc::new(FairSpillPool::new(iceberg_exec::parse_size(
+            limit,
+        )?)));
+    }
+    let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
+    for spec in args.all("--parquet") {
+        let (name, list) = spec.split_once('=').ok_or_else(|| {
+            DataFusionError::Plan(format!("--parquet {spec}: expected NAME=LISTFILE"))
+        })?;
+        let files: Vec<String> = std::fs::read_to_string(list)?
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect();
+        let df = ctx
+            .read_parquet(files, ParquetReadOptions::default())
+            .await?;
+        ctx.register_table(name, df.into_view())?;
+    }
+    let started = Instant::now();
+    let answer = run(&ctx, args.need("--sql")?).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    let all = rows(&answer)?;
+    Ok(json!({
+        "seconds": seconds,
+        "answer": all.first(),
+        "rows": all,
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}
+
+#[tokio::main]
+async fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let Some(command) = argv.first().cloned() else {
+        eprintln!("usage: bench-engine generate|generate-planning|sql|datafusion [options]");
+        std::process::exit(2);
+    };
+    let args = Args(argv);
+    let out = match command.as_str() {
+        "generate" => generate(&args).await,
+        "generate-planning" => generate_planning(&args).await,
+        "sql" => sql(&args).await,
+        "datafusion" => datafusion_sql(&args).await,
+        other => Err(DataFusionError::Plan(format!("unknown command {other}"))),
+    };
+    match out {
+        Ok(v) => println!("{v}"),
+        Err(e) => {
+            eprintln!("bench-engine {command}: {e}");
+            std::process::exit(1);
+        }
+    }
+}

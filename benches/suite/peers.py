@@ -1,0 +1,285 @@
+"""The Python peers of the benchmark suite (benches/compare.py runs one command per process).
+
+Every command prints one JSON document on stdout: {"seconds": <timed part>, "answer": [first row
+as text]} or {"unsupported": "<why>"} when the engine cannot run the scenario. `seconds` covers
+what the engine does for the statement, including loading the table's metadata, and not the
+interpreter's start or imports.
+
+  duckdb          --metadata M --sql SQL            DuckDB iceberg_scan; {t} is the table
+  pyiceberg-scan  --metadata M [--filter F] --aggs JSON
+  pyiceberg-delete --warehouse W --table T --filter F
+  pyiceberg-append --warehouse W --table T --rows N --sort-by COL
+  delta-create    --path P --files LISTFILE         (setup, untimed answer)
+  delta-scan      --path P --aggs JSON
+  delta-delete    --path P --predicate SQL
+  delta-append    --path P --rows N --sort-by COL
+  chart           --report JSON --out PNG
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+THREADS = 2
+
+
+def text(v) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def duckdb_connection():
+    import duckdb
+
+    con = duckdb.connect(
+        config={
+            "allow_unsigned_extensions": "true",
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+        }
+    )
+    # The extensions come from PyPI wheels (duckdb-extension-avro / -iceberg), pinned to duckdb.
+    import importlib
+
+    for module_name, ext in (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg")):
+        mod = importlib.import_module(module_name)
+        hits = glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*", f"{ext}.duckdb_extension"))
+        if not hits:
+            raise RuntimeError(f"{ext}.duckdb_extension not found in {module_name}")
+        con.execute(f"LOAD '{hits[0]}'")
+    con.execute(f"SET threads = {THREADS}")
+    return con
+
+
+def cmd_duckdb(a) -> dict:
+    con = duckdb_connection()
+    query = a.sql.replace("{t}", f"iceberg_scan('{os.path.abspath(a.metadata)}')")
+    start = time.perf_counter()
+    row = con.execute(query).fetchone()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "answer": [text(v) for v in row]}
+
+
+def aggregate(table, aggs) -> list:
+    """The aggregates of `aggs` ([["count"], ["sum", col], ["min", col], ["max", col]]) over an
+    Arrow table, as DataFusion prints them."""
+    import pyarrow.compute as pc
+
+    out = []
+    for agg in aggs:
+        if agg[0] == "count":
+            out.append(str(table.num_rows))
+            continue
+        fn = {"sum": pc.sum, "min": pc.min, "max": pc.max}[agg[0]]
+        out.append(text(fn(table[agg[1]]).as_py()))
+    return out
+
+
+def agg_columns(aggs) -> list:
+    cols = []
+    for agg in aggs:
+        if len(agg) > 1 and agg[1] not in cols:
+            cols.append(agg[1])
+    return cols
+
+
+def cmd_pyiceberg_scan(a) -> dict:
+    from pyiceberg.table import StaticTable
+
+    aggs = json.loads(a.aggs)
+    cols = agg_columns(aggs) or ["id"]
+    start = time.perf_counter()
+    table = StaticTable.from_metadata(os.path.abspath(a.metadata))
+    scan = table.scan(row_filter=a.filter or "True", selected_fields=tuple(cols))
+    try:
+        arrow = scan.to_arrow()
+    except NotImplementedError as e:
+        return {"unsupported": f"pyiceberg: {e}"}
+    except ValueError as e:
+        if "equality" in str(e).lower():
+            return {"unsupported": f"pyiceberg: {e}"}
+        raise
+    answer = aggregate(arrow, aggs)
+    return {"seconds": time.perf_counter() - start, "answer": answer}
+
+
+def load_catalog(warehouse: str):
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    warehouse = os.path.abspath(warehouse)
+    return SqlCatalog(
+        "default",
+        uri=f"sqlite:///{warehouse}/catalog.db",
+        warehouse=f"file://{warehouse}",
+    )
+
+
+def cmd_pyiceberg_delete(a) -> dict:
+    start = time.perf_counter()
+    table = load_catalog(a.warehouse).load_table(a.table)
+    table.delete(delete_filter=a.filter)
+    return {"seconds": time.perf_counter() - start, "answer": []}
+
+
+def generated(rows: int, sort_by: str | None):
+    """The suite's rows 0..rows-1 (id, k, value, s) as an Arrow table, sorted by `sort_by`."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = np.arange(rows, dtype=np.int64)
+    table = pa.table(
+        {
+            "id": ids,
+            "k": ids * 7919 % 1000003,
+            "value": ids % 1000,
+            "s": pc.binary_join_element_wise("str-", pc.cast(pa.array(ids % 5000), pa.string()), ""),
+        }
+    )
+    if sort_by:
+        table = table.sort_by(sort_by)
+    return table
+
+
+def cmd_pyiceberg_append(a) -> dict:
+    start = time.perf_counter()
+    data = generated(a.rows, a.sort_by)
+    table = load_catalog(a.warehouse).load_table(a.table)
+    # The table's schema types (nullable longs, string) and the generated columns match.
+    data = data.cast(table.schema().as_arrow())
+    table.append(data)
+    return {"seconds": time.perf_counter() - start, "answer": []}
+
+
+def cmd_delta_create(a) -> dict:
+    import pyarrow.dataset as ds
+    from deltalake import write_deltalake
+
+    files = [line for line in open(a.files).read().splitlines() if line]
+    write_deltalake(a.path, ds.dataset(files, format="parquet").to_table(), mode="overwrite")
+    return {"seconds": 0.0, "answer": []}
+
+
+def cmd_delta_scan(a) -> dict:
+    from deltalake import DeltaTable
+
+    aggs = json.loads(a.aggs)
+    start = time.perf_counter()
+    arrow = DeltaTable(a.path).to_pyarrow_table(columns=agg_columns(aggs) or None)
+    return {"seconds": time.perf_counter() - start, "answer": aggregate(arrow, aggs)}
+
+
+def cmd_delta_delete(a) -> dict:
+    from deltalake import DeltaTable
+
+    start = time.perf_counter()
+    metrics = DeltaTable(a.path).delete(a.predicate)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "answer": [str(metrics.get("num_deleted_rows"))]}
+
+
+def cmd_delta_append(a) -> dict:
+    from deltalake import write_deltalake
+
+    start = time.perf_counter()
+    write_deltalake(a.path, generated(a.rows, a.sort_by), mode="append")
+    return {"seconds": time.perf_counter() - start, "answer": []}
+
+
+def cmd_chart(a) -> dict:
+    """One panel per scenario: each engine's median time (log scale); capped and failed runs
+    are marked, not drawn as numbers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    report = json.load(open(a.report))
+    scenarios = [s for s in report["scenarios"] if s["engines"]]
+    cols = 2
+    rows = (len(scenarios) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(13, 2.6 * rows + 0.8), squeeze=False)
+    for ax in axes.flat[len(scenarios):]:
+        ax.axis("off")
+    for ax, s in zip(axes.flat, scenarios):
+        names, values, colors, labels = [], [], [], []
+        cap = report["cap_s"]
+        for e in s["engines"]:
+            names.append(e["engine"])
+            if e["status"] == "ok":
+                values.append(e["median_s"])
+                colors.append("#1f77b4" if e["engine"] == "iceberg-exec" else "#9e9e9e")
+                labels.append(f"{e['median_s']:.3g} s")
+            elif e["status"] == "cap":
+                values.append(cap)
+                colors.append("#d62728")
+                labels.append(f"> {cap:g} s")
+            else:
+                values.append(0)
+                colors.append("#ffffff")
+                labels.append(e["status"])
+        y = list(range(len(names)))
+        ax.barh(y, [max(v, 1e-4) for v in values], color=colors, edgecolor="#444")
+        ax.set_yticks(y, names, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_title(s["title"], fontsize=9)
+        ax.tick_params(axis="x", labelsize=7)
+        for yi, (v, label) in enumerate(zip(values, labels)):
+            ax.text(max(v, 1e-4) * 1.08, yi, label, va="center", fontsize=7)
+        ax.set_xlim(right=max(values + [1e-3]) * 8)
+    fig.suptitle(f"iceberg-exec benchmark suite ({report['scale']} scale, {report['machine']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+    return {"seconds": 0.0, "answer": [a.out]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("duckdb")
+    c.add_argument("--metadata", required=True)
+    c.add_argument("--sql", required=True)
+    c = sub.add_parser("pyiceberg-scan")
+    c.add_argument("--metadata", required=True)
+    c.add_argument("--filter")
+    c.add_argument("--aggs", required=True)
+    c = sub.add_parser("pyiceberg-delete")
+    c.add_argument("--warehouse", required=True)
+    c.add_argument("--table", required=True)
+    c.add_argument("--filter", required=True)
+    c = sub.add_parser("pyiceberg-append")
+    c.add_argument("--warehouse", required=True)
+    c.add_argument("--table", required=True)
+    c.add_argument("--rows", type=int, required=True)
+    c.add_argument("--sort-by")
+    c = sub.add_parser("delta-create")
+    c.add_argument("--path", required=True)
+    c.add_argument("--files", required=True)
+    c = sub.add_parser("delta-scan")
+    c.add_argument("--path", required=True)
+    c.add_argument("--aggs", required=True)
+    c = sub.add_parser("delta-delete")
+    c.add_argument("--path", required=True)
+    c.add_argument("--predicate", required=True)
+    c = sub.add_parser("delta-append")
+    c.add_argument("--path", required=True)
+    c.add_argument("--rows", type=int, required=True)
+    c.add_argument("--sort-by")
+    c = sub.add_parser("chart")
+    c.add_argument("--report", required=True)
+    c.add_argument("--out", required=True)
+    a = p.parse_args()
+    out = globals()["cmd_" + a.command.replace("-", "_")](a)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
