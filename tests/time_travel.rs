@@ -67,3 +67,123 @@ async fn read_each_snapshot_by_id_and_by_time() {
     assert!(e.contains("read-only"), "{e}");
     assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["6"]);
 }
+
+/// Format v1 snapshots written before manifest lists existed name their manifests inline
+/// (`manifests` instead of `manifest-list`). They read like any other snapshot, also at a past
+/// snapshot and with filters; writes to such a table are refused and change nothing.
+#[tokio::test]
+async fn v1_snapshots_without_manifest_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT, part VARCHAR) STORED AS ICEBERG LOCATION ''
+         PARTITIONED BY (part) OPTIONS ('format-version' '1')",
+    )
+    .await
+    .unwrap();
+    for batch in ["(1, 'a'), (2, 'b')", "(3, 'a')", "(4, 'c'), (5, 'b')"] {
+        sql(&s, &format!("INSERT INTO ns.t VALUES {batch}"))
+            .await
+            .unwrap();
+    }
+    // The same metadata with every snapshot's manifests inline.
+    let ident = iceberg::TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let current = table
+        .metadata_location()
+        .unwrap()
+        .trim_start_matches("file://");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(current).unwrap()).unwrap();
+    assert_eq!(json["format-version"], 1);
+    let mut first = None;
+    for snap in json["snapshots"].as_array_mut().unwrap() {
+        let id = snap["snapshot-id"].as_i64().unwrap();
+        if snap.get("parent-snapshot-id").is_none_or(|p| p.is_null()) {
+            first = Some(id);
+        }
+        let snapshot = table.metadata().snapshot_by_id(id).unwrap();
+        let list = table.manifest_list_reader(snapshot).load().await.unwrap();
+        let paths: Vec<String> = list
+            .entries()
+            .iter()
+            .map(|m| m.manifest_path.clone())
+            .collect();
+        let obj = snap.as_object_mut().unwrap();
+        obj.remove("manifest-list");
+        obj.insert("manifests".into(), serde_json::json!(paths));
+    }
+    let inline = dir.path().join("ns/t/metadata/inline.metadata.json");
+    std::fs::write(&inline, serde_json::to_string(&json).unwrap()).unwrap();
+    let inline = inline.display();
+
+    for (query, by_path) in [
+        (
+            "SELECT count(*), sum(id) FROM ns.t".to_string(),
+            format!("SELECT count(*), sum(id) FROM iceberg_scan('{inline}')"),
+        ),
+        (
+            "SELECT id FROM ns.t WHERE part = 'b' AND id > 1 ORDER BY id".to_string(),
+            format!(
+                "SELECT id FROM iceberg_scan('{inline}') WHERE part = 'b' AND id > 1 ORDER BY id"
+            ),
+        ),
+    ] {
+        assert_eq!(
+            rows(&s, &by_path).await,
+            rows(&s, &query).await,
+            "{by_path}"
+        );
+    }
+    assert_eq!(
+        rows(&s, "SELECT count(*), sum(id) FROM ns.t").await,
+        ["5|15"]
+    );
+    let first = first.unwrap();
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT count(*) FROM iceberg_scan('ns.t', 'snapshot_id', {first})")
+        )
+        .await,
+        ["2"]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT count(*) FROM iceberg_scan('{inline}', 'snapshot_id', {first})")
+        )
+        .await,
+        ["2"]
+    );
+
+    // Registered in the catalog, the table reads and refuses writes.
+    s.catalog()
+        .register_table(
+            &iceberg::TableIdent::from_strs(["ns", "old"]).unwrap(),
+            &inline.to_string(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.old").await, ["5"]);
+    for write in [
+        "INSERT INTO ns.old VALUES (9, 'z')",
+        "DELETE FROM ns.old WHERE id = 1",
+        "UPDATE ns.old SET id = 0 WHERE id = 2",
+    ] {
+        let err = sql(&s, write).await.unwrap_err().to_string();
+        assert!(err.contains("lists its manifests inline"), "{write}: {err}");
+    }
+    assert_eq!(
+        rows(&s, "SELECT count(*), sum(id) FROM ns.old").await,
+        ["5|15"]
+    );
+    let ident_old = iceberg::TableIdent::from_strs(["ns", "old"]).unwrap();
+    let old = s.catalog().load_table(&ident_old).await.unwrap();
+    assert!(old
+        .metadata_location()
+        .unwrap()
+        .ends_with("inline.metadata.json"));
+}

@@ -219,21 +219,25 @@ def cmd_chart(a) -> dict:
             elif e["status"] == "cap":
                 values.append(cap)
                 colors.append("#d62728")
-                labels.append(f"> {cap:g} s")
+                labels.append(f"> {cap:g} s (cap)")
             else:
-                values.append(0)
+                values.append(None)
                 colors.append("#ffffff")
                 labels.append(e["status"])
+        shown = [v for v in values if v]
+        lo = min(shown) / 4 if shown else 1e-3
+        hi = max(shown) * 12 if shown else 1.0
         y = list(range(len(names)))
-        ax.barh(y, [max(v, 1e-4) for v in values], color=colors, edgecolor="#444")
+        ax.barh(y, [(v - lo) if v else 0 for v in values], left=lo, color=colors, edgecolor="#444")
         ax.set_yticks(y, names, fontsize=8)
         ax.invert_yaxis()
         ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_xlabel("seconds (log)", fontsize=7)
         ax.set_title(s["title"], fontsize=9)
         ax.tick_params(axis="x", labelsize=7)
         for yi, (v, label) in enumerate(zip(values, labels)):
-            ax.text(max(v, 1e-4) * 1.08, yi, label, va="center", fontsize=7)
-        ax.set_xlim(right=max(values + [1e-3]) * 8)
+            ax.text((v or lo) * 1.1, yi, label, va="center", fontsize=7)
     fig.suptitle(f"iceberg-exec benchmark suite ({report['scale']} scale, {report['machine']})", fontsize=10)
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)

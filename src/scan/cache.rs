@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use iceberg::spec::{ManifestFile, ManifestList};
+use iceberg::spec::ManifestFile;
 
 use super::ManifestFiles;
 
@@ -98,7 +98,7 @@ impl<V> Lru<V> {
 
 struct Caches {
     manifests: Lru<ManifestFiles>,
-    lists: Lru<ManifestList>,
+    lists: Lru<Vec<ManifestFile>>,
 }
 
 static CACHE: LazyLock<Mutex<Caches>> = LazyLock::new(|| {
@@ -143,17 +143,12 @@ pub(super) fn put_manifest(key: (String, u64), files: Arc<ManifestFiles>) {
     caches().manifests.insert(key, files, bytes);
 }
 
-pub(super) fn get_list(key: &(String, u64)) -> Option<Arc<ManifestList>> {
+pub(super) fn get_list(key: &(String, u64)) -> Option<Arc<Vec<ManifestFile>>> {
     caches().lists.get(key)
 }
 
-pub(super) fn put_list(key: (String, u64), list: Arc<ManifestList>) {
-    let bytes = list
-        .entries()
-        .iter()
-        .map(manifest_file_bytes)
-        .sum::<usize>()
-        + 64;
+pub(super) fn put_list(key: (String, u64), list: Arc<Vec<ManifestFile>>) {
+    let bytes = list.iter().map(manifest_file_bytes).sum::<usize>() + 64;
     caches().lists.insert(key, list, bytes);
 }
 

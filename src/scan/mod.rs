@@ -23,11 +23,12 @@ use datafusion::error::{DataFusionError, Result};
 
 use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Predicate;
-use iceberg::spec::{DataContentType, ManifestContentType, SnapshotRef, Struct};
+use iceberg::spec::{DataContentType, ManifestContentType, ManifestFile, SnapshotRef, Struct};
 use iceberg::table::Table;
 
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
+use crate::snapshot::metadata_file::inline_manifests;
 
 /// A data file chosen for a scan, with the delete files that apply to it.
 #[derive(Debug, Clone)]
@@ -121,6 +122,13 @@ pub async fn plan_files_pruned(
         }
         Some(f) => f,
     };
+    if inline_manifests(snapshot.manifest_list()).is_some() {
+        // No manifest list for the iceberg crate's planner: every file, pruned later by the
+        // parquet reader's statistics.
+        return Ok(list_snapshot(table, locations, snapshot)
+            .await?
+            .plan(|_| true));
+    }
     let scan = table
         .scan()
         .snapshot_id(snapshot.snapshot_id())
@@ -167,12 +175,16 @@ fn cache_location(locations: &LocationMap, recorded: &str) -> String {
         .unwrap_or(resolved)
 }
 
-/// The snapshot's manifest list, from the cache when it was read before.
+/// The snapshot's manifests (its manifest list's entries), from the cache when read before.
+///
+/// A format v1 snapshot that names its manifests inline has no manifest list: its entries are
+/// made from the manifests themselves (their spec and content), with the sequence numbers of v1
+/// (0) and the snapshot's id for files that do not carry one.
 pub(crate) async fn manifest_list(
     table: &Table,
     locations: &LocationMap,
     snapshot: &SnapshotRef,
-) -> Result<Arc<iceberg::spec::ManifestList>> {
+) -> Result<Arc<Vec<ManifestFile>>> {
     // A manifest list belongs to one snapshot; the id tells copies of a path apart.
     let key = (
         cache_location(locations, snapshot.manifest_list()),
@@ -181,9 +193,57 @@ pub(crate) async fn manifest_list(
     if let Some(list) = cache::get_list(&key) {
         return Ok(list);
     }
-    let list = Arc::new(table.manifest_list_reader(snapshot).load().await.df()?);
+    let list = match inline_manifests(snapshot.manifest_list()) {
+        Some(paths) => {
+            let mut entries = vec![];
+            for path in paths? {
+                entries.push(inline_entry(table, snapshot, path).await?);
+            }
+            entries
+        }
+        None => table
+            .manifest_list_reader(snapshot)
+            .load()
+            .await
+            .df()?
+            .consume_entries()
+            .into_iter()
+            .collect(),
+    };
+    let list = Arc::new(list);
     cache::put_list(key, Arc::clone(&list));
     Ok(list)
+}
+
+async fn inline_entry(table: &Table, snapshot: &SnapshotRef, path: String) -> Result<ManifestFile> {
+    let bytes = table
+        .file_io()
+        .new_input(&path)
+        .df()?
+        .read()
+        .await
+        .map_err(|e| DataFusionError::Execution(format!("manifest {path}: {e}")))?;
+    let manifest = iceberg::spec::Manifest::parse_avro(&bytes)
+        .map_err(|e| DataFusionError::Execution(format!("manifest {path} does not parse: {e}")))?;
+    let metadata = manifest.metadata();
+    Ok(ManifestFile {
+        manifest_path: path,
+        manifest_length: bytes.len() as i64,
+        partition_spec_id: metadata.partition_spec().spec_id(),
+        content: *metadata.content(),
+        sequence_number: 0,
+        min_sequence_number: 0,
+        added_snapshot_id: snapshot.snapshot_id(),
+        added_files_count: None,
+        existing_files_count: None,
+        deleted_files_count: None,
+        added_rows_count: None,
+        existing_rows_count: None,
+        deleted_rows_count: None,
+        partitions: None,
+        key_metadata: None,
+        first_row_id: None,
+    })
 }
 
 /// Whether the snapshot's manifest list names any delete manifest that may hold live files.
@@ -193,7 +253,7 @@ async fn may_have_deletes(
     snapshot: &SnapshotRef,
 ) -> Result<bool> {
     let list = manifest_list(table, locations, snapshot).await?;
-    Ok(list.entries().iter().any(|m| {
+    Ok(list.iter().any(|m| {
         m.content == ManifestContentType::Deletes
             && (m.added_files_count.is_none_or(|n| n > 0)
                 || m.existing_files_count.is_none_or(|n| n > 0))
@@ -246,8 +306,7 @@ async fn list_snapshot(
 ) -> Result<SnapshotListing> {
     let metadata = table.metadata();
     let list = manifest_list(table, locations, snapshot).await?;
-    let jobs: Vec<(iceberg::spec::ManifestFile, bool)> = list
-        .entries()
+    let jobs: Vec<(ManifestFile, bool)> = list
         .iter()
         .map(|m| {
             let unpartitioned = metadata
@@ -292,7 +351,7 @@ async fn list_snapshot(
 }
 
 async fn read_manifest(
-    manifest: iceberg::spec::ManifestFile,
+    manifest: ManifestFile,
     file_io: iceberg::io::FileIO,
     unpartitioned: bool,
 ) -> Result<ManifestFiles> {

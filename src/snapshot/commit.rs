@@ -116,6 +116,7 @@ pub async fn commit(
     let started = Instant::now();
     let mut producer = SnapshotProducer::new(changes);
     let mut table = Arc::clone(&store).load(ident).await?;
+    crate::snapshot::metadata_file::refuse_inline_manifests(table.metadata())?;
     let policy = RetryPolicy::of(&table)?;
     let file_io = store.file_io().clone();
     let mut attempt: u32 = 0;

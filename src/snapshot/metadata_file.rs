@@ -51,11 +51,68 @@ pub(crate) async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Ta
         DataFusionError::Execution(format!("table metadata {location} is not valid JSON: {e}"))
     })?;
     wrap_unsigned_snapshot_ids(&mut value);
+    inline_manifest_lists(&mut value);
     serde_json::from_value(value).map_err(|e| {
         DataFusionError::Execution(format!(
             "table metadata {location} is not valid Iceberg metadata: {e}"
         ))
     })
+}
+
+/// How a format v1 snapshot that lists its manifests inline (the `manifests` field, written
+/// before manifest lists existed) is carried in [`Snapshot::manifest_list`]: this prefix and the
+/// JSON array of manifest locations. The iceberg crate reads only snapshots with a manifest list,
+/// so [`read_metadata`] rewrites such snapshots this way, planning reads the manifests named
+/// ([`crate::scan`]), and writes refuse tables that have them ([`refuse_inline_manifests`]), so
+/// the form never reaches a metadata file.
+///
+/// [`Snapshot::manifest_list`]: iceberg::spec::Snapshot::manifest_list
+pub(crate) const INLINE_MANIFESTS: &str = "iceberg-exec-inline-manifests:";
+
+/// The manifest locations of a snapshot whose manifest list is carried inline.
+pub(crate) fn inline_manifests(manifest_list: &str) -> Option<Result<Vec<String>>> {
+    let json = manifest_list.strip_prefix(INLINE_MANIFESTS)?;
+    Some(
+        serde_json::from_str(json)
+            .map_err(|e| DataFusionError::Internal(format!("inline manifest list {json}: {e}"))),
+    )
+}
+
+/// Refuses to write to a table whose history has v1 snapshots without a manifest list: writing
+/// its metadata back would need the inline form, which this crate does not write.
+pub(crate) fn refuse_inline_manifests(metadata: &TableMetadata) -> Result<()> {
+    match metadata
+        .snapshots()
+        .find(|s| s.manifest_list().starts_with(INLINE_MANIFESTS))
+    {
+        Some(s) => Err(DataFusionError::NotImplemented(format!(
+            "snapshot {} of this format v1 table lists its manifests inline (no manifest list): \
+             iceberg-exec reads such tables but does not write to them; nothing was changed",
+            s.snapshot_id()
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn inline_manifest_lists(metadata: &mut serde_json::Value) {
+    let Some(snapshots) = metadata.get_mut("snapshots").and_then(|v| v.as_array_mut()) else {
+        return;
+    };
+    for snapshot in snapshots {
+        let Some(obj) = snapshot.as_object_mut() else {
+            continue;
+        };
+        let has_list = obj.get("manifest-list").is_some_and(|v| !v.is_null());
+        if has_list || !obj.get("manifests").is_some_and(|v| v.is_array()) {
+            continue;
+        }
+        if let Some(manifests) = obj.remove("manifests") {
+            obj.insert(
+                "manifest-list".into(),
+                serde_json::Value::String(format!("{INLINE_MANIFESTS}{manifests}")),
+            );
+        }
+    }
 }
 
 fn wrap_unsigned(v: &mut serde_json::Value) {
@@ -104,6 +161,7 @@ pub(crate) async fn write_metadata(
     metadata: &TableMetadata,
     location: &MetadataLocation,
 ) -> Result<String> {
+    refuse_inline_manifests(metadata)?;
     let path = location.to_string();
     if file_io.exists(&path).await.df()? {
         return Err(DataFusionError::Execution(format!(

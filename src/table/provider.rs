@@ -185,6 +185,7 @@ impl IcebergTableProvider {
                 self.table.identifier()
             )));
         };
+        crate::snapshot::metadata_file::refuse_inline_manifests(self.table.metadata())?;
         Ok(crate::dml::statement::DmlTarget {
             table: &self.table,
             store: Arc::clone(store),
@@ -316,6 +317,7 @@ impl TableProvider for IcebergTableProvider {
                 self.table.identifier()
             )));
         };
+        crate::snapshot::metadata_file::refuse_inline_manifests(self.table.metadata())?;
         let sort: Option<LexRequirement> = sort_requirement(&self.table, &input.schema())?;
         let written = WrittenFiles::default();
         let writer = Arc::new(DataFileWriterExec::try_new(
