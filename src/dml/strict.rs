@@ -298,7 +298,7 @@ fn scalar(d: &Datum, ty: &PrimitiveType) -> Option<ScalarValue> {
 }
 
 /// The Arrow-typed value of a literal of type `ty`.
-fn literal_scalar(ty: &PrimitiveType, v: &PrimitiveLiteral) -> Option<ScalarValue> {
+pub(crate) fn literal_scalar(ty: &PrimitiveType, v: &PrimitiveLiteral) -> Option<ScalarValue> {
     let utc = || Some("+00:00".into());
     Some(match (ty, v) {
         (PrimitiveType::Boolean, PrimitiveLiteral::Boolean(b)) => ScalarValue::Boolean(Some(*b)),

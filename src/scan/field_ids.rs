@@ -7,20 +7,23 @@
 //!  renamed view handed to DataFusion:  a    bb   __iceberg_unmapped_2
 //! ```
 //! DataFusion's default expression adapter then does the rest on the renamed view: casts for
-//! promoted types (int→long, float→double, decimal widening), NULL for columns a file lacks.
+//! promoted types (int→long, float→double, decimal widening), NULL for columns a file lacks
+//! (their `initial-default` when the column has one).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::ScalarValue;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_adapter::{
     DefaultPhysicalExprAdapterFactory, PhysicalExprAdapter, PhysicalExprAdapterFactory,
 };
-use iceberg::spec::{NameMapping, DEFAULT_SCHEMA_NAME_MAPPING};
+use iceberg::spec::Literal as IcebergLiteral;
+use iceberg::spec::{NameMapping, Type, DEFAULT_SCHEMA_NAME_MAPPING};
 
 /// Parquet's field-id key in Arrow field metadata.
 const PARQUET_FIELD_ID: &str = "PARQUET:field_id";
@@ -34,6 +37,10 @@ pub struct FieldIdAdapterFactory {
     mapped_ids: HashMap<String, i32>,
     /// Leaf name of every nested (non top-level) field, by id.
     nested_names_by_id: HashMap<i32, String>,
+    /// The `initial-default` of top-level columns that have one, by column name: the value of
+    /// the column in files written before it was added (`None`: a type this reader cannot
+    /// turn into a value yet, refused when such a file is read).
+    initial_defaults: HashMap<String, Option<ScalarValue>>,
 }
 
 impl FieldIdAdapterFactory {
@@ -62,6 +69,21 @@ impl FieldIdAdapterFactory {
                     .collect()
             })
             .unwrap_or_default();
+        let initial_defaults = schema
+            .as_struct()
+            .fields()
+            .iter()
+            .filter_map(|f| {
+                let default = f.initial_default.as_ref()?;
+                let value = match (f.field_type.as_ref(), default) {
+                    (Type::Primitive(ty), IcebergLiteral::Primitive(v)) => {
+                        crate::dml::strict::literal_scalar(ty, v)
+                    }
+                    _ => None,
+                };
+                Some((f.name.clone(), value))
+            })
+            .collect();
         let top: std::collections::HashSet<i32> =
             schema.as_struct().fields().iter().map(|f| f.id).collect();
         let nested_names_by_id = schema
@@ -74,6 +96,7 @@ impl FieldIdAdapterFactory {
             names_by_id,
             mapped_ids,
             nested_names_by_id,
+            initial_defaults,
         }
     }
 
@@ -163,9 +186,26 @@ impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
     ) -> Result<Arc<dyn PhysicalExprAdapter>> {
         self.check_nested_names(&physical_file_schema)?;
         let renamed = Arc::new(self.renamed(&physical_file_schema));
+        // Columns the file lacks that have an initial default read as that value.
+        let mut defaults = HashMap::new();
+        for (name, value) in &self.initial_defaults {
+            if renamed.field_with_name(name).is_ok() {
+                continue;
+            }
+            let Ok(field) = logical_file_schema.field_with_name(name) else {
+                continue;
+            };
+            let value = value.as_ref().ok_or_else(|| {
+                DataFusionError::NotImplemented(format!(
+                    "column '{name}' has an initial-default of a type this reader cannot use yet"
+                ))
+            })?;
+            defaults.insert(name.clone(), value.cast_to(field.data_type())?);
+        }
         Ok(Arc::new(FieldIdAdapter {
             inner: DefaultPhysicalExprAdapterFactory.create(logical_file_schema, renamed)?,
             physical: physical_file_schema,
+            defaults,
         }))
     }
 }
@@ -176,10 +216,30 @@ impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
 struct FieldIdAdapter {
     inner: Arc<dyn PhysicalExprAdapter>,
     physical: SchemaRef,
+    /// Values of the columns this file lacks that have an initial default.
+    defaults: HashMap<String, ScalarValue>,
 }
 
 impl PhysicalExprAdapter for FieldIdAdapter {
     fn rewrite(&self, expr: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
+        let expr = match self.defaults.is_empty() {
+            true => expr,
+            false => {
+                expr.transform(|e| {
+                    let value = e
+                        .as_any()
+                        .downcast_ref::<Column>()
+                        .and_then(|c| self.defaults.get(c.name()));
+                    match value {
+                        Some(v) => Ok(Transformed::yes(
+                            Arc::new(Literal::new(v.clone())) as Arc<dyn PhysicalExpr>
+                        )),
+                        None => Ok(Transformed::no(e)),
+                    }
+                })?
+                .data
+            }
+        };
         let rewritten = self.inner.rewrite(expr)?;
         rewritten
             .transform(|e| {
