@@ -325,7 +325,9 @@ pub(crate) fn literal_scalar(ty: &PrimitiveType, v: &PrimitiveLiteral) -> Option
         (PrimitiveType::TimestamptzNs, PrimitiveLiteral::Long(v)) => {
             ScalarValue::TimestampNanosecond(Some(*v), utc())
         }
-        (PrimitiveType::String, PrimitiveLiteral::String(s)) => ScalarValue::Utf8(Some(s.clone())),
+        (PrimitiveType::String, PrimitiveLiteral::String(s)) => {
+            ScalarValue::Utf8View(Some(s.clone()))
+        }
         _ => return None,
     })
 }

@@ -59,7 +59,17 @@ pub(crate) fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> 
     let fields: Vec<_> = with_ids
         .fields()
         .iter()
-        .map(|f| strip_field_metadata(f))
+        .map(|f| {
+            let f = strip_field_metadata(f);
+            // Top-level strings are string views, as DataFusion reads parquet strings by default
+            // (`schema_force_view_types`): the parquet reader then decodes into views directly.
+            match f.data_type() {
+                arrow::datatypes::DataType::Utf8 => {
+                    f.with_data_type(arrow::datatypes::DataType::Utf8View)
+                }
+                _ => f,
+            }
+        })
         .collect();
     Ok(Arc::new(Schema::new(fields)))
 }

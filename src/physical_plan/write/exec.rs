@@ -86,6 +86,7 @@ impl DataFileWriterExec {
         sort: Option<LexRequirement>,
         written: WrittenFiles,
     ) -> Result<Self> {
+        let input = without_string_views(input)?;
         let properties = Arc::new(Self::compute_properties(&input));
         Ok(Self {
             input,
@@ -110,6 +111,38 @@ impl DataFileWriterExec {
     pub fn table(&self) -> &Table {
         &self.table
     }
+}
+
+/// `input` with its string-view columns cast to plain strings (what the files hold), so the sort
+/// a sorted table puts below the writer works on compact batches: a view batch holds on to the
+/// whole buffers it points into, which the sort would count and spill again and again.
+fn without_string_views(input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::arrow::datatypes::DataType;
+    use datafusion::physical_expr::expressions::{CastExpr, Column};
+    use datafusion::physical_expr::PhysicalExpr;
+    use datafusion::physical_plan::projection::ProjectionExec;
+    let schema = input.schema();
+    if !schema
+        .fields()
+        .iter()
+        .any(|f| f.data_type() == &DataType::Utf8View)
+    {
+        return Ok(input);
+    }
+    let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let col: Arc<dyn PhysicalExpr> = Arc::new(Column::new(f.name(), i));
+            let expr = match f.data_type() {
+                DataType::Utf8View => Arc::new(CastExpr::new(col, DataType::Utf8, None)) as _,
+                _ => col,
+            };
+            (expr, f.name().clone())
+        })
+        .collect();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))
 }
 
 impl DisplayAs for DataFileWriterExec {
