@@ -494,6 +494,7 @@ impl Joiner {
                 if reservation.try_resize(projected).is_ok() {
                     let scope = batch.column(1).as_primitive::<Int32Type>();
                     let seq = batch.column(2).as_primitive::<Int64Type>();
+                    table.reserve(batch.num_rows());
                     for i in 0..batch.num_rows() {
                         table.insert(keys.value(i), scope.value(i), seq.value(i));
                     }

@@ -52,7 +52,15 @@ pub fn table_hash(key: &[u8]) -> u64 {
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
     h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+    folded(h ^ (h >> 33))
+}
+
+/// The hash as the table uses it: its high half repeated in the low half. A slot keeps the high
+/// half, so the map rehashes and the filter is built from slots alone, without touching the
+/// entries or key bytes (random memory accesses that dominated building).
+fn folded(hash: u64) -> u64 {
+    let hi = hash >> 32;
+    (hi << 32) | hi
 }
 
 /// A map slot: the high half of the key's hash (compared before touching the entry) and the
@@ -167,11 +175,16 @@ impl KeyTable {
         let bits = filter_bits(self.map.len());
         let mut filter = vec![0u64; bits / 64];
         for &s in self.map.iter() {
-            let e = &self.entries[slot_idx(s) as usize];
-            let (word, mask) = filter_word(table_hash(Self::key(&self.bytes, e)), bits / 64);
+            let (word, mask) = filter_word(folded(s), bits / 64);
             filter[word] |= mask;
         }
         self.filter = filter;
+    }
+
+    /// Makes room for `rows` more keys at once (one growth instead of several).
+    pub fn reserve(&mut self, rows: usize) {
+        self.entries.reserve(rows);
+        self.map.reserve(rows, |&s| folded(s));
     }
 
     /// Drops the filter.
@@ -232,9 +245,7 @@ impl KeyTable {
                     next: NONE,
                 });
                 let idx = (entries.len() - 1) as u32;
-                map.insert_unique(hash, slot(hash, idx), |&s| {
-                    table_hash(Self::key(bytes, &entries[slot_idx(s) as usize]))
-                });
+                map.insert_unique(hash, slot(hash, idx), |&s| folded(s));
             }
         }
     }
