@@ -185,3 +185,72 @@ async fn planning_reads_manifests_once_per_process() {
     assert_ne!(after, first);
     assert!(after.join(" ").contains("301"), "{after:?}");
 }
+
+/// Broken files give errors that name them: a manifest that does not parse (with and without a
+/// filter), a truncated data file, a missing data file.
+#[tokio::test]
+async fn broken_files_are_named_in_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(&s, "CREATE TABLE ns.bad (id BIGINT, v VARCHAR)")
+        .await
+        .unwrap();
+    for lo in [0, 1000] {
+        sql(
+            &s,
+            &format!(
+                "INSERT INTO ns.bad SELECT value, 'v' || CAST(value AS VARCHAR) FROM generate_series({lo}, {lo} + 999)"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let ident = iceberg::TableIdent::from_strs(["ns", "bad"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    let list = table.manifest_list_reader(&snapshot).load().await.unwrap();
+    let manifest = list.entries()[0]
+        .manifest_path
+        .trim_start_matches("file://")
+        .to_string();
+    let name = |p: &str| {
+        std::path::Path::new(p)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string()
+    };
+
+    // A manifest that does not parse (same length, so nothing else gives it away).
+    let good = std::fs::read(&manifest).unwrap();
+    std::fs::write(&manifest, vec![b'x'; good.len()]).unwrap();
+    for query in [
+        "SELECT count(*) FROM ns.bad",
+        "SELECT count(*) FROM ns.bad WHERE id > 10",
+    ] {
+        let err = sql(&s, query).await.unwrap_err().to_string();
+        assert!(err.contains(&name(&manifest)), "{query}: {err}");
+    }
+    std::fs::write(&manifest, &good).unwrap();
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.bad").await, ["2000"]);
+
+    // A truncated data file, then a missing one.
+    let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await
+        .unwrap();
+    let data = files[0].path.trim_start_matches("file://").to_string();
+    let bytes = std::fs::read(&data).unwrap();
+    std::fs::write(&data, &bytes[..bytes.len() / 2]).unwrap();
+    let err = sql(&s, "SELECT * FROM ns.bad")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&name(&data)), "truncated: {err}");
+    std::fs::remove_file(&data).unwrap();
+    let err = sql(&s, "SELECT * FROM ns.bad")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&name(&data)), "missing: {err}");
+}

@@ -74,9 +74,13 @@ pub struct DeleteIndex {
 impl DeleteIndex {
     /// Indexes `deletes`.
     pub fn new(deletes: impl IntoIterator<Item = DeleteFileRef>) -> Self {
+        Self::from_shared(deletes.into_iter().map(Arc::new))
+    }
+
+    /// Indexes `deletes` that are shared with others (the manifest cache).
+    pub fn from_shared(deletes: impl IntoIterator<Item = Arc<DeleteFileRef>>) -> Self {
         let mut index = Self::default();
         for d in deletes {
-            let d = Arc::new(d);
             let scope = (d.spec_id, d.partition.clone());
             match (d.content, d.referenced_data_file.clone()) {
                 (DataContentType::PositionDeletes, Some(target)) => {

@@ -136,7 +136,17 @@ pub async fn plan_files_pruned(
         .with_filter(filter)
         .build()
         .df()?;
-    let tasks: Vec<_> = scan.plan_files().await.df()?.try_collect().await.df()?;
+    let tasks: Vec<_> = match plan_with_iceberg(scan).await {
+        Ok(tasks) => tasks,
+        Err(e) => {
+            // Name the file at fault: this crate's own listing reports which manifest failed.
+            list_snapshot(table, locations, snapshot).await?;
+            return Err(DataFusionError::Execution(format!(
+                "planning snapshot {} failed: {e}",
+                snapshot.snapshot_id()
+            )));
+        }
+    };
     if !may_have_deletes(table, locations, snapshot).await? {
         let files = tasks
             .into_iter()
@@ -162,6 +172,12 @@ pub async fn plan_files_pruned(
     let kept: HashSet<String> = tasks.into_iter().map(|t| t.data_file_path).collect();
     let listing = list_snapshot(table, locations, snapshot).await?;
     Ok(listing.plan(|d| kept.contains(&d.path)))
+}
+
+async fn plan_with_iceberg(
+    scan: iceberg::scan::TableScan,
+) -> iceberg::Result<Vec<iceberg::scan::FileScanTask>> {
+    scan.plan_files().await?.try_collect().await
 }
 
 /// The absolute location a recorded location is read from: the cache key of the file.
@@ -205,7 +221,13 @@ pub(crate) async fn manifest_list(
             .manifest_list_reader(snapshot)
             .load()
             .await
-            .df()?
+            .map_err(|e| {
+                DataFusionError::Execution(format!(
+                    "manifest list {} of snapshot {} could not be read: {e}",
+                    snapshot.manifest_list(),
+                    snapshot.snapshot_id()
+                ))
+            })?
             .consume_entries()
             .into_iter()
             .collect(),
@@ -297,7 +319,7 @@ impl SnapshotListing {
 const MANIFEST_READ_CONCURRENCY: usize = 4;
 
 /// The live files of one manifest.
-type ManifestFiles = (Vec<(DataFileRef, u64, u64)>, Vec<DeleteFileRef>);
+type ManifestFiles = (Vec<(DataFileRef, u64, u64)>, Vec<Arc<DeleteFileRef>>);
 
 async fn list_snapshot(
     table: &Table,
@@ -346,7 +368,7 @@ async fn list_snapshot(
     }
     Ok(SnapshotListing {
         data,
-        deletes: DeleteIndex::new(deletes),
+        deletes: DeleteIndex::from_shared(deletes),
     })
 }
 
@@ -356,7 +378,12 @@ async fn read_manifest(
     unpartitioned: bool,
 ) -> Result<ManifestFiles> {
     let spec_id = manifest.partition_spec_id;
-    let loaded = manifest.load_manifest(&file_io).await.df()?;
+    let loaded = manifest.load_manifest(&file_io).await.map_err(|e| {
+        DataFusionError::Execution(format!(
+            "manifest {} could not be read: {e}",
+            manifest.manifest_path
+        ))
+    })?;
     let mut data = vec![];
     let mut deletes = vec![];
     for entry in loaded.entries() {
@@ -376,7 +403,7 @@ async fn read_manifest(
                 file.file_size_in_bytes(),
                 file.record_count(),
             )),
-            content => deletes.push(DeleteFileRef {
+            content => deletes.push(Arc::new(DeleteFileRef {
                 path: file.file_path().to_string(),
                 size: file.file_size_in_bytes(),
                 record_count: file.record_count(),
@@ -387,7 +414,7 @@ async fn read_manifest(
                 partition: file.partition().clone(),
                 referenced_data_file: file.referenced_data_file(),
                 equality_ids: file.equality_ids().unwrap_or_default(),
-            }),
+            })),
         }
     }
     Ok((data, deletes))
