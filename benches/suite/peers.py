@@ -227,6 +227,7 @@ def cmd_chart(a) -> dict:
         shown = [v for v in values if v]
         lo = min(shown) / 4 if shown else 1e-3
         hi = max(shown) * 12 if shown else 1.0
+        hi = max(hi, lo * 100)  # at least two decades: readable log ticks
         y = list(range(len(names)))
         ax.barh(y, [(v - lo) if v else 0 for v in values], left=lo, color=colors, edgecolor="#444")
         ax.set_yticks(y, names, fontsize=8)
