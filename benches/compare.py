@@ -2,7 +2,7 @@
 """iceberg-exec's benchmark suite: the same tables, the same statements, every engine a user
 would otherwise pick, in one run on this machine; ratios, peak RSS, correctness, and a chart.
 
-    python3 benches/compare.py            # default scale (10M rows; about 25 minutes on 2 cores)
+    python3 benches/compare.py            # default scale (10M rows; about 20 minutes on 2 cores)
     python3 benches/compare.py --quick    # smoke scale (CI: debug build, one run, no peers built)
 
 From nothing, it
