@@ -380,7 +380,7 @@ def main() -> int:
     s.duckdb_check(check_mor, agg, s.oracle(check_mor, agg), f"mor generator at {small} rows")
     s.duckdb_check(check_eq, agg, s.oracle(check_eq, agg), f"eq-big generator at {small} rows")
 
-    def iceberg_engines(table, query, aggs, pyfilter=None, pool=None, peer_ok=True):
+    def iceberg_engines(table, query, aggs, pyfilter=None, pool=None):
         t = table
         ours = [E, "sql", "--warehouse", t["warehouse"], "--sql", query.replace("{t}", "bench.t")]
         if pool:
@@ -394,7 +394,7 @@ def main() -> int:
             limit += ["--memory-limit", pool]
         return [
             (OURS, ours),
-            (PEER_ID, peer if peer_ok else peer_ok),
+            (PEER_ID, peer),
             (DUCKDB, s.peers("duckdb", "--metadata", t["metadata"], "--sql", query)),
             (PYICEBERG, py),
             (LIMIT, limit),

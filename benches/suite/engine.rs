@@ -66,17 +66,6 @@ impl Args {
     }
 }
 
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
 /// Every row of the answer, each value as text.
 fn rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>> {
     let mut out = vec![];
@@ -390,7 +379,6 @@ async fn sql(args: &Args) -> Result<Value> {
         "answer": all.first(),
         "rows": all,
         "reserved_after": reserved,
-        "peak_rss_kib": peak_rss_kib(),
     }))
 }
 
@@ -429,7 +417,6 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
         "seconds": seconds,
         "answer": all.first(),
         "rows": all,
-        "peak_rss_kib": peak_rss_kib(),
     }))
 }
 

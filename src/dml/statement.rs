@@ -234,6 +234,7 @@ pub(crate) async fn plan_dml(
 /// The candidate files whose every row provably matches `filters`.
 async fn proven_files(
     table: &Table,
+    locations: &LocationMap,
     snapshot: &SnapshotRef,
     files: &[PlannedFile],
     columns: &[String],
@@ -242,9 +243,9 @@ async fn proven_files(
     let wanted: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let metadata = table.metadata();
     let schema = metadata.current_schema();
-    let list = table.manifest_list_reader(snapshot).load().await.df()?;
+    let list = crate::scan::manifest_list(table, locations, snapshot).await?;
     let mut proven = HashSet::new();
-    for manifest in list.entries() {
+    for manifest in list.iter() {
         if manifest.content != iceberg::spec::ManifestContentType::Data {
             continue;
         }
@@ -314,6 +315,7 @@ impl DmlJob {
         } else {
             proven_files(
                 &table,
+                &self.locations,
                 snapshot,
                 &candidates.files,
                 &self.columns,

@@ -114,21 +114,21 @@ pub async fn plan_files_pruned(
     snapshot: &SnapshotRef,
     filter: Option<Predicate>,
 ) -> Result<ScanFiles> {
+    // Without a filter, every file; a snapshot listing its manifests inline has no manifest
+    // list for the iceberg crate's planner: every file too, pruned later by the parquet reader.
     let filter = match filter {
-        None | Some(Predicate::AlwaysTrue) => {
+        Some(f)
+            if f != Predicate::AlwaysTrue
+                && inline_manifests(snapshot.manifest_list()).is_none() =>
+        {
+            f
+        }
+        _ => {
             return Ok(list_snapshot(table, locations, snapshot)
                 .await?
                 .plan(|_| true))
         }
-        Some(f) => f,
     };
-    if inline_manifests(snapshot.manifest_list()).is_some() {
-        // No manifest list for the iceberg crate's planner: every file, pruned later by the
-        // parquet reader's statistics.
-        return Ok(list_snapshot(table, locations, snapshot)
-            .await?
-            .plan(|_| true));
-    }
     let scan = table
         .scan()
         .snapshot_id(snapshot.snapshot_id())

@@ -63,8 +63,9 @@ pub(crate) async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Ta
 /// before manifest lists existed) is carried in [`Snapshot::manifest_list`]: this prefix and the
 /// JSON array of manifest locations. The iceberg crate reads only snapshots with a manifest list,
 /// so [`read_metadata`] rewrites such snapshots this way, planning reads the manifests named
-/// ([`crate::scan`]), and writes refuse tables that have them ([`refuse_inline_manifests`]), so
-/// the form never reaches a metadata file.
+/// ([`crate::scan`]), and commits refuse tables that have them ([`refuse_inline_manifests`],
+/// checked by the providers before writing and by every commit), so the form never reaches a
+/// metadata file.
 ///
 /// [`Snapshot::manifest_list`]: iceberg::spec::Snapshot::manifest_list
 pub(crate) const INLINE_MANIFESTS: &str = "iceberg-exec-inline-manifests:";
@@ -161,7 +162,6 @@ pub(crate) async fn write_metadata(
     metadata: &TableMetadata,
     location: &MetadataLocation,
 ) -> Result<String> {
-    refuse_inline_manifests(metadata)?;
     let path = location.to_string();
     if file_io.exists(&path).await.df()? {
         return Err(DataFusionError::Execution(format!(

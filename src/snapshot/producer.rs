@@ -27,6 +27,7 @@ use iceberg::table::Table;
 use uuid::Uuid;
 
 use crate::error::IcebergResultExt;
+use crate::location::LocationMap;
 
 /// The branch every write goes to.
 pub const MAIN_BRANCH: &str = "main";
@@ -203,8 +204,9 @@ impl SnapshotProducer {
         let mut summary = SnapshotSummaryCollector::default();
         let mut found_removed: HashSet<String> = HashSet::new();
         if let Some(parent) = &parent {
-            let list = base.manifest_list_reader(parent).load().await.df()?;
-            for (i, manifest) in list.entries().to_vec().into_iter().enumerate() {
+            // Commits go to catalog tables: their locations are read as recorded.
+            let list = crate::scan::manifest_list(base, &LocationMap::default(), parent).await?;
+            for (i, manifest) in list.iter().cloned().enumerate() {
                 if self.changes.removed_files.is_empty() {
                     manifests.push(manifest);
                     continue;
@@ -478,8 +480,8 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
         let snapshot = metadata.snapshot_by_id(id).ok_or_else(|| {
             DataFusionError::Internal(format!("snapshot {id} is missing from the table"))
         })?;
-        let list = base.manifest_list_reader(snapshot).load().await.df()?;
-        for manifest in list.entries() {
+        let list = crate::scan::manifest_list(base, &LocationMap::default(), snapshot).await?;
+        for manifest in list.iter() {
             if manifest.added_snapshot_id != id {
                 continue;
             }
