@@ -232,10 +232,11 @@ impl ExecutionPlan for EqualityDeleteExec {
         let schema = self.schema();
         let build_schema = self.build.schema();
         let k = self.columns.keys.len();
-        let key_fields: Vec<SortField> = build_schema.fields()[..k]
+        let key_types: Vec<DataType> = build_schema.fields()[..k]
             .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
+            .map(|f| f.data_type().clone())
             .collect();
+        let key_fields: Vec<SortField> = key_types.iter().cloned().map(SortField::new).collect();
         let spill_metrics = SpillMetrics::new(&self.metrics, partition);
         let keys_schema = Arc::new(Schema::new(vec![
             Field::new("key", DataType::Binary, false),
@@ -243,6 +244,7 @@ impl ExecutionPlan for EqualityDeleteExec {
             Field::new("seq", DataType::Int64, false),
         ]));
         let joiner = Joiner {
+            key_types,
             converter: RowConverter::new(key_fields)?,
             columns: self.columns.clone(),
             fanout: self.fanout,
@@ -370,6 +372,8 @@ enum Loaded {
 /// One partition's share of the join.
 struct Joiner {
     converter: RowConverter,
+    /// Types of the key columns (the build side's).
+    key_types: Vec<DataType>,
     columns: EqualityDeleteColumns,
     fanout: usize,
     key_spill: SpillManager,
@@ -412,6 +416,59 @@ fn seal(table: &mut KeyTable, reservation: &MemoryReservation) {
     }
 }
 
+/// The width of the signed integer a column of `data_type` stores, for the types whose row
+/// format [`signed_keys`] reproduces.
+fn signed_width(data_type: &DataType) -> Option<usize> {
+    match data_type {
+        DataType::Int32 | DataType::Date32 | DataType::Time32(_) => Some(4),
+        DataType::Int64
+        | DataType::Date64
+        | DataType::Time64(_)
+        | DataType::Timestamp(_, _)
+        | DataType::Duration(_) => Some(8),
+        DataType::Decimal128(_, _) => Some(16),
+        _ => None,
+    }
+}
+
+/// Calls `visit(row, key)` with the row-format key of each value of `column`, a column of
+/// `N`-byte signed integers: `[1, big-endian value with the sign bit flipped]`, or `N + 1` zero
+/// bytes for NULL (arrow's row format, ascending, nulls first).
+fn signed_keys<const N: usize>(
+    column: &dyn arrow::array::Array,
+    mut visit: impl FnMut(usize, &[u8]),
+) {
+    let data = column.to_data();
+    let values = &data.buffers()[0].as_slice()[data.offset() * N..(data.offset() + data.len()) * N];
+    let mut key = [0u8; 17];
+    let encode = |i: usize, key: &mut [u8; 17]| {
+        let mut be = [0u8; N];
+        be.copy_from_slice(&values[i * N..(i + 1) * N]);
+        be.reverse();
+        be[0] ^= 0x80;
+        key[0] = 1;
+        key[1..=N].copy_from_slice(&be);
+    };
+    match data.nulls() {
+        None => {
+            for i in 0..data.len() {
+                encode(i, &mut key);
+                visit(i, &key[..=N]);
+            }
+        }
+        Some(nulls) => {
+            for i in 0..data.len() {
+                if nulls.is_valid(i) {
+                    encode(i, &mut key);
+                    visit(i, &key[..=N]);
+                } else {
+                    visit(i, &[0u8; 17][..=N]);
+                }
+            }
+        }
+    }
+}
+
 fn binary_keys(batch: &RecordBatch) -> Result<&BinaryArray> {
     batch.column(0).as_binary_opt::<i32>().ok_or_else(|| {
         DataFusionError::Internal("EqualityDeleteExec: spilled keys are not binary".into())
@@ -427,6 +484,38 @@ impl Joiner {
 
     fn encode(&self, columns: &[ArrayRef]) -> Result<Rows> {
         Ok(self.converter.convert_columns(columns)?)
+    }
+
+    /// Calls `visit(row, key)` with each row's key in the row format of the build side. A
+    /// single integer-like key column is encoded on the stack, row by row, as the row format
+    /// does (validity byte, big-endian value with its sign bit flipped), without materializing
+    /// the batch's rows.
+    fn for_each_key(&self, batch: &RecordBatch, mut visit: impl FnMut(usize, &[u8])) -> Result<()> {
+        if let ([k], [key_type]) = (&self.columns.keys[..], &self.key_types[..]) {
+            let column = batch.column(*k);
+            if column.data_type() == key_type {
+                match signed_width(key_type) {
+                    Some(4) => {
+                        signed_keys::<4>(column.as_ref(), visit);
+                        return Ok(());
+                    }
+                    Some(8) => {
+                        signed_keys::<8>(column.as_ref(), visit);
+                        return Ok(());
+                    }
+                    Some(16) => {
+                        signed_keys::<16>(column.as_ref(), visit);
+                        return Ok(());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let rows = self.probe_keys(batch)?;
+        rows.iter()
+            .enumerate()
+            .for_each(|(i, r)| visit(i, r.as_ref()));
+        Ok(())
     }
 
     fn probe_keys(&self, batch: &RecordBatch) -> Result<Rows> {
@@ -531,32 +620,21 @@ impl Joiner {
         if table.is_empty() || arrow::compute::min(seq).is_none_or(|m| table.spares_from(m)) {
             return Ok(batch.clone());
         }
-        let rows = self.probe_keys(batch)?;
         let scope = cast(batch.column(self.columns.scope), &DataType::Int32)?;
         let scope = scope.as_primitive::<Int32Type>();
-        // Hash every key, check the filter for all of them, then look up the few candidates:
-        // tight loops over the batch keep many memory accesses in flight.
-        let hashes: Vec<u64> = rows.iter().map(|r| table_hash(r.as_ref())).collect();
-        let candidates: Vec<usize> = hashes
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| table.may_hold(**h))
-            .map(|(i, _)| i)
-            .collect();
         let mut keep = BooleanBufferBuilder::new(batch.num_rows());
         keep.append_n(batch.num_rows(), true);
         let mut any = false;
-        for i in candidates {
-            if table.is_deleted_hashed(
-                rows.row(i).as_ref(),
-                hashes[i],
-                scope.value(i),
-                seq.value(i),
-            ) {
+        // Most keys end at the filter (in cache); only its candidates reach the map.
+        self.for_each_key(batch, |i, key| {
+            let hash = table_hash(key);
+            if table.may_hold(hash)
+                && table.is_deleted_hashed(key, hash, scope.value(i), seq.value(i))
+            {
                 keep.set_bit(i, false);
                 any = true;
             }
-        }
+        })?;
         if !any {
             return Ok(batch.clone());
         }
@@ -746,6 +824,61 @@ mod tests {
             .collect();
         out.sort();
         out
+    }
+
+    #[test]
+    fn direct_keys_match_the_row_format() {
+        use arrow::array::{Date32Array, Decimal128Array, Int32Array, TimestampMicrosecondArray};
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int32Array::from(vec![
+                Some(0),
+                Some(-1),
+                None,
+                Some(i32::MIN),
+                Some(i32::MAX),
+                Some(7),
+            ])),
+            Arc::new(Int64Array::from(vec![
+                Some(0),
+                Some(-1),
+                None,
+                Some(i64::MIN),
+                Some(i64::MAX),
+                Some(1 << 40),
+            ])),
+            Arc::new(Date32Array::from(vec![Some(19000), None, Some(-3)])),
+            Arc::new(
+                TimestampMicrosecondArray::from(vec![Some(-5), Some(1_700_000_000_000_000), None])
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(
+                Decimal128Array::from(vec![Some(-12345), None, Some(i128::MAX), Some(0)])
+                    .with_precision_and_scale(38, 2)
+                    .unwrap(),
+            ),
+            // A slice: the offset is honoured.
+            Arc::new(Int64Array::from(vec![Some(9), None, Some(-9), Some(3)]).slice(1, 3)),
+        ];
+        for column in columns {
+            let converter =
+                RowConverter::new(vec![SortField::new(column.data_type().clone())]).unwrap();
+            let rows = converter.convert_columns(&[Arc::clone(&column)]).unwrap();
+            let mut direct: Vec<Vec<u8>> = vec![];
+            let visit = |i: usize, key: &[u8]| {
+                assert_eq!(i, direct.len());
+                direct.push(key.to_vec());
+            };
+            match signed_width(column.data_type()) {
+                Some(4) => signed_keys::<4>(column.as_ref(), visit),
+                Some(8) => signed_keys::<8>(column.as_ref(), visit),
+                Some(16) => signed_keys::<16>(column.as_ref(), visit),
+                other => panic!("{}: width {other:?}", column.data_type()),
+            }
+            let expected: Vec<Vec<u8>> = rows.iter().map(|r| r.as_ref().to_vec()).collect();
+            assert_eq!(direct, expected, "{}", column.data_type());
+        }
+        assert_eq!(signed_width(&DataType::Utf8View), None);
+        assert_eq!(signed_width(&DataType::Float64), None);
     }
 
     #[tokio::test]

@@ -31,28 +31,54 @@ struct Entry {
 
 /// Hash of a key for the table.
 pub fn table_hash(key: &[u8]) -> u64 {
-    // Keys are short (a few 8-byte words): a multiply-rotate over the words and murmur3's
-    // finalizer, so every output bit depends on every input bit.
-    const K: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut h = (key.len() as u64).wrapping_mul(K);
-    let mut words = key.chunks_exact(8);
-    for w in &mut words {
-        let w = u64::from_le_bytes(<[u8; 8]>::try_from(w).unwrap_or_default());
-        h = (h ^ w).wrapping_mul(K).rotate_left(29);
-    }
-    let rest = words.remainder();
-    if !rest.is_empty() {
-        let mut last = [0u8; 8];
-        last[..rest.len()].copy_from_slice(rest);
-        h = (h ^ u64::from_le_bytes(last))
-            .wrapping_mul(K)
-            .rotate_left(29);
-    }
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    folded(h ^ (h >> 33))
+    // Keys are short (one or a few row-encoded columns): the first and last 8 bytes are read
+    // whole (overlapping when shorter than 16), longer keys fold 16-byte blocks first, and a
+    // 128-bit multiply mixes every input bit into every output bit.
+    const P0: u64 = 0xa076_1d64_78bd_642f;
+    const P1: u64 = 0xe703_7ed1_a0b4_28db;
+    let len = key.len();
+    let (a, b, seed) = if len <= 16 {
+        let (a, b) = if len >= 8 {
+            (read8(key, 0), read8(key, len - 8))
+        } else if len >= 4 {
+            (u64::from(read4(key, 0)), u64::from(read4(key, len - 4)))
+        } else if len > 0 {
+            let v =
+                u64::from(key[0]) << 16 | u64::from(key[len / 2]) << 8 | u64::from(key[len - 1]);
+            (v, 0)
+        } else {
+            (0, 0)
+        };
+        (a, b, P0)
+    } else {
+        let mut seed = P0;
+        let mut at = 0;
+        while at + 16 < len {
+            seed = mum(read8(key, at) ^ P1, read8(key, at + 8) ^ seed);
+            at += 16;
+        }
+        (read8(key, len - 16), read8(key, len - 8), seed)
+    };
+    let h = mum(a ^ P1, b ^ seed ^ len as u64);
+    folded(mum(h ^ P0, P1 ^ len as u64))
+}
+
+/// The 128-bit product of `a` and `b`, folded to 64 bits.
+fn mum(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+fn read8(bytes: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+fn read4(bytes: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(w)
 }
 
 /// The hash as the table uses it: its high half repeated in the low half. A slot keeps the high
