@@ -17,6 +17,10 @@ extensions_options! {
         /// above which the partition applies them with a sorted, spilling anti-join instead of
         /// in-memory bitmaps (partitions whose bitmaps do not fit in the pool switch too).
         pub position_delete_join_threshold: u64, default = crate::physical_plan::positional_delete::DEFAULT_JOIN_THRESHOLD
+        /// Live delete files in a snapshot (from its manifest list's counts) above which scan
+        /// planning streams the delete manifests against the scan's data files, holding only
+        /// the delete entries that apply, instead of indexing every delete entry in memory.
+        pub planning_threshold: u64, default = crate::scan::DEFAULT_PLANNING_THRESHOLD
         /// How `DELETE` removes rows from files it cannot drop whole: `copy-on-write` or
         /// `merge-on-read`; empty means the table's `write.delete.mode` (copy-on-write when unset).
         pub delete_mode: String, default = String::new()

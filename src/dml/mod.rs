@@ -13,7 +13,6 @@
 //! [`TableProvider::delete_from`]: datafusion::datasource::TableProvider::delete_from
 
 pub(crate) mod statement;
-pub(crate) mod strict;
 
 use std::collections::HashMap;
 use std::sync::Arc;

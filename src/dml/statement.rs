@@ -54,7 +54,6 @@ use iceberg::spec::{DataContentType, Operation, SnapshotRef, TableMetadata};
 use iceberg::table::Table;
 use roaring::RoaringTreemap;
 
-use super::strict::FileStats;
 use super::{dml_checked, unchecked_dml_error};
 use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
@@ -66,8 +65,9 @@ use crate::physical_plan::write::{
     decode_data_files, sort_requirement, write_file_position_deletes, DataFileWriterExec,
     WrittenFiles,
 };
+use crate::scan::strict::FileStats;
 use crate::scan::{
-    plan_files_pruned, to_predicate, unprunable_columns, DeleteFileRef, PlannedFile, ScanFiles,
+    plan_files_pruned, unprunable_columns, DeleteFileRef, FileFilter, PlannedFile, ScanFiles,
 };
 use crate::snapshot::{
     commit, is_commit_state_unknown, is_concurrent_change, NewFile, SnapshotChanges, Validation,
@@ -300,11 +300,14 @@ impl DmlJob {
         };
         self.base_snapshot_id = Some(snapshot.snapshot_id());
         let snapshot_schema = snapshot.schema(metadata).df()?;
-        let predicate = to_predicate(
+        let filter = FileFilter::new(
             &self.filters,
             &unprunable_columns(metadata, metadata.current_schema(), &snapshot_schema),
+            metadata.current_schema().clone(),
         );
-        let candidates = plan_files_pruned(&table, &self.locations, snapshot, predicate).await?;
+        let threshold = IcebergOptions::from_config(self.state.config_options()).planning_threshold;
+        let candidates =
+            plan_files_pruned(&table, &self.locations, snapshot, &filter, threshold).await?;
 
         // Files whose every row matches go whole, unread (their rows are counted from the
         // manifest when no delete applies to them, else by pass 1). UPDATE rewrites them all.

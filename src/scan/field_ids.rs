@@ -77,7 +77,7 @@ impl FieldIdAdapterFactory {
                 let default = f.initial_default.as_ref()?;
                 let value = match (f.field_type.as_ref(), default) {
                     (Type::Primitive(ty), IcebergLiteral::Primitive(v)) => {
-                        crate::dml::strict::literal_scalar(ty, v)
+                        super::strict::literal_scalar(ty, v)
                     }
                     _ => None,
                 };

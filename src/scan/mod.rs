@@ -1,9 +1,11 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
+mod bounded;
 mod cache;
 mod deletes;
 mod field_ids;
 mod predicate;
+pub(crate) mod strict;
 
 pub use cache::{
     manifest_cache_stats, set_manifest_cache_capacity, ManifestCacheStats,
@@ -11,7 +13,7 @@ pub use cache::{
 };
 pub use deletes::{DataFileRef, DeleteFileRef, DeleteIndex};
 pub use field_ids::FieldIdAdapterFactory;
-pub use predicate::{to_predicate, unprunable_columns};
+pub use predicate::{prunable_filters, to_predicate, unprunable_columns};
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use datafusion::common::ScalarValue;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::Expr;
 
 use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Predicate;
@@ -82,7 +85,7 @@ impl ScanFiles {
 }
 
 impl PlannedFile {
-    fn new(data: DataFileRef, size: u64, record_count: u64) -> Self {
+    pub(crate) fn new(data: DataFileRef, size: u64, record_count: u64) -> Self {
         Self {
             path: data.path,
             size,
@@ -101,10 +104,49 @@ impl PlannedFile {
     }
 }
 
+/// Default of `iceberg.planning_threshold`: live delete files in a snapshot above which
+/// planning streams delete manifests instead of indexing every delete entry.
+pub const DEFAULT_PLANNING_THRESHOLD: u64 = 100_000;
+
+/// What a scan's filters let planning prune.
+#[derive(Debug, Clone, Default)]
+pub struct FileFilter {
+    /// The filters as an Iceberg predicate, for the iceberg crate's manifest and file
+    /// evaluators.
+    pub predicate: Option<Predicate>,
+    /// The same conjuncts as DataFusion expressions over top-level columns of `schema`, for
+    /// pruning by this crate's file statistics (the planner of snapshots with very many delete
+    /// files).
+    pub exprs: Vec<Expr>,
+    /// The schema `exprs` name columns of.
+    pub schema: Option<iceberg::spec::SchemaRef>,
+}
+
+impl FileFilter {
+    /// The filters a scan of `schema` was given, without the conjuncts on `excluded` columns
+    /// (see [`unprunable_columns`]).
+    pub fn new(
+        filters: &[Expr],
+        excluded: &HashSet<String>,
+        schema: iceberg::spec::SchemaRef,
+    ) -> Self {
+        Self {
+            predicate: to_predicate(filters, excluded),
+            exprs: prunable_filters(filters, excluded),
+            schema: Some(schema),
+        }
+    }
+}
+
 /// The data files of `snapshot` that may hold rows matching `filter` (all of them without one),
 /// each with the delete files that apply to it: manifests are skipped by their partition
 /// summaries, files by partition values and column bounds, through the iceberg crate's
 /// evaluators; which deletes apply is decided by this crate's own rules ([`DeleteIndex`]).
+///
+/// A snapshot with more than `planning_threshold` live delete files is planned in bounded
+/// memory instead: its delete manifests stream past the scan's data files, and only the delete
+/// entries that apply are kept (data files are then pruned by `filter.exprs` through this
+/// crate's file statistics).
 ///
 /// `locations` is where the table's recorded locations are read from (it keys the manifest
 /// cache).
@@ -112,11 +154,16 @@ pub async fn plan_files_pruned(
     table: &Table,
     locations: &LocationMap,
     snapshot: &SnapshotRef,
-    filter: Option<Predicate>,
+    filter: &FileFilter,
+    planning_threshold: u64,
 ) -> Result<ScanFiles> {
+    let list = manifest_list(table, locations, snapshot).await?;
+    if bounded::delete_file_count(&list) > planning_threshold {
+        return bounded::plan(table, locations, snapshot, filter).await;
+    }
     // Without a filter, every file; a snapshot listing its manifests inline has no manifest
     // list for the iceberg crate's planner: every file too, pruned later by the parquet reader.
-    let filter = match filter {
+    let filter = match filter.predicate.clone() {
         Some(f)
             if f != Predicate::AlwaysTrue
                 && inline_manifests(snapshot.manifest_list()).is_none() =>
@@ -372,7 +419,7 @@ async fn list_snapshot(
     })
 }
 
-async fn read_manifest(
+pub(crate) async fn read_manifest(
     manifest: ManifestFile,
     file_io: iceberg::io::FileIO,
     unpartitioned: bool,

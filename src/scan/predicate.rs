@@ -24,6 +24,17 @@ pub fn to_predicate(filters: &[Expr], excluded: &HashSet<String>) -> Option<Pred
         .reduce(Predicate::and)
 }
 
+/// The conjuncts of `filters` that name no column in `excluded` (see [`to_predicate`]), for
+/// pruning by this crate's own file statistics.
+pub fn prunable_filters(filters: &[Expr], excluded: &HashSet<String>) -> Vec<Expr> {
+    filters
+        .iter()
+        .flat_map(split_and)
+        .filter(|e| !e.column_refs().iter().any(|c| excluded.contains(&c.name)))
+        .cloned()
+        .collect()
+}
+
 /// Names (in `schema`) of the columns that must not be used for pruning:
 /// - columns whose type differs in some schema of the table's history (older bounds and
 ///   partition values are stored in the old type, which the iceberg crate's evaluators compare

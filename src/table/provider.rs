@@ -23,8 +23,9 @@ use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
-use crate::scan::{plan_files_pruned, to_predicate, unprunable_columns};
+use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter};
 use crate::table::scan_plan::{plan_scan, ScanRequest};
+use crate::IcebergOptions;
 
 /// An Iceberg table as a DataFusion [`TableProvider`].
 ///
@@ -251,9 +252,10 @@ impl TableProvider for IcebergTableProvider {
             true => snapshot_schema.clone(),
             false => metadata.current_schema().clone(),
         };
-        let predicate = to_predicate(
+        let filter = FileFilter::new(
             filters,
             &unprunable_columns(metadata, &read_schema, &snapshot_schema),
+            read_schema.clone(),
         );
         let summary = ScanSummary {
             table: self.table.identifier().to_string(),
@@ -261,9 +263,11 @@ impl TableProvider for IcebergTableProvider {
             total_files: snapshot_file_count(&snapshot),
             scanned_files: 0,
             delete_files: 0,
-            predicate: predicate.as_ref().map(|p| p.to_string()),
+            predicate: filter.predicate.as_ref().map(|p| p.to_string()),
         };
-        let files = plan_files_pruned(&self.table, &self.locations, &snapshot, predicate).await?;
+        let threshold = IcebergOptions::from_config(state.config_options()).planning_threshold;
+        let files =
+            plan_files_pruned(&self.table, &self.locations, &snapshot, &filter, threshold).await?;
         let summary = ScanSummary {
             scanned_files: files.files.len(),
             delete_files: files.delete_file_count(),

@@ -431,39 +431,71 @@ fn signed_width(data_type: &DataType) -> Option<usize> {
     }
 }
 
-/// Calls `visit(row, key)` with the row-format key of each value of `column`, a column of
-/// `N`-byte signed integers: `[1, big-endian value with the sign bit flipped]`, or `N + 1` zero
-/// bytes for NULL (arrow's row format, ascending, nulls first).
-fn signed_keys<const N: usize>(
-    column: &dyn arrow::array::Array,
-    mut visit: impl FnMut(usize, &[u8]),
-) {
-    let data = column.to_data();
-    let values = &data.buffers()[0].as_slice()[data.offset() * N..(data.offset() + data.len()) * N];
-    let mut key = [0u8; 17];
-    let encode = |i: usize, key: &mut [u8; 17]| {
-        let mut be = [0u8; N];
-        be.copy_from_slice(&values[i * N..(i + 1) * N]);
-        be.reverse();
-        be[0] ^= 0x80;
-        key[0] = 1;
-        key[1..=N].copy_from_slice(&be);
-    };
-    match data.nulls() {
-        None => {
-            for i in 0..data.len() {
-                encode(i, &mut key);
-                visit(i, &key[..=N]);
-            }
+/// The keys of a probe batch in the row format of the build side, row by row.
+enum ProbeKeys {
+    /// Materialized by the row converter.
+    Rows(Rows),
+    /// One column of `width`-byte signed integers (see [`signed_width`]), encoded on demand as
+    /// the row format does: `[1, big-endian value with its sign bit flipped]`, or `width + 1`
+    /// zero bytes for NULL (ascending, nulls first).
+    Signed {
+        data: arrow::array::ArrayData,
+        width: usize,
+    },
+}
+
+impl ProbeKeys {
+    /// The [`table_hash`] of every row's key (one loop per key width, so each is compiled for
+    /// its width).
+    fn hashes(&self) -> Vec<u64> {
+        fn signed<const N: usize>(data: &arrow::array::ArrayData) -> Vec<u64> {
+            let values = &data.buffers()[0].as_slice()[data.offset() * N..];
+            let mut key = [0u8; 17];
+            (0..data.len())
+                .map(|i| {
+                    if data.is_null(i) {
+                        return table_hash(&[0u8; 17][..=N]);
+                    }
+                    key[0] = 1;
+                    for (dst, src) in key[1..=N]
+                        .iter_mut()
+                        .zip(values[i * N..(i + 1) * N].iter().rev())
+                    {
+                        *dst = *src;
+                    }
+                    key[1] ^= 0x80;
+                    table_hash(&key[..=N])
+                })
+                .collect()
         }
-        Some(nulls) => {
-            for i in 0..data.len() {
-                if nulls.is_valid(i) {
-                    encode(i, &mut key);
-                    visit(i, &key[..=N]);
-                } else {
-                    visit(i, &[0u8; 17][..=N]);
+        match self {
+            ProbeKeys::Rows(rows) => rows.iter().map(|r| table_hash(r.data())).collect(),
+            ProbeKeys::Signed { data, width: 4 } => signed::<4>(data),
+            ProbeKeys::Signed { data, width: 8 } => signed::<8>(data),
+            ProbeKeys::Signed { data, .. } => signed::<16>(data),
+        }
+    }
+
+    /// The key of row `i` (`buf` holds it when it is encoded on demand).
+    #[inline]
+    fn key<'a>(&'a self, i: usize, buf: &'a mut [u8; 17]) -> &'a [u8] {
+        match self {
+            ProbeKeys::Rows(rows) => rows.row(i).data(),
+            ProbeKeys::Signed { data, width } => {
+                let w = *width;
+                let key = &mut buf[..=w];
+                if data.is_null(i) {
+                    key.fill(0);
+                    return key;
                 }
+                let at = (data.offset() + i) * w;
+                let le = &data.buffers()[0].as_slice()[at..at + w];
+                key[0] = 1;
+                for (dst, src) in key[1..].iter_mut().zip(le.iter().rev()) {
+                    *dst = *src;
+                }
+                key[1] ^= 0x80;
+                key
             }
         }
     }
@@ -486,36 +518,21 @@ impl Joiner {
         Ok(self.converter.convert_columns(columns)?)
     }
 
-    /// Calls `visit(row, key)` with each row's key in the row format of the build side. A
-    /// single integer-like key column is encoded on the stack, row by row, as the row format
-    /// does (validity byte, big-endian value with its sign bit flipped), without materializing
-    /// the batch's rows.
-    fn for_each_key(&self, batch: &RecordBatch, mut visit: impl FnMut(usize, &[u8])) -> Result<()> {
+    /// The keys of `batch`. A single integer-like key column is encoded row by row when asked
+    /// for, without materializing the batch's rows.
+    fn probe_keys_of(&self, batch: &RecordBatch) -> Result<ProbeKeys> {
         if let ([k], [key_type]) = (&self.columns.keys[..], &self.key_types[..]) {
             let column = batch.column(*k);
             if column.data_type() == key_type {
-                match signed_width(key_type) {
-                    Some(4) => {
-                        signed_keys::<4>(column.as_ref(), visit);
-                        return Ok(());
-                    }
-                    Some(8) => {
-                        signed_keys::<8>(column.as_ref(), visit);
-                        return Ok(());
-                    }
-                    Some(16) => {
-                        signed_keys::<16>(column.as_ref(), visit);
-                        return Ok(());
-                    }
-                    _ => {}
+                if let Some(width) = signed_width(key_type) {
+                    return Ok(ProbeKeys::Signed {
+                        data: column.to_data(),
+                        width,
+                    });
                 }
             }
         }
-        let rows = self.probe_keys(batch)?;
-        rows.iter()
-            .enumerate()
-            .for_each(|(i, r)| visit(i, r.as_ref()));
-        Ok(())
+        Ok(ProbeKeys::Rows(self.probe_keys(batch)?))
     }
 
     fn probe_keys(&self, batch: &RecordBatch) -> Result<Rows> {
@@ -622,19 +639,32 @@ impl Joiner {
         }
         let scope = cast(batch.column(self.columns.scope), &DataType::Int32)?;
         let scope = scope.as_primitive::<Int32Type>();
-        let mut keep = BooleanBufferBuilder::new(batch.num_rows());
-        keep.append_n(batch.num_rows(), true);
+        // Hash every key, check the filter for all of them, then look up the few candidates:
+        // tight loops without dependent branches keep many memory accesses in flight.
+        let keys = self.probe_keys_of(batch)?;
+        let n = batch.num_rows();
+        let mut buf = [0u8; 17];
+        let hashes = keys.hashes();
+        let mut candidates: Vec<u32> = Vec::with_capacity(n / 32);
+        for (i, h) in hashes.iter().enumerate() {
+            if table.may_hold(*h) {
+                candidates.push(i as u32);
+            }
+        }
+        let mut keep = BooleanBufferBuilder::new(n);
+        keep.append_n(n, true);
         let mut any = false;
-        // Most keys end at the filter (in cache); only its candidates reach the map.
-        self.for_each_key(batch, |i, key| {
-            let hash = table_hash(key);
-            if table.may_hold(hash)
-                && table.is_deleted_hashed(key, hash, scope.value(i), seq.value(i))
-            {
+        for i in candidates.into_iter().map(|i| i as usize) {
+            if table.is_deleted_hashed(
+                keys.key(i, &mut buf),
+                hashes[i],
+                scope.value(i),
+                seq.value(i),
+            ) {
                 keep.set_bit(i, false);
                 any = true;
             }
-        })?;
+        }
         if !any {
             return Ok(batch.clone());
         }
@@ -863,19 +893,20 @@ mod tests {
             let converter =
                 RowConverter::new(vec![SortField::new(column.data_type().clone())]).unwrap();
             let rows = converter.convert_columns(&[Arc::clone(&column)]).unwrap();
-            let mut direct: Vec<Vec<u8>> = vec![];
-            let visit = |i: usize, key: &[u8]| {
-                assert_eq!(i, direct.len());
-                direct.push(key.to_vec());
+            let width = signed_width(column.data_type()).unwrap();
+            let keys = ProbeKeys::Signed {
+                data: column.to_data(),
+                width,
             };
-            match signed_width(column.data_type()) {
-                Some(4) => signed_keys::<4>(column.as_ref(), visit),
-                Some(8) => signed_keys::<8>(column.as_ref(), visit),
-                Some(16) => signed_keys::<16>(column.as_ref(), visit),
-                other => panic!("{}: width {other:?}", column.data_type()),
-            }
+            let mut buf = [0u8; 17];
+            let direct: Vec<Vec<u8>> = (0..column.len())
+                .map(|i| keys.key(i, &mut buf).to_vec())
+                .collect();
             let expected: Vec<Vec<u8>> = rows.iter().map(|r| r.as_ref().to_vec()).collect();
             assert_eq!(direct, expected, "{}", column.data_type());
+            let hashes: Vec<u64> = expected.iter().map(|k| table_hash(k)).collect();
+            assert_eq!(keys.hashes(), hashes, "{}", column.data_type());
+            assert_eq!(ProbeKeys::Rows(rows).hashes(), hashes);
         }
         assert_eq!(signed_width(&DataType::Utf8View), None);
         assert_eq!(signed_width(&DataType::Float64), None);

@@ -30,6 +30,7 @@ struct Entry {
 }
 
 /// Hash of a key for the table.
+#[inline]
 pub fn table_hash(key: &[u8]) -> u64 {
     // Keys are short (one or a few row-encoded columns): the first and last 8 bytes are read
     // whole (overlapping when shorter than 16), longer keys fold 16-byte blocks first, and a
@@ -285,6 +286,7 @@ impl KeyTable {
 
     /// Whether a key of hash `hash` may be in the table (false: certainly not). Cheap: probes
     /// check this for a whole batch first, so the filter's memory accesses overlap.
+    #[inline]
     pub fn may_hold(&self, hash: u64) -> bool {
         if self.filter.is_empty() {
             return true;
