@@ -34,7 +34,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
-    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics,
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics, Time,
 };
 use datafusion::physical_plan::spill::SpillManager;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
@@ -46,7 +46,9 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
-use super::table::{partition_of, table_hash, KeyTable};
+use super::table::{
+    partition_of, signed_row_hash_16, signed_row_hash_4, signed_row_hash_8, table_hash, KeyTable,
+};
 use crate::physical_plan::spill::SpillWriter;
 
 /// Deepest Grace re-partitioning before giving up.
@@ -260,6 +262,8 @@ impl ExecutionPlan for EqualityDeleteExec {
             partition,
             deleted: MetricBuilder::new(&self.metrics).counter("equality_deleted_rows", partition),
             build_keys: MetricBuilder::new(&self.metrics).counter("build_keys", partition),
+            build_time: MetricBuilder::new(&self.metrics).subset_time("build_time", partition),
+            probe_time: MetricBuilder::new(&self.metrics).subset_time("probe_time", partition),
             grace_partitions: MetricBuilder::new(&self.metrics)
                 .counter("grace_partitions", partition),
         };
@@ -384,6 +388,10 @@ struct Joiner {
     partition: usize,
     deleted: Count,
     build_keys: Count,
+    /// Time reading the delete rows into the key table (or spill partitions).
+    build_time: Time,
+    /// Time looking probe rows up and filtering them.
+    probe_time: Time,
     grace_partitions: Count,
 }
 
@@ -448,31 +456,26 @@ impl ProbeKeys {
     /// The [`table_hash`] of every row's key (one loop per key width, so each is compiled for
     /// its width).
     fn hashes(&self) -> Vec<u64> {
-        fn signed<const N: usize>(data: &arrow::array::ArrayData) -> Vec<u64> {
-            let values = &data.buffers()[0].as_slice()[data.offset() * N..];
-            let mut key = [0u8; 17];
-            (0..data.len())
-                .map(|i| {
-                    if data.is_null(i) {
-                        return table_hash(&[0u8; 17][..=N]);
-                    }
-                    key[0] = 1;
-                    for (dst, src) in key[1..=N]
-                        .iter_mut()
-                        .zip(values[i * N..(i + 1) * N].iter().rev())
-                    {
-                        *dst = *src;
-                    }
-                    key[1] ^= 0x80;
-                    table_hash(&key[..=N])
-                })
-                .collect()
+        fn signed<T: arrow::datatypes::ArrowNativeType>(
+            data: &arrow::array::ArrayData,
+            hash: impl Fn(T) -> u64,
+            width: usize,
+        ) -> Vec<u64> {
+            let values = &data.buffer::<T>(0)[..data.len()];
+            let mut out: Vec<u64> = values.iter().map(|v| hash(*v)).collect();
+            if let Some(nulls) = data.nulls() {
+                let null = table_hash(&[0u8; 17][..=width]);
+                for i in nulls.iter().enumerate().filter(|(_, v)| !v).map(|(i, _)| i) {
+                    out[i] = null;
+                }
+            }
+            out
         }
         match self {
             ProbeKeys::Rows(rows) => rows.iter().map(|r| table_hash(r.data())).collect(),
-            ProbeKeys::Signed { data, width: 4 } => signed::<4>(data),
-            ProbeKeys::Signed { data, width: 8 } => signed::<8>(data),
-            ProbeKeys::Signed { data, .. } => signed::<16>(data),
+            ProbeKeys::Signed { data, width: 4 } => signed(data, signed_row_hash_4, 4),
+            ProbeKeys::Signed { data, width: 8 } => signed(data, signed_row_hash_8, 8),
+            ProbeKeys::Signed { data, .. } => signed(data, signed_row_hash_16, 16),
         }
     }
 
@@ -556,7 +559,9 @@ impl Joiner {
             .map(|p| build.execute(p, Arc::clone(&context)))
             .collect::<Result<Vec<_>>>()?;
         let keys = futures::stream::select_all(streams).map(|b| self.key_batch(&b?));
+        let timer = self.build_time.timer();
         let loaded = self.fill(keys, 0, "build").await?;
+        timer.done();
         if let Loaded::Fits(table, _) = &loaded {
             self.build_keys.add(table.len());
         }
@@ -631,6 +636,7 @@ impl Joiner {
 
     /// Keeps the rows of `batch` that `table` does not delete.
     fn filter(&self, table: &KeyTable, batch: &RecordBatch) -> Result<RecordBatch> {
+        let _timer = self.probe_time.timer();
         let seq = cast(batch.column(self.columns.data_seq), &DataType::Int64)?;
         let seq = seq.as_primitive::<Int64Type>();
         // Rows newer than every delete need no lookup (a batch is one file: one sequence).
@@ -886,6 +892,12 @@ mod tests {
                     .with_precision_and_scale(38, 2)
                     .unwrap(),
             ),
+            Arc::new(Int64Array::from_iter_values((0..2000u64).map(|i| {
+                (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (i % 64)) as i64 - (1 << 40)
+            }))),
+            Arc::new(Int32Array::from_iter_values((0..2000u32).map(|i| {
+                (i.wrapping_mul(0x9e37_79b9) >> (i % 32)) as i32 - (1 << 20)
+            }))),
             // A slice: the offset is honoured.
             Arc::new(Int64Array::from(vec![Some(9), None, Some(-9), Some(3)]).slice(1, 3)),
         ];
