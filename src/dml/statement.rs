@@ -343,6 +343,7 @@ impl DmlJob {
         self.checked = ScanFiles {
             files: to_check,
             equality_deletes: candidates.equality_deletes,
+            streamed: candidates.streamed,
         };
         let pass1 = match self.checked.files.is_empty() {
             true => None,
@@ -447,6 +448,7 @@ impl DmlJob {
         let scan_files = ScanFiles {
             files,
             equality_deletes: self.checked.equality_deletes.clone(),
+            streamed: self.checked.streamed,
         };
         let req = ScanRequest {
             table: &self.table,

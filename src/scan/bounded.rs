@@ -155,6 +155,7 @@ impl Assignment {
         ScanFiles {
             files,
             equality_deletes: self.equality,
+            streamed: true,
         }
     }
 }

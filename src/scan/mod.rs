@@ -62,6 +62,9 @@ pub struct ScanFiles {
     pub files: Vec<PlannedFile>,
     /// Equality delete files that apply to at least one of `files`.
     pub equality_deletes: Vec<Arc<DeleteFileRef>>,
+    /// Whether the delete manifests were streamed past the data files (above the planning
+    /// threshold) instead of indexed.
+    pub streamed: bool,
 }
 
 impl ScanFiles {
@@ -214,6 +217,7 @@ pub async fn plan_files_pruned(
         return Ok(ScanFiles {
             files,
             equality_deletes: vec![],
+            streamed: false,
         });
     }
     let kept: HashSet<String> = tasks.into_iter().map(|t| t.data_file_path).collect();
@@ -358,6 +362,7 @@ impl SnapshotListing {
         ScanFiles {
             files,
             equality_deletes,
+            streamed: false,
         }
     }
 }

@@ -264,6 +264,7 @@ impl TableProvider for IcebergTableProvider {
             scanned_files: 0,
             delete_files: 0,
             predicate: filter.predicate.as_ref().map(|p| p.to_string()),
+            streamed_planning: false,
         };
         let threshold = IcebergOptions::from_config(state.config_options()).planning_threshold;
         let files =
@@ -272,6 +273,7 @@ impl TableProvider for IcebergTableProvider {
             scanned_files: files.files.len(),
             delete_files: files.delete_file_count(),
             total_files: summary.total_files.max(files.files.len()),
+            streamed_planning: files.streamed,
             ..summary
         };
         if files.files.is_empty() {

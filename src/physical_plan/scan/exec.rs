@@ -33,6 +33,9 @@ pub struct ScanSummary {
     pub delete_files: usize,
     /// The Iceberg predicate used for pruning, if any.
     pub predicate: Option<String>,
+    /// Whether the delete manifests were streamed past the data files instead of indexed
+    /// (snapshots above `iceberg.planning_threshold` delete files).
+    pub streamed_planning: bool,
 }
 
 /// Reads an Iceberg snapshot through its child (DataFusion's parquet scan, with this crate's
@@ -67,6 +70,9 @@ impl DisplayAs for IcebergScanExec {
         )?;
         if s.delete_files > 0 {
             write!(f, ", delete_files={}", s.delete_files)?;
+        }
+        if s.streamed_planning {
+            write!(f, ", planning=streamed")?;
         }
         if let Some(p) = &s.predicate {
             write!(f, ", pruning_predicate={p}")?;
