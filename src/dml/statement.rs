@@ -831,11 +831,21 @@ async fn orphan_deletes(
     let Some(snapshot) = job.table.metadata().current_snapshot() else {
         return Ok(vec![]);
     };
-    let remaining: Vec<PlannedFile> = crate::scan::plan_files(&job.table, snapshot)
-        .await?
-        .into_iter()
-        .filter(|f| !removed.contains(f.path.as_str()))
-        .collect();
+    // Only the data files are needed: above the planning threshold the delete manifests stream
+    // past them, as in the statement's own planning.
+    let threshold = IcebergOptions::from_config(job.state.config_options()).planning_threshold;
+    let remaining: Vec<PlannedFile> = plan_files_pruned(
+        &job.table,
+        &job.locations,
+        snapshot,
+        &FileFilter::default(),
+        threshold,
+    )
+    .await?
+    .files
+    .into_iter()
+    .filter(|f| !removed.contains(f.path.as_str()))
+    .collect();
     let mut out: Vec<String> = vec![];
     for d in deletes {
         let used = remaining.iter().any(|f| {
