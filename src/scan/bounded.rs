@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::logical_expr::utils::expr_to_columns;
 use datafusion::logical_expr::Expr;
 use futures::StreamExt;
@@ -25,8 +25,7 @@ use iceberg::table::Table;
 
 use super::deletes::{DataFileRef, DeleteFileRef};
 use super::strict::FileStats;
-use super::{manifest_list, read_manifest, FileFilter, PlannedFile, ScanFiles};
-use crate::location::LocationMap;
+use super::{load_manifest, read_manifest, FileFilter, PlannedFile, ScanFiles};
 
 /// Manifests decoded at once.
 const CONCURRENCY: usize = 2;
@@ -165,12 +164,10 @@ impl Assignment {
 /// entries' partition values and column bounds.
 pub(super) async fn plan(
     table: &Table,
-    locations: &LocationMap,
-    snapshot: &iceberg::spec::SnapshotRef,
+    list: &[ManifestFile],
     filter: &FileFilter,
 ) -> Result<ScanFiles> {
     let metadata = table.metadata();
-    let list = manifest_list(table, locations, snapshot).await?;
     let (data_manifests, delete_manifests): (Vec<ManifestFile>, Vec<ManifestFile>) = list
         .iter()
         .cloned()
@@ -239,12 +236,7 @@ async fn data_files(
     spec: Option<iceberg::spec::PartitionSpecRef>,
     prune: Pruning,
 ) -> Result<Vec<PlannedFile>> {
-    let loaded = manifest.load_manifest(&file_io).await.map_err(|e| {
-        DataFusionError::Execution(format!(
-            "manifest {} could not be read: {e}",
-            manifest.manifest_path
-        ))
-    })?;
+    let loaded = load_manifest(&manifest, &file_io).await?;
     let mut out = vec![];
     for entry in loaded.entries() {
         if !entry.is_alive() || entry.content_type() != DataContentType::Data {

@@ -162,7 +162,7 @@ pub async fn plan_files_pruned(
 ) -> Result<ScanFiles> {
     let list = manifest_list(table, locations, snapshot).await?;
     if bounded::delete_file_count(&list) > planning_threshold {
-        return bounded::plan(table, locations, snapshot, filter).await;
+        return bounded::plan(table, &list, filter).await;
     }
     // Without a filter, every file; a snapshot listing its manifests inline has no manifest
     // list for the iceberg crate's planner: every file too, pruned later by the parquet reader.
@@ -424,18 +424,26 @@ async fn list_snapshot(
     })
 }
 
+/// Reads and decodes `manifest`; the error names it.
+pub(crate) async fn load_manifest(
+    manifest: &ManifestFile,
+    file_io: &iceberg::io::FileIO,
+) -> Result<iceberg::spec::Manifest> {
+    manifest.load_manifest(file_io).await.map_err(|e| {
+        DataFusionError::Execution(format!(
+            "manifest {} could not be read: {e}",
+            manifest.manifest_path
+        ))
+    })
+}
+
 pub(crate) async fn read_manifest(
     manifest: ManifestFile,
     file_io: iceberg::io::FileIO,
     unpartitioned: bool,
 ) -> Result<ManifestFiles> {
     let spec_id = manifest.partition_spec_id;
-    let loaded = manifest.load_manifest(&file_io).await.map_err(|e| {
-        DataFusionError::Execution(format!(
-            "manifest {} could not be read: {e}",
-            manifest.manifest_path
-        ))
-    })?;
+    let loaded = load_manifest(&manifest, &file_io).await?;
     let mut data = vec![];
     let mut deletes = vec![];
     for entry in loaded.entries() {

@@ -16,10 +16,8 @@ use iceberg::spec::Datum;
 /// over the table's history: their older bounds and partition values are stored in the old
 /// type, which the iceberg crate's evaluators compare wrongly with the new one).
 pub fn to_predicate(filters: &[Expr], excluded: &HashSet<String>) -> Option<Predicate> {
-    filters
+    prunable_filters(filters, excluded)
         .iter()
-        .flat_map(split_and)
-        .filter(|e| !e.column_refs().iter().any(|c| excluded.contains(&c.name)))
         .filter_map(convert)
         .reduce(Predicate::and)
 }

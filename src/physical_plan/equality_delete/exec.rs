@@ -425,7 +425,7 @@ fn seal(table: &mut KeyTable, reservation: &MemoryReservation) {
 }
 
 /// The width of the signed integer a column of `data_type` stores, for the types whose row
-/// format [`signed_keys`] reproduces.
+/// format [`ProbeKeys::Signed`] reproduces.
 fn signed_width(data_type: &DataType) -> Option<usize> {
     match data_type {
         DataType::Int32 | DataType::Date32 | DataType::Time32(_) => Some(4),
