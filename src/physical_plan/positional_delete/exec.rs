@@ -296,7 +296,11 @@ impl ExecutionPlan for PositionalDeleteExec {
                     let per_file = futures::stream::iter(files).then(move |file| {
                         let opener = Arc::clone(&opener);
                         let bitmaps = Arc::clone(&bitmaps);
-                        async move { opener.open(file, &bitmaps.positions, positions).await }
+                        async move {
+                            Ok::<_, DataFusionError>(
+                                opener.open(file, &bitmaps.positions, positions).await?.0,
+                            )
+                        }
                     });
                     Box::pin(per_file.try_flatten())
                 }
@@ -466,8 +470,8 @@ impl FileOpener {
                         }
                         return Ok(None);
                     };
-                    let stream = st.opener.open(file, &HashMap::new(), false).await?;
-                    st.current = Some((stream, path, 0));
+                    let (stream, first) = st.opener.open(file, &HashMap::new(), false).await?;
+                    st.current = Some((stream, path, first));
                 }
                 let Some((stream, path, start)) = st.current.as_mut() else {
                     continue;
@@ -536,51 +540,72 @@ impl FileOpener {
     }
 
     /// Reads one data file, skipping its deleted positions (and numbering the rest when
-    /// `positions`).
+    /// `positions`). Also answers the position in the file of the first row read: a file that
+    /// DataFusion split into byte ranges over several partitions is read here only in the row
+    /// groups of its range (see [`row_groups_in_range`]).
     async fn open(
         &self,
-        file: PartitionedFile,
+        mut file: PartitionedFile,
         bitmaps: &HashMap<String, RoaringTreemap>,
         positions: bool,
-    ) -> Result<SendableRecordBatchStream> {
+    ) -> Result<(SendableRecordBatchStream, u64)> {
         let location = file.object_meta.location.to_string();
-        let deleted = match positions {
-            true => bitmaps.get(&location).cloned().unwrap_or_default(),
-            false => RoaringTreemap::new(),
-        };
-        let file = match bitmaps.get(&location) {
-            Some(deleted) if !deleted.is_empty() => {
-                // Through DataFusion's metadata cache: the scan of this file reuses the footer.
-                let metadata = DFParquetMetadata::new(self.store.as_ref(), &file.object_meta)
-                    .with_file_metadata_cache(Some(
-                        self.context
-                            .runtime_env()
-                            .cache_manager
-                            .get_file_metadata_cache(),
-                    ))
-                    .fetch_metadata()
-                    .await?;
-                let rows: Vec<u64> = metadata
-                    .row_groups()
-                    .iter()
-                    .map(|rg| rg.num_rows().max(0) as u64)
-                    .collect();
-                let (plan, removed) = access_plan(&rows, deleted);
-                self.removed.add(removed as usize);
-                file.with_extensions(Arc::new(plan))
+        let deleted = bitmaps.get(&location).filter(|d| !d.is_empty());
+        // Rows are numbered by their position (here or by the anti-join) when positions are
+        // asked for or deletes apply: those files are read by this crate's range rule.
+        let numbered = positions || self.deletes.contains_key(&location);
+        let mut first = 0;
+        let mut skipped_groups = RoaringTreemap::new();
+        if deleted.is_some() || (numbered && file.range.is_some()) {
+            // Through DataFusion's metadata cache: the scan of this file reuses the footer.
+            let metadata = DFParquetMetadata::new(self.store.as_ref(), &file.object_meta)
+                .with_file_metadata_cache(Some(
+                    self.context
+                        .runtime_env()
+                        .cache_manager
+                        .get_file_metadata_cache(),
+                ))
+                .fetch_metadata()
+                .await?;
+            let groups = metadata.row_groups();
+            let rows: Vec<u64> = groups
+                .iter()
+                .map(|rg| rg.num_rows().max(0) as u64)
+                .collect();
+            let read = match file.range.take() {
+                Some(range) => row_groups_in_range(groups, range.start, range.end, &location)?,
+                None => vec![true; groups.len()],
+            };
+            let mut start = 0;
+            for (n, r) in rows.iter().zip(&read) {
+                if !*r {
+                    skipped_groups.insert_range(start..start + n);
+                }
+                start += n;
             }
-            _ => file,
-        };
+            first = rows
+                .iter()
+                .zip(&read)
+                .take_while(|(_, r)| !**r)
+                .map(|(n, _)| *n)
+                .sum();
+            let none = RoaringTreemap::new();
+            let (plan, removed) = access_plan(&rows, &read, deleted.unwrap_or(&none));
+            self.removed.add(removed as usize);
+            file = file.with_extensions(Arc::new(plan));
+        }
         let config = FileScanConfigBuilder::from(self.config.clone())
             .with_file_groups(vec![FileGroup::new(vec![file])])
             .build();
         let stream =
             DataSourceExec::from_data_source(config).execute(0, Arc::clone(&self.context))?;
         if !positions {
-            return Ok(stream);
+            return Ok((stream, first));
         }
         let schema = with_position_field(&stream.schema());
-        let mut cursor = LivePositions::new(deleted);
+        // Rows of the row groups outside the range are never read: numbered as if deleted.
+        let mut cursor =
+            LivePositions::new(deleted.cloned().unwrap_or_default() | skipped_groups, first);
         let out = Arc::clone(&schema);
         let numbered = stream.map(move |batch| {
             let batch = batch?;
@@ -592,8 +617,40 @@ impl FileOpener {
                 columns,
             )?)
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, numbered)))
+        Ok((
+            Box::pin(RecordBatchStreamAdapter::new(schema, numbered)),
+            first,
+        ))
     }
+}
+
+/// Which row groups a scan of the byte range `start..end` of a file reads: those whose first page
+/// starts inside it. DataFusion splits large files into ranges that tile the file, so every row
+/// group is read by exactly one of them; this is the rule of DataFusion's parquet reader, applied
+/// here so that positions can be counted (the range itself is then not handed to the reader).
+fn row_groups_in_range(
+    groups: &[parquet::file::metadata::RowGroupMetaData],
+    start: i64,
+    end: i64,
+    location: &str,
+) -> Result<Vec<bool>> {
+    let offsets: Vec<i64> = groups
+        .iter()
+        .map(|rg| {
+            let col = rg.column(0);
+            col.dictionary_page_offset()
+                .unwrap_or_else(|| col.data_page_offset())
+        })
+        .collect();
+    if offsets.windows(2).any(|w| w[0] >= w[1]) {
+        // Positions within a range are counted from its first row group on.
+        return Err(DataFusionError::Execution(format!(
+            "data file {location} has row groups out of file order, so a byte range of it \
+             cannot be numbered by position; SET datafusion.optimizer.repartition_file_scans = \
+             false reads it whole"
+        )));
+    }
+    Ok(offsets.iter().map(|o| (start..end).contains(o)).collect())
 }
 
 /// `schema` with [`POSITION_COLUMN`] appended.
@@ -610,16 +667,17 @@ fn with_position_field(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes
     ))
 }
 
-/// The live positions of a file in order: 0, 1, 2, … without the deleted ones.
+/// The live positions of a file in order from `first` on: first, first + 1, … without the
+/// deleted ones.
 struct LivePositions {
     next: u64,
     deleted: std::iter::Peekable<roaring::treemap::IntoIter>,
 }
 
 impl LivePositions {
-    fn new(deleted: RoaringTreemap) -> Self {
+    fn new(deleted: RoaringTreemap, first: u64) -> Self {
         Self {
-            next: 0,
+            next: first,
             deleted: deleted.into_iter().peekable(),
         }
     }
@@ -643,14 +701,18 @@ impl LivePositions {
     }
 }
 
-/// The access plan that skips `deleted` positions of a file whose row groups hold `rows` rows,
-/// and how many of the file's rows it removes.
-pub(crate) fn access_plan(rows: &[u64], deleted: &RoaringTreemap) -> (ParquetAccessPlan, u64) {
+/// The access plan that reads the row groups marked in `read` of a file whose row groups hold
+/// `rows` rows, skipping their `deleted` positions, and how many rows it removes from them.
+pub(crate) fn access_plan(
+    rows: &[u64],
+    read: &[bool],
+    deleted: &RoaringTreemap,
+) -> (ParquetAccessPlan, u64) {
     let mut groups = Vec::with_capacity(rows.len());
     let mut positions = deleted.iter().peekable();
     let mut start = 0u64;
     let mut removed = 0u64;
-    for &n in rows {
+    for (&n, &read) in rows.iter().zip(read) {
         let end = start + n;
         let mut selectors: Vec<RowSelector> = vec![];
         let mut cursor = start;
@@ -660,7 +722,7 @@ pub(crate) fn access_plan(rows: &[u64], deleted: &RoaringTreemap) -> (ParquetAcc
                 break;
             }
             positions.next();
-            if p < cursor {
+            if p < cursor || !read {
                 continue;
             }
             if p > cursor {
@@ -677,10 +739,10 @@ pub(crate) fn access_plan(rows: &[u64], deleted: &RoaringTreemap) -> (ParquetAcc
             selectors.push(RowSelector::select((end - cursor) as usize));
         }
         removed += skipped;
-        groups.push(if skipped == 0 {
-            RowGroupAccess::Scan
-        } else if skipped == n {
+        groups.push(if !read || skipped == n {
             RowGroupAccess::Skip
+        } else if skipped == 0 {
+            RowGroupAccess::Scan
         } else {
             RowGroupAccess::Selection(RowSelection::from(selectors))
         });
@@ -826,25 +888,35 @@ mod tests {
     #[test]
     fn live_positions_skip_deleted_ones() {
         let deleted: RoaringTreemap = [0u64, 3, 4, 9].into_iter().collect();
-        let mut live = LivePositions::new(deleted);
+        let mut live = LivePositions::new(deleted.clone(), 0);
         assert_eq!(live.take(3).values().to_vec(), vec![1, 2, 5]);
         assert_eq!(live.take(4).values().to_vec(), vec![6, 7, 8, 10]);
         assert_eq!(live.take(0).len(), 0);
         assert_eq!(live.take(2).values().to_vec(), vec![11, 12]);
-        let mut none = LivePositions::new(RoaringTreemap::new());
+        let mut none = LivePositions::new(RoaringTreemap::new(), 0);
         assert_eq!(none.take(3).values().to_vec(), vec![0, 1, 2]);
+        // From a later row group on: earlier deletes are passed over.
+        let mut later = LivePositions::new(deleted, 4);
+        assert_eq!(later.take(4).values().to_vec(), vec![5, 6, 7, 8]);
     }
 
     #[test]
     fn positions_become_row_group_selections() {
         // Row groups of 4, 3 and 5 rows: positions 0..4, 4..7, 7..12.
         let deleted: RoaringTreemap = [1u64, 2, 4, 5, 6, 11, 40].into_iter().collect();
-        let (plan, removed) = access_plan(&[4, 3, 5], &deleted);
+        let (plan, removed) = access_plan(&[4, 3, 5], &[true; 3], &deleted);
         assert_eq!(describe(&plan), ["+1 -2 +1", "skip", "+4 -1"]);
         // Position 40 lies beyond the file and removes nothing.
         assert_eq!(removed, 6);
-        let (plan, removed) = access_plan(&[4, 3], &RoaringTreemap::new());
+        let (plan, removed) = access_plan(&[4, 3], &[true; 2], &RoaringTreemap::new());
         assert_eq!(describe(&plan), ["scan", "scan"]);
         assert_eq!(removed, 0);
+        // Row groups outside the scan's byte range: skipped, their deletes not counted.
+        let (plan, removed) = access_plan(&[4, 3, 5], &[false, true, true], &deleted);
+        assert_eq!(describe(&plan), ["skip", "skip", "+4 -1"]);
+        assert_eq!(removed, 4);
+        let (plan, removed) = access_plan(&[4, 3, 5], &[true, false, false], &deleted);
+        assert_eq!(describe(&plan), ["+1 -2 +1", "skip", "skip"]);
+        assert_eq!(removed, 2);
     }
 }
