@@ -864,9 +864,10 @@ async fn orphan_deletes(
 }
 
 /// Merge-on-read pass 1: runs `plan` (rows `(_file, _pos)`) partition by partition, each on its
-/// own task, and writes one position delete file per data file with matching rows. A data file
-/// is read by one partition, its positions in order, so one bitmap per partition is held at a
-/// time (reserved from the pool). Returns the matching rows per data file and the files. Files
+/// own task, and writes one position delete file per data file with matching rows. A partition
+/// reads a data file's positions in order, so one bitmap per partition is held at a time
+/// (reserved from the pool); a file DataFusion split into byte ranges over several partitions
+/// gets a delete file from each of them. Returns the matching rows per data file and the files. Files
 /// the statement removes whole are counted, not written for.
 async fn write_position_deletes(
     job: &DmlJob,
