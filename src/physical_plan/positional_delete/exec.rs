@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::array::{Array, AsArray};
-use arrow::datatypes::{DataType, Int64Type};
+use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Statistics;
 use datafusion::datasource::listing::PartitionedFile;
@@ -51,7 +51,9 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::ObjectStore;
-use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
+};
 use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::statistics::Statistics as ParquetStatistics;
@@ -272,6 +274,8 @@ impl ExecutionPlan for PositionalDeleteExec {
         let metric =
             |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
         let (bitmap_route, join_route) = (metric("bitmap_route"), metric("anti_join_route"));
+        let load_time =
+            MetricBuilder::new(&self.metrics).subset_time("position_delete_load_time", partition);
         let spill = SpillCounters {
             count: metric("anti_join_spill_count"),
             bytes: metric("anti_join_spilled_bytes"),
@@ -282,7 +286,10 @@ impl ExecutionPlan for PositionalDeleteExec {
             let delete_rows: u64 = opener.delete_files(&files).iter().map(|f| f.rows).sum();
             let bitmaps = match delete_rows > threshold {
                 true => None,
-                false => match opener.load_bitmaps(&files, reservation).await {
+                false => match {
+                    let _timer = load_time.timer();
+                    opener.load_bitmaps(&files, reservation).await
+                } {
                     Ok(b) => Some(b),
                     // Too large for memory after all: the anti-join needs only a batch.
                     Err(DataFusionError::ResourcesExhausted(_)) => None,
@@ -751,6 +758,11 @@ pub(crate) fn access_plan(
     (ParquetAccessPlan::new(groups), removed)
 }
 
+/// How `file_path` of position delete files is read.
+fn path_dictionary() -> DataType {
+    DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
+}
+
 /// The top-level column of a position delete file with field id `id` (by name `name` when the
 /// file carries no ids).
 fn column_index(schema: &arrow::datatypes::Schema, id: i32, name: &str) -> Option<usize> {
@@ -772,10 +784,11 @@ async fn read_position_deletes(
     wanted: &HashMap<String, String>,
     bitmaps: &mut HashMap<String, RoaringTreemap>,
 ) -> Result<()> {
-    let reader = ParquetObjectReader::new(Arc::clone(store), Path::from(file.location.as_str()))
-        .with_file_size(file.size);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
-    let schema = Arc::clone(builder.schema());
+    let mut reader =
+        ParquetObjectReader::new(Arc::clone(store), Path::from(file.location.as_str()))
+            .with_file_size(file.size);
+    let metadata = ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::new()).await?;
+    let schema = Arc::clone(metadata.schema());
     let (Some(path_col), Some(pos_col)) = (
         column_index(&schema, FILE_PATH_ID, "file_path"),
         column_index(&schema, POS_ID, "pos"),
@@ -785,6 +798,25 @@ async fn read_position_deletes(
             file.location
         )));
     };
+    // `file_path` repeats one path over long runs: read as a dictionary, each distinct path is
+    // decoded and looked up once instead of once per row.
+    let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
+    if matches!(
+        fields[path_col].data_type(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+    ) {
+        let field = fields[path_col].as_ref().clone();
+        fields[path_col] = Arc::new(field.with_data_type(path_dictionary()));
+    }
+    let hinted = Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ));
+    let metadata = ArrowReaderMetadata::try_new(
+        Arc::clone(metadata.metadata()),
+        ArrowReaderOptions::new().with_schema(hinted),
+    )?;
+    let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata);
     let descr = builder.parquet_schema();
     let path_leaf = descr
         .columns()
@@ -821,43 +853,48 @@ async fn read_position_deletes(
     let (path_idx, pos_idx) = if path_col < pos_col { (0, 1) } else { (1, 0) };
     while let Some(batch) = stream.next().await {
         let batch = batch?;
-        let paths = arrow::compute::cast(batch.column(path_idx), &DataType::Utf8)?;
-        let paths = paths.as_string::<i32>();
+        let paths = arrow::compute::cast(batch.column(path_idx), &path_dictionary())?;
+        let paths = paths.as_dictionary::<Int32Type>();
         let pos = arrow::compute::cast(batch.column(pos_idx), &DataType::Int64)?;
         let pos = pos.as_primitive::<Int64Type>();
+        if paths.null_count() > 0 || pos.null_count() > 0 {
+            return Err(DataFusionError::Execution(format!(
+                "position delete file {} has a NULL file_path or pos",
+                file.location
+            )));
+        }
+        // The data file each distinct path names, when it is one of `wanted`.
+        let names = paths.values().as_string::<i32>();
+        let targets: Vec<Option<&String>> = (0..names.len())
+            .map(|v| match names.is_null(v) {
+                true => None,
+                false => wanted.get(names.value(v)),
+            })
+            .collect();
+        let keys = paths.keys().values();
         // Delete files are sorted by path: positions are gathered per run of one path and
         // added to that file's bitmap at once.
         let mut run_start = 0;
-        for i in 0..=batch.num_rows() {
-            let boundary = i == batch.num_rows()
-                || (i > run_start && paths.value(i) != paths.value(run_start));
-            if !boundary {
+        for i in 1..=keys.len() {
+            if i < keys.len() && keys[i] == keys[run_start] {
                 continue;
             }
-            if i > run_start {
-                if paths.null_count() > 0 || pos.null_count() > 0 {
+            if let Some(location) = targets.get(keys[run_start] as usize).copied().flatten() {
+                let run = &pos.values()[run_start..i];
+                if let Some(negative) = run.iter().find(|p| **p < 0) {
                     return Err(DataFusionError::Execution(format!(
-                        "position delete file {} has a NULL file_path or pos",
+                        "position delete file {} deletes negative position {negative}",
                         file.location
                     )));
                 }
-                if let Some(location) = wanted.get(paths.value(run_start)) {
-                    let run = &pos.values()[run_start..i];
-                    if let Some(negative) = run.iter().find(|p| **p < 0) {
-                        return Err(DataFusionError::Execution(format!(
-                            "position delete file {} deletes negative position {negative}",
-                            file.location
-                        )));
-                    }
-                    let bitmap = match bitmaps.get_mut(location) {
-                        Some(b) => b,
-                        None => bitmaps.entry(location.clone()).or_default(),
-                    };
-                    // Sorted runs beyond the bitmap's maximum append in bulk; the rest insert.
-                    if let Err(e) = bitmap.append(run.iter().map(|p| *p as u64)) {
-                        let done = e.valid_until() as usize;
-                        bitmap.extend(run[done..].iter().map(|p| *p as u64));
-                    }
+                let bitmap = match bitmaps.get_mut(location) {
+                    Some(b) => b,
+                    None => bitmaps.entry(location.clone()).or_default(),
+                };
+                // Sorted runs beyond the bitmap's maximum append in bulk; the rest insert.
+                if let Err(e) = bitmap.append(run.iter().map(|p| *p as u64)) {
+                    let done = e.valid_until() as usize;
+                    bitmap.extend(run[done..].iter().map(|p| *p as u64));
                 }
             }
             run_start = i;
