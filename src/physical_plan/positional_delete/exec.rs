@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::array::{Array, AsArray};
+use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Statistics;
@@ -268,6 +269,8 @@ impl ExecutionPlan for PositionalDeleteExec {
             removed: MetricBuilder::new(&self.metrics).counter("position_deleted_rows", partition),
             files_read: MetricBuilder::new(&self.metrics)
                 .counter("position_delete_files_read", partition),
+            dense_files: MetricBuilder::new(&self.metrics).counter("dense_delete_files", partition),
+            filter_free: config.file_source().filter().is_none(),
         });
         let schema = self.schema();
         let threshold = self.join_threshold;
@@ -400,6 +403,11 @@ struct FileOpener {
     context: Arc<TaskContext>,
     removed: Count,
     files_read: Count,
+    /// Files whose deleted rows were dropped after decoding whole row groups.
+    dense_files: Count,
+    /// Whether the scan hands the parquet reader no predicate, so that it reads every row of
+    /// the row groups it is given (the k-th row read is then the k-th position read).
+    filter_free: bool,
 }
 
 impl FileOpener {
@@ -563,6 +571,7 @@ impl FileOpener {
         let numbered = positions || self.deletes.contains_key(&location);
         let mut first = 0;
         let mut skipped_groups = RoaringTreemap::new();
+        let mut dense: Option<DenseDeletes> = None;
         if deleted.is_some() || (numbered && file.range.is_some()) {
             // Through DataFusion's metadata cache: the scan of this file reuses the footer.
             let metadata = DFParquetMetadata::new(self.store.as_ref(), &file.object_meta)
@@ -597,8 +606,35 @@ impl FileOpener {
                 .map(|(n, _)| *n)
                 .sum();
             let none = RoaringTreemap::new();
-            let (plan, removed) = access_plan(&rows, &read, deleted.unwrap_or(&none));
-            self.removed.add(removed as usize);
+            let deleted = deleted.unwrap_or(&none);
+            let per_group = deleted_per_group(&rows, deleted);
+            let (read_rows, read_deleted) = rows
+                .iter()
+                .zip(&per_group)
+                .zip(&read)
+                .filter(|(_, r)| **r)
+                .fold((0, 0), |(n, d), ((rn, rd), _)| (n + rn, d + rd));
+            let plan = if !positions
+                && self.filter_free
+                && read_deleted * DENSE_DELETES_PER_ROW >= read_rows
+            {
+                // Dense deletes: the row groups are read whole and the deleted rows dropped
+                // after decoding, where a selection of short runs would cost more to build and
+                // follow than the rows it saves decoding.
+                let (plan, spans) = whole_groups(&rows, &read, &per_group);
+                dense = Some(DenseDeletes {
+                    spans: spans.into(),
+                    deleted: deleted.clone().into_iter().peekable(),
+                    location: location.clone(),
+                });
+                self.removed.add(read_deleted as usize);
+                self.dense_files.add(1);
+                plan
+            } else {
+                let (plan, removed) = access_plan(&rows, &read, deleted);
+                self.removed.add(removed as usize);
+                plan
+            };
             file = file.with_extensions(Arc::new(plan));
         }
         let config = FileScanConfigBuilder::from(self.config.clone())
@@ -606,6 +642,18 @@ impl FileOpener {
             .build();
         let stream =
             DataSourceExec::from_data_source(config).execute(0, Arc::clone(&self.context))?;
+        if let Some(mut dense) = dense {
+            let schema = stream.schema();
+            let filtered = stream.map(move |batch| {
+                let batch = batch?;
+                match dense.mask(batch.num_rows())? {
+                    Some(keep) => Ok(filter_record_batch(&batch, &keep)?),
+                    None => Ok(batch),
+                }
+            });
+            let filtered = Box::pin(RecordBatchStreamAdapter::new(schema, filtered));
+            return Ok((filtered, first));
+        }
         if !positions {
             return Ok((stream, first));
         }
@@ -628,6 +676,102 @@ impl FileOpener {
             Box::pin(RecordBatchStreamAdapter::new(schema, numbered)),
             first,
         ))
+    }
+}
+
+/// Deleted rows per row in a file's row groups at or above which (1 in 64) the groups are read
+/// whole and deleted rows dropped after decoding: a row selection then has runs too short for
+/// the parquet reader to skip anything (it too decodes everything below runs of 32 rows).
+const DENSE_DELETES_PER_ROW: u64 = 64;
+
+/// How many of `deleted` fall into each row group of a file whose groups hold `rows` rows.
+fn deleted_per_group(rows: &[u64], deleted: &RoaringTreemap) -> Vec<u64> {
+    let mut out = vec![0u64; rows.len()];
+    let (mut group, mut end) = (0usize, rows.first().copied().unwrap_or(0));
+    for p in deleted.iter() {
+        while group < rows.len() && p >= end {
+            group += 1;
+            end += rows.get(group).copied().unwrap_or(0);
+        }
+        match out.get_mut(group) {
+            Some(n) => *n += 1,
+            // Beyond the file's rows.
+            None => break,
+        }
+    }
+    out
+}
+
+/// The access plan that reads the groups marked in `read` whole, skipping those whose rows are
+/// all deleted (`deleted` per group), and the position spans `[start, end)` it reads, in order.
+fn whole_groups(
+    rows: &[u64],
+    read: &[bool],
+    deleted: &[u64],
+) -> (ParquetAccessPlan, Vec<(u64, u64)>) {
+    let mut groups = Vec::with_capacity(rows.len());
+    let mut spans: Vec<(u64, u64)> = vec![];
+    let mut start = 0u64;
+    for ((&n, &read), &d) in rows.iter().zip(read).zip(deleted) {
+        let end = start + n;
+        if read && d < n {
+            groups.push(RowGroupAccess::Scan);
+            match spans.last_mut() {
+                Some(last) if last.1 == start => last.1 = end,
+                _ => spans.push((start, end)),
+            }
+        } else {
+            groups.push(RowGroupAccess::Skip);
+        }
+        start = end;
+    }
+    (ParquetAccessPlan::new(groups), spans)
+}
+
+/// Drops deleted rows from the batches of a scan of whole row groups: which positions the rows
+/// read are, and which of them are deleted.
+struct DenseDeletes {
+    /// Position spans still to be read, in order.
+    spans: std::collections::VecDeque<(u64, u64)>,
+    deleted: std::iter::Peekable<roaring::treemap::IntoIter>,
+    location: String,
+}
+
+impl DenseDeletes {
+    /// Which of the next `n` rows read to keep (`None`: all of them).
+    fn mask(&mut self, n: usize) -> Result<Option<arrow::array::BooleanArray>> {
+        let mut keep: Option<arrow::array::BooleanBufferBuilder> = None;
+        let mut at = 0usize;
+        while at < n {
+            let Some(span) = self.spans.front_mut() else {
+                return Err(DataFusionError::Internal(format!(
+                    "the scan of {} returned more rows than its row groups hold",
+                    self.location
+                )));
+            };
+            let len = (span.1 - span.0).min((n - at) as u64);
+            let (lo, hi) = (span.0, span.0 + len);
+            while let Some(&d) = self.deleted.peek() {
+                if d >= hi {
+                    break;
+                }
+                self.deleted.next();
+                if d >= lo {
+                    let keep = keep.get_or_insert_with(|| {
+                        let mut b = arrow::array::BooleanBufferBuilder::new(n);
+                        b.append_n(n, true);
+                        b
+                    });
+                    keep.set_bit(at + (d - lo) as usize, false);
+                }
+            }
+            span.0 = hi;
+            if span.0 == span.1 {
+                self.spans.pop_front();
+            }
+            at += len as usize;
+        }
+        Ok(keep.map(|mut k| arrow::array::BooleanArray::new(k.finish(), None)))
     }
 }
 
@@ -935,6 +1079,39 @@ mod tests {
         // From a later row group on: earlier deletes are passed over.
         let mut later = LivePositions::new(deleted, 4);
         assert_eq!(later.take(4).values().to_vec(), vec![5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn dense_deletes_drop_rows_after_decoding() {
+        // Row groups of 4, 3 and 5 rows: positions 0..4, 4..7, 7..12.
+        let deleted: RoaringTreemap = [1u64, 2, 4, 5, 6, 11, 40].into_iter().collect();
+        let per_group = deleted_per_group(&[4, 3, 5], &deleted);
+        assert_eq!(per_group, [2, 3, 1]);
+        // The second group is all deleted: skipped, the others read whole.
+        let (plan, spans) = whole_groups(&[4, 3, 5], &[true; 3], &per_group);
+        assert_eq!(describe(&plan), ["scan", "skip", "scan"]);
+        assert_eq!(spans, [(0, 4), (7, 12)]);
+        let (plan, spans) = whole_groups(&[4, 3, 5], &[false, true, true], &per_group);
+        assert_eq!(describe(&plan), ["skip", "skip", "scan"]);
+        assert_eq!(spans, [(7, 12)]);
+        let (_, spans) = whole_groups(&[4, 3, 5], &[true; 3], &[0, 0, 0]);
+        assert_eq!(spans, [(0, 12)]);
+
+        // Rows read: positions 0 1 2 3 7 8 9 10 11, in batches of 3, 4 and 2.
+        let mut dense = DenseDeletes {
+            spans: vec![(0, 4), (7, 12)].into(),
+            deleted: deleted.into_iter().peekable(),
+            location: "f".into(),
+        };
+        let mask = |m: Option<arrow::array::BooleanArray>| {
+            m.map(|m| m.iter().map(|b| b.unwrap()).collect::<Vec<_>>())
+        };
+        assert_eq!(mask(dense.mask(3).unwrap()), Some(vec![true, false, false]));
+        assert_eq!(mask(dense.mask(4).unwrap()), None);
+        assert_eq!(mask(dense.mask(2).unwrap()), Some(vec![true, false]));
+        assert_eq!(mask(dense.mask(0).unwrap()), None);
+        // More rows than the spans hold is an error, not a guess.
+        assert!(dense.mask(1).is_err());
     }
 
     #[test]
