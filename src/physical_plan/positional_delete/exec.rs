@@ -5,13 +5,15 @@
 //!   position delete files (file_path, pos)        data file D (row groups g0 g1 g2)
 //!        │ rows whose file_path = D                     │
 //!        ▼                                              ▼
-//!   bitmap of D's deleted positions ──► per row group: scan | skip | RowSelection
+//!   D's deleted positions (sorted) ──► per row group: scan | skip | RowSelection
 //!                                        ──► ParquetAccessPlan on D's PartitionedFile
 //!                                        ──► DataFusion's parquet scan of D alone
 //! ```
-//! Deleted rows are never decoded. The bitmaps of one partition's files are held at once (at
-//! most one bit per row of those files, reserved from the memory pool); row selections are built
-//! for one file at a time, just before it is read.
+//! Sparse deletes are never decoded. Dense ones (1 row in 64 or more, in a scan without a
+//! predicate) are dropped right after decoding instead: a selection of such short runs costs
+//! more to build and follow than the rows it saves. The deleted positions of one partition's
+//! files are held at once (4 bytes per deleted row, reserved from the memory pool); access plans
+//! are built for one file at a time, just before it is read.
 //!
 //! With [`PositionalDeleteExec::with_positions`] the node also appends each row's position in
 //! its data file (`_pos`, what a merge-on-read `DELETE` writes into new position delete files).
@@ -58,7 +60,6 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::statistics::Statistics as ParquetStatistics;
-use roaring::RoaringTreemap;
 
 use crate::physical_plan::single_child;
 
@@ -287,13 +288,18 @@ impl ExecutionPlan for PositionalDeleteExec {
         let out_schema = Arc::clone(&schema);
         let stream = futures::stream::once(async move {
             let delete_rows: u64 = opener.delete_files(&files).iter().map(|f| f.rows).sum();
-            let bitmaps = match delete_rows > threshold {
+            let loaded = match delete_rows > threshold {
                 true => None,
-                false => match {
+                false => {
                     let _timer = load_time.timer();
-                    opener.load_bitmaps(&files, reservation).await
-                } {
-                    Ok(b) => Some(b),
+                    Some(opener.load_bitmaps(&files, reservation).await)
+                }
+            };
+            let bitmaps = match loaded {
+                None => None,
+                Some(loaded) => match loaded {
+                    // `None`: a position beyond 32 bits; the anti-join takes any.
+                    Ok(b) => b,
                     // Too large for memory after all: the anti-join needs only a batch.
                     Err(DataFusionError::ResourcesExhausted(_)) => None,
                     Err(e) => return Err(e),
@@ -371,8 +377,61 @@ impl ExecutionPlan for PositionalDeleteExec {
 
 /// Deleted positions by data file location, and the reservation that pays for them.
 struct Bitmaps {
-    positions: HashMap<String, RoaringTreemap>,
+    positions: HashMap<String, Deleted>,
     _reservation: MemoryReservation,
+}
+
+/// One data file's deleted positions, sorted and distinct. Positions of a data file fit in 32
+/// bits (a partition with a larger one takes the anti-join route).
+#[derive(Debug, Clone, Default)]
+struct Deleted(Arc<[u32]>);
+
+impl Deleted {
+    fn from_sorted(positions: &[u32]) -> Self {
+        Self(positions.into())
+    }
+
+    fn positions(&self) -> &[u32] {
+        &self.0
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Positions gathered for one data file while its delete files are read.
+#[derive(Debug, Default)]
+struct Gathered {
+    positions: Vec<u32>,
+    /// Whether `positions` is strictly increasing so far (else sorted and deduplicated at the
+    /// end).
+    sorted: bool,
+}
+
+impl Gathered {
+    /// Adds a run of positions; `false` when one does not fit in 32 bits.
+    fn extend(&mut self, run: &[i64]) -> bool {
+        if run.iter().any(|p| *p > i64::from(u32::MAX)) {
+            return false;
+        }
+        let increasing = run.windows(2).all(|w| w[0] < w[1]);
+        let after = match (self.positions.last(), run.first()) {
+            (Some(last), Some(first)) => i64::from(*last) < *first,
+            _ => true,
+        };
+        self.sorted = (self.sorted || self.positions.is_empty()) && increasing && after;
+        self.positions.extend(run.iter().map(|p| *p as u32));
+        true
+    }
+
+    fn finish(mut self) -> Deleted {
+        if !self.sorted {
+            self.positions.sort_unstable();
+            self.positions.dedup();
+        }
+        Deleted::from_sorted(&self.positions)
+    }
 }
 
 /// Spill metrics of the anti-join's sort.
@@ -518,12 +577,12 @@ impl FileOpener {
     }
 
     /// Reads every delete file that applies to one of `files` once, keeping the positions of
-    /// those files.
+    /// those files (`None` when one of them does not fit in 32 bits).
     async fn load_bitmaps(
         &self,
         files: &[PartitionedFile],
         reservation: MemoryReservation,
-    ) -> Result<Bitmaps> {
+    ) -> Result<Option<Bitmaps>> {
         // recorded path -> object location, for the files of this partition that have deletes
         let mut wanted: HashMap<String, String> = HashMap::new();
         let mut delete_files: Vec<PositionDeleteFile> = vec![];
@@ -536,11 +595,16 @@ impl FileOpener {
         }
         delete_files.sort_by(|a, b| a.location.cmp(&b.location));
         delete_files.dedup();
-        let mut bitmaps: HashMap<String, RoaringTreemap> = HashMap::new();
+        let mut gathered: HashMap<String, Gathered> = HashMap::new();
         for file in delete_files {
-            read_position_deletes(&self.store, &file, &wanted, &mut bitmaps).await?;
+            if !read_position_deletes(&self.store, &file, &wanted, &mut gathered).await? {
+                return Ok(None);
+            }
             self.files_read.add(1);
-            let size: usize = bitmaps.values().map(|b| b.serialized_size()).sum();
+            let size: usize = gathered
+                .values()
+                .map(|g| g.positions.capacity() * size_of::<u32>())
+                .sum();
             reservation.try_resize(size).map_err(|e| {
                 DataFusionError::ResourcesExhausted(format!(
                     "position deletes of {} data files do not fit in memory: {e}",
@@ -548,10 +612,21 @@ impl FileOpener {
                 ))
             })?;
         }
-        Ok(Bitmaps {
-            positions: bitmaps,
+        let positions: HashMap<String, Deleted> = gathered
+            .into_iter()
+            .map(|(location, g)| (location, g.finish()))
+            .collect();
+        let size: usize = positions.values().map(|d| size_of_val(d.positions())).sum();
+        reservation.try_resize(size).map_err(|e| {
+            DataFusionError::ResourcesExhausted(format!(
+                "position deletes of {} data files do not fit in memory: {e}",
+                wanted.len()
+            ))
+        })?;
+        Ok(Some(Bitmaps {
+            positions,
             _reservation: reservation,
-        })
+        }))
     }
 
     /// Reads one data file, skipping its deleted positions (and numbering the rest when
@@ -561,7 +636,7 @@ impl FileOpener {
     async fn open(
         &self,
         mut file: PartitionedFile,
-        bitmaps: &HashMap<String, RoaringTreemap>,
+        bitmaps: &HashMap<String, Deleted>,
         positions: bool,
     ) -> Result<(SendableRecordBatchStream, u64)> {
         let location = file.object_meta.location.to_string();
@@ -570,9 +645,12 @@ impl FileOpener {
         // asked for or deletes apply: those files are read by this crate's range rule.
         let numbered = positions || self.deletes.contains_key(&location);
         let mut first = 0;
-        let mut skipped_groups = RoaringTreemap::new();
+        let none = Deleted::default();
+        let deleted = deleted.unwrap_or(&none);
+        // Position spans of the row groups read (all of the file unless split into ranges).
+        let mut spans = vec![(0, u64::MAX)];
         let mut dense: Option<DenseDeletes> = None;
-        if deleted.is_some() || (numbered && file.range.is_some()) {
+        if !deleted.is_empty() || (numbered && file.range.is_some()) {
             // Through DataFusion's metadata cache: the scan of this file reuses the footer.
             let metadata = DFParquetMetadata::new(self.store.as_ref(), &file.object_meta)
                 .with_file_metadata_cache(Some(
@@ -592,22 +670,14 @@ impl FileOpener {
                 Some(range) => row_groups_in_range(groups, range.start, range.end, &location)?,
                 None => vec![true; groups.len()],
             };
-            let mut start = 0;
-            for (n, r) in rows.iter().zip(&read) {
-                if !*r {
-                    skipped_groups.insert_range(start..start + n);
-                }
-                start += n;
-            }
             first = rows
                 .iter()
                 .zip(&read)
                 .take_while(|(_, r)| !**r)
                 .map(|(n, _)| *n)
                 .sum();
-            let none = RoaringTreemap::new();
-            let deleted = deleted.unwrap_or(&none);
-            let per_group = deleted_per_group(&rows, deleted);
+            let per_group = deleted_per_group(&rows, deleted.positions());
+            spans = whole_groups(&rows, &read, &vec![0; rows.len()]).1;
             let (read_rows, read_deleted) = rows
                 .iter()
                 .zip(&per_group)
@@ -624,14 +694,15 @@ impl FileOpener {
                 let (plan, spans) = whole_groups(&rows, &read, &per_group);
                 dense = Some(DenseDeletes {
                     spans: spans.into(),
-                    deleted: deleted.clone().into_iter().peekable(),
+                    deleted: deleted.clone(),
+                    next: 0,
                     location: location.clone(),
                 });
                 self.removed.add(read_deleted as usize);
                 self.dense_files.add(1);
                 plan
             } else {
-                let (plan, removed) = access_plan(&rows, &read, deleted);
+                let (plan, removed) = access_plan(&rows, &read, deleted.positions());
                 self.removed.add(removed as usize);
                 plan
             };
@@ -658,13 +729,11 @@ impl FileOpener {
             return Ok((stream, first));
         }
         let schema = with_position_field(&stream.schema());
-        // Rows of the row groups outside the range are never read: numbered as if deleted.
-        let mut cursor =
-            LivePositions::new(deleted.cloned().unwrap_or_default() | skipped_groups, first);
+        let mut cursor = LivePositions::new(spans, deleted.clone(), location);
         let out = Arc::clone(&schema);
         let numbered = stream.map(move |batch| {
             let batch = batch?;
-            let pos = cursor.take(batch.num_rows());
+            let pos = cursor.take(batch.num_rows())?;
             let mut columns = batch.columns().to_vec();
             columns.push(Arc::new(pos));
             Ok(arrow::array::RecordBatch::try_new(
@@ -684,20 +753,16 @@ impl FileOpener {
 /// the parquet reader to skip anything (it too decodes everything below runs of 32 rows).
 const DENSE_DELETES_PER_ROW: u64 = 64;
 
-/// How many of `deleted` fall into each row group of a file whose groups hold `rows` rows.
-fn deleted_per_group(rows: &[u64], deleted: &RoaringTreemap) -> Vec<u64> {
-    let mut out = vec![0u64; rows.len()];
-    let (mut group, mut end) = (0usize, rows.first().copied().unwrap_or(0));
-    for p in deleted.iter() {
-        while group < rows.len() && p >= end {
-            group += 1;
-            end += rows.get(group).copied().unwrap_or(0);
-        }
-        match out.get_mut(group) {
-            Some(n) => *n += 1,
-            // Beyond the file's rows.
-            None => break,
-        }
+/// How many of `deleted` (sorted) fall into each row group of a file whose groups hold `rows`
+/// rows.
+fn deleted_per_group(rows: &[u64], deleted: &[u32]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(rows.len());
+    let (mut start, mut below) = (0u64, 0usize);
+    for &n in rows {
+        let end = start + n;
+        let upto = deleted.partition_point(|p| u64::from(*p) < end);
+        out.push((upto - below) as u64);
+        (start, below) = (end, upto);
     }
     out
 }
@@ -733,13 +798,16 @@ fn whole_groups(
 struct DenseDeletes {
     /// Position spans still to be read, in order.
     spans: std::collections::VecDeque<(u64, u64)>,
-    deleted: std::iter::Peekable<roaring::treemap::IntoIter>,
+    deleted: Deleted,
+    /// Index of the first deleted position not passed yet.
+    next: usize,
     location: String,
 }
 
 impl DenseDeletes {
     /// Which of the next `n` rows read to keep (`None`: all of them).
     fn mask(&mut self, n: usize) -> Result<Option<arrow::array::BooleanArray>> {
+        let deleted = self.deleted.positions();
         let mut keep: Option<arrow::array::BooleanBufferBuilder> = None;
         let mut at = 0usize;
         while at < n {
@@ -751,11 +819,12 @@ impl DenseDeletes {
             };
             let len = (span.1 - span.0).min((n - at) as u64);
             let (lo, hi) = (span.0, span.0 + len);
-            while let Some(&d) = self.deleted.peek() {
+            while let Some(&d) = deleted.get(self.next) {
+                let d = u64::from(d);
                 if d >= hi {
                     break;
                 }
-                self.deleted.next();
+                self.next += 1;
                 if d >= lo {
                     let keep = keep.get_or_insert_with(|| {
                         let mut b = arrow::array::BooleanBufferBuilder::new(n);
@@ -818,37 +887,63 @@ fn with_position_field(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes
     ))
 }
 
-/// The live positions of a file in order from `first` on: first, first + 1, … without the
-/// deleted ones.
+/// The live positions of a file in the order a scan of some of its row groups reads them: the
+/// positions of those groups (`spans`) without the deleted ones.
 struct LivePositions {
-    next: u64,
-    deleted: std::iter::Peekable<roaring::treemap::IntoIter>,
+    spans: std::collections::VecDeque<(u64, u64)>,
+    deleted: Deleted,
+    /// Index of the first deleted position not passed yet.
+    next: usize,
+    location: String,
 }
 
 impl LivePositions {
-    fn new(deleted: RoaringTreemap, first: u64) -> Self {
+    fn new(spans: Vec<(u64, u64)>, deleted: Deleted, location: String) -> Self {
         Self {
-            next: first,
-            deleted: deleted.into_iter().peekable(),
+            spans: spans.into(),
+            deleted,
+            next: 0,
+            location,
         }
     }
 
     /// The next `n` live positions.
-    fn take(&mut self, n: usize) -> arrow::array::Int64Array {
+    fn take(&mut self, n: usize) -> Result<arrow::array::Int64Array> {
+        let deleted = self.deleted.positions();
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
-            while self.deleted.peek().is_some_and(|&d| d <= self.next) {
-                if self.deleted.next() == Some(self.next) {
-                    self.next += 1;
-                }
+            let Some(span) = self.spans.front_mut() else {
+                return Err(DataFusionError::Internal(format!(
+                    "the scan of {} returned more rows than it has live positions",
+                    self.location
+                )));
+            };
+            if span.0 >= span.1 {
+                self.spans.pop_front();
+                continue;
             }
+            // Deleted positions before the span's next one no longer matter.
+            while deleted
+                .get(self.next)
+                .is_some_and(|d| u64::from(*d) < span.0)
+            {
+                self.next += 1;
+            }
+            let until = match deleted.get(self.next) {
+                Some(&d) if u64::from(d) == span.0 => {
+                    span.0 += 1;
+                    self.next += 1;
+                    continue;
+                }
+                Some(&d) => u64::from(d).min(span.1),
+                None => span.1,
+            };
             // Up to the next deleted position, every position is live.
-            let until = self.deleted.peek().copied().unwrap_or(u64::MAX);
-            let run = (until - self.next).min((n - out.len()) as u64);
-            out.extend((self.next..self.next + run).map(|p| p as i64));
-            self.next += run;
+            let run = (until - span.0).min((n - out.len()) as u64);
+            out.extend((span.0..span.0 + run).map(|p| p as i64));
+            span.0 += run;
         }
-        arrow::array::Int64Array::from(out)
+        Ok(arrow::array::Int64Array::from(out))
     }
 }
 
@@ -857,10 +952,10 @@ impl LivePositions {
 pub(crate) fn access_plan(
     rows: &[u64],
     read: &[bool],
-    deleted: &RoaringTreemap,
+    deleted: &[u32],
 ) -> (ParquetAccessPlan, u64) {
     let mut groups = Vec::with_capacity(rows.len());
-    let mut positions = deleted.iter().peekable();
+    let mut positions = deleted.iter().map(|p| u64::from(*p)).peekable();
     let mut start = 0u64;
     let mut removed = 0u64;
     for (&n, &read) in rows.iter().zip(read) {
@@ -920,14 +1015,14 @@ fn column_index(schema: &arrow::datatypes::Schema, id: i32, name: &str) -> Optio
 }
 
 /// Adds the positions `file` deletes in the data files of `wanted` (recorded path → location)
-/// to `bitmaps` (by location). Row groups whose `file_path` bounds exclude every wanted path
-/// are not read.
+/// to `gathered` (by location); `false` when one does not fit in 32 bits. Row groups whose
+/// `file_path` bounds exclude every wanted path are not read.
 async fn read_position_deletes(
     store: &Arc<dyn ObjectStore>,
     file: &PositionDeleteFile,
     wanted: &HashMap<String, String>,
-    bitmaps: &mut HashMap<String, RoaringTreemap>,
-) -> Result<()> {
+    gathered: &mut HashMap<String, Gathered>,
+) -> Result<bool> {
     let mut reader =
         ParquetObjectReader::new(Arc::clone(store), Path::from(file.location.as_str()))
             .with_file_size(file.size);
@@ -986,7 +1081,7 @@ async fn read_position_deletes(
         .map(|(i, _)| i)
         .collect();
     if row_groups.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     let mask = ProjectionMask::roots(descr, [path_col, pos_col]);
     let mut stream = builder
@@ -1017,7 +1112,7 @@ async fn read_position_deletes(
             .collect();
         let keys = paths.keys().values();
         // Delete files are sorted by path: positions are gathered per run of one path and
-        // added to that file's bitmap at once.
+        // added to that file's list at once.
         let mut run_start = 0;
         for i in 1..=keys.len() {
             if i < keys.len() && keys[i] == keys[run_start] {
@@ -1031,20 +1126,18 @@ async fn read_position_deletes(
                         file.location
                     )));
                 }
-                let bitmap = match bitmaps.get_mut(location) {
-                    Some(b) => b,
-                    None => bitmaps.entry(location.clone()).or_default(),
+                let list = match gathered.get_mut(location) {
+                    Some(g) => g,
+                    None => gathered.entry(location.clone()).or_default(),
                 };
-                // Sorted runs beyond the bitmap's maximum append in bulk; the rest insert.
-                if let Err(e) = bitmap.append(run.iter().map(|p| *p as u64)) {
-                    let done = e.valid_until() as usize;
-                    bitmap.extend(run[done..].iter().map(|p| *p as u64));
+                if !list.extend(run) {
+                    return Ok(false);
                 }
             }
             run_start = i;
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -1068,24 +1161,48 @@ mod tests {
 
     #[test]
     fn live_positions_skip_deleted_ones() {
-        let deleted: RoaringTreemap = [0u64, 3, 4, 9].into_iter().collect();
-        let mut live = LivePositions::new(deleted.clone(), 0);
-        assert_eq!(live.take(3).values().to_vec(), vec![1, 2, 5]);
-        assert_eq!(live.take(4).values().to_vec(), vec![6, 7, 8, 10]);
-        assert_eq!(live.take(0).len(), 0);
-        assert_eq!(live.take(2).values().to_vec(), vec![11, 12]);
-        let mut none = LivePositions::new(RoaringTreemap::new(), 0);
-        assert_eq!(none.take(3).values().to_vec(), vec![0, 1, 2]);
-        // From a later row group on: earlier deletes are passed over.
-        let mut later = LivePositions::new(deleted, 4);
-        assert_eq!(later.take(4).values().to_vec(), vec![5, 6, 7, 8]);
+        let deleted = Deleted::from_sorted(&[0, 3, 4, 9]);
+        let all = vec![(0, u64::MAX)];
+        let mut live = LivePositions::new(all.clone(), deleted.clone(), "f".into());
+        let take = |live: &mut LivePositions, n| live.take(n).unwrap().values().to_vec();
+        assert_eq!(take(&mut live, 3), vec![1, 2, 5]);
+        assert_eq!(take(&mut live, 4), vec![6, 7, 8, 10]);
+        assert_eq!(take(&mut live, 0), Vec::<i64>::new());
+        assert_eq!(take(&mut live, 2), vec![11, 12]);
+        let mut none = LivePositions::new(all, Deleted::default(), "f".into());
+        assert_eq!(take(&mut none, 3), vec![0, 1, 2]);
+        // Only some row groups read (a byte range): earlier deletes are passed over, and the
+        // rows between spans never come.
+        let mut ranged = LivePositions::new(vec![(4, 6), (8, 11)], deleted, "f".into());
+        assert_eq!(take(&mut ranged, 3), vec![5, 8, 10]);
+        assert!(ranged.take(1).is_err());
+    }
+
+    #[test]
+    fn gathered_positions_end_sorted_and_distinct() {
+        let mut sorted = Gathered::default();
+        assert!(sorted.extend(&[1, 5, 9]) && sorted.extend(&[12, 40]));
+        assert!(sorted.sorted);
+        assert_eq!(sorted.finish().positions(), [1, 5, 9, 12, 40]);
+        // Two delete files for one data file: overlapping, out of order, repeated.
+        let mut mixed = Gathered::default();
+        assert!(mixed.extend(&[3, 8, 20]) && mixed.extend(&[1, 8, 9]) && mixed.extend(&[2, 2]));
+        assert!(!mixed.sorted);
+        assert_eq!(mixed.finish().positions(), [1, 2, 3, 8, 9, 20]);
+        // A run that is not increasing by itself.
+        let mut unsorted = Gathered::default();
+        assert!(unsorted.extend(&[7, 4]));
+        assert_eq!(unsorted.finish().positions(), [4, 7]);
+        // Beyond 32 bits: refused (the partition takes the anti-join route).
+        assert!(!Gathered::default().extend(&[1, 1 << 32]));
+        assert!(Gathered::default().extend(&[u32::MAX as i64]));
     }
 
     #[test]
     fn dense_deletes_drop_rows_after_decoding() {
         // Row groups of 4, 3 and 5 rows: positions 0..4, 4..7, 7..12.
-        let deleted: RoaringTreemap = [1u64, 2, 4, 5, 6, 11, 40].into_iter().collect();
-        let per_group = deleted_per_group(&[4, 3, 5], &deleted);
+        let deleted = Deleted::from_sorted(&[1, 2, 4, 5, 6, 11, 40]);
+        let per_group = deleted_per_group(&[4, 3, 5], deleted.positions());
         assert_eq!(per_group, [2, 3, 1]);
         // The second group is all deleted: skipped, the others read whole.
         let (plan, spans) = whole_groups(&[4, 3, 5], &[true; 3], &per_group);
@@ -1100,7 +1217,8 @@ mod tests {
         // Rows read: positions 0 1 2 3 7 8 9 10 11, in batches of 3, 4 and 2.
         let mut dense = DenseDeletes {
             spans: vec![(0, 4), (7, 12)].into(),
-            deleted: deleted.into_iter().peekable(),
+            deleted,
+            next: 0,
             location: "f".into(),
         };
         let mask = |m: Option<arrow::array::BooleanArray>| {
@@ -1117,12 +1235,12 @@ mod tests {
     #[test]
     fn positions_become_row_group_selections() {
         // Row groups of 4, 3 and 5 rows: positions 0..4, 4..7, 7..12.
-        let deleted: RoaringTreemap = [1u64, 2, 4, 5, 6, 11, 40].into_iter().collect();
+        let deleted = [1u32, 2, 4, 5, 6, 11, 40];
         let (plan, removed) = access_plan(&[4, 3, 5], &[true; 3], &deleted);
         assert_eq!(describe(&plan), ["+1 -2 +1", "skip", "+4 -1"]);
         // Position 40 lies beyond the file and removes nothing.
         assert_eq!(removed, 6);
-        let (plan, removed) = access_plan(&[4, 3], &[true; 2], &RoaringTreemap::new());
+        let (plan, removed) = access_plan(&[4, 3], &[true; 2], &[]);
         assert_eq!(describe(&plan), ["scan", "scan"]);
         assert_eq!(removed, 0);
         // Row groups outside the scan's byte range: skipped, their deletes not counted.
