@@ -34,7 +34,9 @@ use datafusion::common::Statistics;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::physical_plan::{
+    FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
+};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
@@ -264,6 +266,7 @@ impl ExecutionPlan for PositionalDeleteExec {
             .register(context.memory_pool());
         let opener = Arc::new(FileOpener {
             config: config.clone(),
+            unfiltered: without_predicate(config)?,
             store,
             deletes: Arc::clone(&self.deletes),
             context,
@@ -314,7 +317,10 @@ impl ExecutionPlan for PositionalDeleteExec {
                         let bitmaps = Arc::clone(&bitmaps);
                         async move {
                             Ok::<_, DataFusionError>(
-                                opener.open(file, &bitmaps.positions, positions).await?.0,
+                                opener
+                                    .open(file, &bitmaps.positions, positions, false)
+                                    .await?
+                                    .0,
                             )
                         }
                     });
@@ -361,7 +367,7 @@ impl ExecutionPlan for PositionalDeleteExec {
             ));
         }
         // Filters judge each row on its own: reading fewer rows never changes which positions
-        // are deleted, so they may run inside the scan.
+        // are deleted, so the scan may prune by them on the row selection route.
         FilterDescription::from_children(parent_filters, &self.children())
     }
 
@@ -371,7 +377,11 @@ impl ExecutionPlan for PositionalDeleteExec {
         child_pushdown_result: ChildPushdownResult,
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
-        Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
+        // The scan uses the filters to prune, but the parents keep applying them: a partition
+        // on the anti-join route reads its files without them (see `without_predicate`).
+        Ok(FilterPushdownPropagation::all_unsupported(
+            child_pushdown_result,
+        ))
     }
 }
 
@@ -457,6 +467,9 @@ struct JoinState {
 /// Reads one partition's data files with their deletes applied.
 struct FileOpener {
     config: FileScanConfig,
+    /// `config` without the pushed-down predicate: the anti-join numbers the rows it reads, so
+    /// the reader must not skip any.
+    unfiltered: FileScanConfig,
     store: Arc<dyn ObjectStore>,
     deletes: Arc<HashMap<String, FileDeletes>>,
     context: Arc<TaskContext>,
@@ -544,7 +557,8 @@ impl FileOpener {
                         }
                         return Ok(None);
                     };
-                    let (stream, first) = st.opener.open(file, &HashMap::new(), false).await?;
+                    let (stream, first) =
+                        st.opener.open(file, &HashMap::new(), false, true).await?;
                     st.current = Some((stream, path, first));
                 }
                 let Some((stream, path, start)) = st.current.as_mut() else {
@@ -638,6 +652,7 @@ impl FileOpener {
         mut file: PartitionedFile,
         bitmaps: &HashMap<String, Deleted>,
         positions: bool,
+        unfiltered: bool,
     ) -> Result<(SendableRecordBatchStream, u64)> {
         let location = file.object_meta.location.to_string();
         let deleted = bitmaps.get(&location).filter(|d| !d.is_empty());
@@ -686,6 +701,7 @@ impl FileOpener {
                 .fold((0, 0), |(n, d), ((rn, rd), _)| (n + rn, d + rd));
             let plan = if !positions
                 && self.filter_free
+                && read_deleted > 0
                 && read_deleted * DENSE_DELETES_PER_ROW >= read_rows
             {
                 // Dense deletes: the row groups are read whole and the deleted rows dropped
@@ -708,7 +724,11 @@ impl FileOpener {
             };
             file = file.with_extensions(Arc::new(plan));
         }
-        let config = FileScanConfigBuilder::from(self.config.clone())
+        let config = match unfiltered {
+            true => &self.unfiltered,
+            false => &self.config,
+        };
+        let config = FileScanConfigBuilder::from(config.clone())
             .with_file_groups(vec![FileGroup::new(vec![file])])
             .build();
         let stream =
@@ -844,6 +864,33 @@ impl DenseDeletes {
     }
 }
 
+/// `config` with its parquet source's predicate replaced by `true` and row filtering off: the
+/// reader then skips no row of the row groups it is given (pruning by statistics, bloom filters,
+/// the page index and row filters all need a predicate).
+fn without_predicate(config: &FileScanConfig) -> Result<FileScanConfig> {
+    let source = config.file_source();
+    if source.filter().is_none() {
+        return Ok(config.clone());
+    }
+    let parquet = source
+        .as_any()
+        .downcast_ref::<ParquetSource>()
+        .ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "PositionalDeleteExec reads parquet, got a {} source",
+                source.file_type()
+            ))
+        })?;
+    let always: Arc<dyn PhysicalExpr> =
+        Arc::new(datafusion::physical_expr::expressions::Literal::new(
+            datafusion::common::ScalarValue::Boolean(Some(true)),
+        ));
+    let source = parquet.with_predicate(always).with_pushdown_filters(false);
+    Ok(FileScanConfigBuilder::from(config.clone())
+        .with_source(Arc::new(source))
+        .build())
+}
+
 /// Which row groups a scan of the byte range `start..end` of a file reads: those whose first page
 /// starts inside it. DataFusion splits large files into ranges that tile the file, so every row
 /// group is read by exactly one of them; this is the rule of DataFusion's parquet reader, applied
@@ -862,7 +909,14 @@ fn row_groups_in_range(
                 .unwrap_or_else(|| col.data_page_offset())
         })
         .collect();
-    if offsets.windows(2).any(|w| w[0] >= w[1]) {
+    // Groups without rows may share an offset: they read nothing, whichever range takes them.
+    let with_rows: Vec<i64> = offsets
+        .iter()
+        .zip(groups)
+        .filter(|(_, rg)| rg.num_rows() > 0)
+        .map(|(o, _)| *o)
+        .collect();
+    if with_rows.windows(2).any(|w| w[0] >= w[1]) {
         // Positions within a range are counted from its first row group on.
         return Err(DataFusionError::Execution(format!(
             "data file {location} has row groups out of file order, so a byte range of it \
@@ -1096,20 +1150,16 @@ async fn read_position_deletes(
         let paths = paths.as_dictionary::<Int32Type>();
         let pos = arrow::compute::cast(batch.column(pos_idx), &DataType::Int64)?;
         let pos = pos.as_primitive::<Int64Type>();
-        if paths.null_count() > 0 || pos.null_count() > 0 {
+        if paths.logical_null_count() > 0 || pos.null_count() > 0 {
             return Err(DataFusionError::Execution(format!(
                 "position delete file {} has a NULL file_path or pos",
                 file.location
             )));
         }
-        // The data file each distinct path names, when it is one of `wanted`.
+        // The data file each distinct path names, when it is one of `wanted`: looked up when a
+        // run first names it (the dictionary may hold the paths of a whole shared file).
         let names = paths.values().as_string::<i32>();
-        let targets: Vec<Option<&String>> = (0..names.len())
-            .map(|v| match names.is_null(v) {
-                true => None,
-                false => wanted.get(names.value(v)),
-            })
-            .collect();
+        let mut targets: Vec<Option<Option<&String>>> = vec![None; names.len()];
         let keys = paths.keys().values();
         // Delete files are sorted by path: positions are gathered per run of one path and
         // added to that file's list at once.
@@ -1118,7 +1168,16 @@ async fn read_position_deletes(
             if i < keys.len() && keys[i] == keys[run_start] {
                 continue;
             }
-            if let Some(location) = targets.get(keys[run_start] as usize).copied().flatten() {
+            let key = keys[run_start] as usize;
+            let target = match targets.get(key).copied().flatten() {
+                Some(t) => t,
+                None => {
+                    let t = wanted.get(names.value(key));
+                    targets[key] = Some(t);
+                    t
+                }
+            };
+            if let Some(location) = target {
                 let run = &pos.values()[run_start..i];
                 if let Some(negative) = run.iter().find(|p| **p < 0) {
                     return Err(DataFusionError::Execution(format!(
