@@ -695,6 +695,50 @@ async fn random_history(seed: u64, partitioned: bool) {
 }
 
 #[tokio::test]
+async fn positions_beyond_32_bits_take_the_anti_join_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(dir.path(), false, None).await;
+    let mut rng = StdRng::seed_from_u64(21);
+    h.append(&mut rng, 300, 40).await;
+    h.delete_positions(&mut rng, 0.2).await;
+    // A delete file naming one real position and one beyond any 32-bit position (legal: it
+    // removes nothing). The in-memory lists hold 32-bit positions, so its partition is joined.
+    let table = h.table().await;
+    let spec_id = table.metadata().default_partition_spec_id();
+    let path = h.oracle.files[0].path.clone();
+    let file = write_position_delete_file(
+        &table,
+        spec_id,
+        h.partition(0),
+        vec![(path.clone(), 2), (path.clone(), (1i64 << 32) + 5)],
+    )
+    .await
+    .unwrap();
+    let seq = h.commit_deletes(vec![file]).await;
+    h.oracle.positions.entry((path, 2)).or_insert(seq);
+    let ctx = h.session.context();
+    let plan = ctx
+        .sql("SELECT id, k2, part, v FROM ns.t")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let batches = collect(Arc::clone(&plan), ctx.task_ctx()).await.unwrap();
+    assert_eq!(
+        sorted(render(&batches)),
+        sorted(h.oracle.live().iter().map(line).collect())
+    );
+    let mut nodes = vec![];
+    find_all(&plan, "PositionalDeleteExec", &mut nodes);
+    let m = nodes[0].metrics().unwrap();
+    let sum = |name: &str| m.sum_by_name(name).map_or(0, |v| v.as_usize());
+    assert!(sum("anti_join_route") > 0, "{m:?}");
+    assert_eq!(h.session.memory_pool().reserved(), 0);
+    h.check("a position beyond 32 bits").await;
+}
+
+#[tokio::test]
 async fn deleting_a_partition_drops_its_equality_deletes() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = Harness::new(dir.path(), true, None).await;
