@@ -19,6 +19,11 @@
 //! its data file (`_pos`, what a merge-on-read `DELETE` writes into new position delete files).
 //! Every file is then read whole apart from its deleted rows, with no predicate inside the
 //! reader, so the k-th row read is the k-th live position of the file.
+//!
+//! DataFusion may split a large file into byte ranges read by different partitions. Files whose
+//! rows are numbered (deletes apply, or positions are asked for) are then read here by row group:
+//! a range reads the groups whose first page starts inside it, and numbers rows from the first
+//! of them.
 
 use std::any::Any;
 use std::collections::HashMap;
