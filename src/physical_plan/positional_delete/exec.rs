@@ -440,6 +440,20 @@ impl Gathered {
         true
     }
 
+    /// Adds the positions another delete file gathered for the same data file.
+    fn append(&mut self, other: Gathered) {
+        if self.positions.is_empty() {
+            *self = other;
+            return;
+        }
+        let after = match (self.positions.last(), other.positions.first()) {
+            (Some(last), Some(first)) => last < first,
+            _ => true,
+        };
+        self.sorted = self.sorted && other.sorted && after;
+        self.positions.extend(other.positions);
+    }
+
     fn finish(mut self) -> Deleted {
         if !self.sorted {
             self.positions.sort_unstable();
@@ -448,6 +462,9 @@ impl Gathered {
         Deleted::from_sorted(&self.positions)
     }
 }
+
+/// Position delete files read at once by one partition.
+const DELETE_FILES_IN_FLIGHT: usize = 4;
 
 /// Spill metrics of the anti-join's sort.
 struct SpillCounters {
@@ -615,9 +632,25 @@ impl FileOpener {
         delete_files.sort_by(|a, b| a.location.cmp(&b.location));
         delete_files.dedup();
         let mut gathered: HashMap<String, Gathered> = HashMap::new();
-        for file in delete_files {
-            if !read_position_deletes(&self.store, &file, &wanted, &mut gathered).await? {
+        // A few delete files in flight at once: on object stores each costs several requests.
+        let wanted_paths = &wanted;
+        let mut reads = futures::stream::iter(delete_files)
+            .map(|file| {
+                let store = Arc::clone(&self.store);
+                async move {
+                    let mut local: HashMap<String, Gathered> = HashMap::new();
+                    let fits =
+                        read_position_deletes(&store, &file, wanted_paths, &mut local).await?;
+                    Ok::<_, DataFusionError>(fits.then_some(local))
+                }
+            })
+            .buffered(DELETE_FILES_IN_FLIGHT);
+        while let Some(read) = reads.next().await {
+            let Some(local) = read? else {
                 return Ok(None);
+            };
+            for (location, g) in local {
+                gathered.entry(location).or_default().append(g);
             }
             self.files_read.add(1);
             let size: usize = gathered
@@ -1257,6 +1290,21 @@ mod tests {
         let mut unsorted = Gathered::default();
         assert!(unsorted.extend(&[7, 4]));
         assert_eq!(unsorted.finish().positions(), [4, 7]);
+        // Gathered from two delete files, merged in the order they were read.
+        let (mut a, mut b) = (Gathered::default(), Gathered::default());
+        assert!(a.extend(&[1, 4]) && b.extend(&[6, 9]));
+        a.append(b);
+        assert!(a.sorted);
+        let (mut c, mut d) = (Gathered::default(), Gathered::default());
+        assert!(c.extend(&[5, 8]) && d.extend(&[2, 8]));
+        c.append(d);
+        assert!(!c.sorted);
+        assert_eq!(c.finish().positions(), [2, 5, 8]);
+        let mut empty = Gathered::default();
+        let mut e = Gathered::default();
+        assert!(e.extend(&[3, 1]));
+        empty.append(e);
+        assert_eq!(empty.finish().positions(), [1, 3]);
         // Beyond 32 bits: refused (the partition takes the anti-join route).
         assert!(!Gathered::default().extend(&[1, 1 << 32]));
         assert!(Gathered::default().extend(&[u32::MAX as i64]));
