@@ -296,22 +296,18 @@ impl ExecutionPlan for PositionalDeleteExec {
         let out_schema = Arc::clone(&schema);
         let stream = futures::stream::once(async move {
             let delete_rows: u64 = opener.delete_files(&files).iter().map(|f| f.rows).sum();
-            let loaded = match delete_rows > threshold {
-                true => None,
-                false => {
-                    let _timer = load_time.timer();
-                    Some(opener.load_bitmaps(&files, reservation).await)
-                }
-            };
-            let bitmaps = match loaded {
-                None => None,
-                Some(loaded) => match loaded {
+            let bitmaps = if delete_rows > threshold {
+                None
+            } else {
+                let _timer = load_time.timer();
+                let loaded = opener.load_bitmaps(&files, reservation).await;
+                match loaded {
                     // `None`: a position beyond 32 bits; the anti-join takes any.
                     Ok(b) => b,
                     // Too large for memory after all: the anti-join needs only a batch.
                     Err(DataFusionError::ResourcesExhausted(_)) => None,
                     Err(e) => return Err(e),
-                },
+                }
             };
             let stream: BoxStream<'static, Result<RecordBatch>> = match bitmaps {
                 Some(bitmaps) => {
@@ -631,6 +627,14 @@ impl FileOpener {
         }
         delete_files.sort_by(|a, b| a.location.cmp(&b.location));
         delete_files.dedup();
+        let reserve = |size: usize| {
+            reservation.try_resize(size).map_err(|e| {
+                DataFusionError::ResourcesExhausted(format!(
+                    "position deletes of {} data files do not fit in memory: {e}",
+                    wanted.len()
+                ))
+            })
+        };
         let mut gathered: HashMap<String, Gathered> = HashMap::new();
         // A few delete files in flight at once: on object stores each costs several requests.
         let wanted_paths = &wanted;
@@ -653,28 +657,18 @@ impl FileOpener {
                 gathered.entry(location).or_default().append(g);
             }
             self.files_read.add(1);
-            let size: usize = gathered
-                .values()
-                .map(|g| g.positions.capacity() * size_of::<u32>())
-                .sum();
-            reservation.try_resize(size).map_err(|e| {
-                DataFusionError::ResourcesExhausted(format!(
-                    "position deletes of {} data files do not fit in memory: {e}",
-                    wanted.len()
-                ))
-            })?;
+            reserve(
+                gathered
+                    .values()
+                    .map(|g| g.positions.capacity() * size_of::<u32>())
+                    .sum(),
+            )?;
         }
         let positions: HashMap<String, Deleted> = gathered
             .into_iter()
             .map(|(location, g)| (location, g.finish()))
             .collect();
-        let size: usize = positions.values().map(|d| size_of_val(d.positions())).sum();
-        reservation.try_resize(size).map_err(|e| {
-            DataFusionError::ResourcesExhausted(format!(
-                "position deletes of {} data files do not fit in memory: {e}",
-                wanted.len()
-            ))
-        })?;
+        reserve(positions.values().map(|d| size_of_val(d.positions())).sum())?;
         Ok(Some(Bitmaps {
             positions,
             _reservation: reservation,
@@ -697,12 +691,11 @@ impl FileOpener {
         // Rows are numbered by their position (here or by the anti-join) when positions are
         // asked for or deletes apply: those files are read by this crate's range rule.
         let numbered = positions || self.deletes.contains_key(&location);
-        let mut first = 0;
         let none = Deleted::default();
         let deleted = deleted.unwrap_or(&none);
         // Position spans of the row groups read (all of the file unless split into ranges).
         let mut spans = vec![(0, u64::MAX)];
-        let mut dense: Option<DenseDeletes> = None;
+        let mut dense: Option<ReadPositions> = None;
         if !deleted.is_empty() || (numbered && file.range.is_some()) {
             // Through DataFusion's metadata cache: the scan of this file reuses the footer.
             let metadata = DFParquetMetadata::new(self.store.as_ref(), &file.object_meta)
@@ -723,12 +716,6 @@ impl FileOpener {
                 Some(range) => row_groups_in_range(groups, range.start, range.end, &location)?,
                 None => vec![true; groups.len()],
             };
-            first = rows
-                .iter()
-                .zip(&read)
-                .take_while(|(_, r)| !**r)
-                .map(|(n, _)| *n)
-                .sum();
             let per_group = deleted_per_group(&rows, deleted.positions());
             spans = whole_groups(&rows, &read, &vec![0; rows.len()]).1;
             let (read_rows, read_deleted) = rows
@@ -746,12 +733,7 @@ impl FileOpener {
                 // after decoding, where a selection of short runs would cost more to build and
                 // follow than the rows it saves decoding.
                 let (plan, spans) = whole_groups(&rows, &read, &per_group);
-                dense = Some(DenseDeletes {
-                    spans: spans.into(),
-                    deleted: deleted.clone(),
-                    next: 0,
-                    location: location.clone(),
-                });
+                dense = Some(ReadPositions::new(spans, deleted.clone(), location.clone()));
                 self.removed.add(read_deleted as usize);
                 self.dense_files.add(1);
                 plan
@@ -762,6 +744,8 @@ impl FileOpener {
             };
             file = file.with_extensions(Arc::new(plan));
         }
+        // The position of the first row read.
+        let first = spans.first().map_or(0, |s| s.0);
         let config = match unfiltered {
             true => &self.unfiltered,
             false => &self.config,
@@ -787,11 +771,11 @@ impl FileOpener {
             return Ok((stream, first));
         }
         let schema = with_position_field(&stream.schema());
-        let mut cursor = LivePositions::new(spans, deleted.clone(), location);
+        let mut cursor = ReadPositions::new(spans, deleted.clone(), location);
         let out = Arc::clone(&schema);
         let numbered = stream.map(move |batch| {
             let batch = batch?;
-            let pos = cursor.take(batch.num_rows())?;
+            let pos = cursor.live(batch.num_rows())?;
             let mut columns = batch.columns().to_vec();
             columns.push(Arc::new(pos));
             Ok(arrow::array::RecordBatch::try_new(
@@ -849,57 +833,6 @@ fn whole_groups(
         start = end;
     }
     (ParquetAccessPlan::new(groups), spans)
-}
-
-/// Drops deleted rows from the batches of a scan of whole row groups: which positions the rows
-/// read are, and which of them are deleted.
-struct DenseDeletes {
-    /// Position spans still to be read, in order.
-    spans: std::collections::VecDeque<(u64, u64)>,
-    deleted: Deleted,
-    /// Index of the first deleted position not passed yet.
-    next: usize,
-    location: String,
-}
-
-impl DenseDeletes {
-    /// Which of the next `n` rows read to keep (`None`: all of them).
-    fn mask(&mut self, n: usize) -> Result<Option<arrow::array::BooleanArray>> {
-        let deleted = self.deleted.positions();
-        let mut keep: Option<arrow::array::BooleanBufferBuilder> = None;
-        let mut at = 0usize;
-        while at < n {
-            let Some(span) = self.spans.front_mut() else {
-                return Err(DataFusionError::Internal(format!(
-                    "the scan of {} returned more rows than its row groups hold",
-                    self.location
-                )));
-            };
-            let len = (span.1 - span.0).min((n - at) as u64);
-            let (lo, hi) = (span.0, span.0 + len);
-            while let Some(&d) = deleted.get(self.next) {
-                let d = u64::from(d);
-                if d >= hi {
-                    break;
-                }
-                self.next += 1;
-                if d >= lo {
-                    let keep = keep.get_or_insert_with(|| {
-                        let mut b = arrow::array::BooleanBufferBuilder::new(n);
-                        b.append_n(n, true);
-                        b
-                    });
-                    keep.set_bit(at + (d - lo) as usize, false);
-                }
-            }
-            span.0 = hi;
-            if span.0 == span.1 {
-                self.spans.pop_front();
-            }
-            at += len as usize;
-        }
-        Ok(keep.map(|mut k| arrow::array::BooleanArray::new(k.finish(), None)))
-    }
 }
 
 /// `config` with its parquet source's predicate replaced by `true` and row filtering off: the
@@ -979,9 +912,11 @@ fn with_position_field(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes
     ))
 }
 
-/// The live positions of a file in the order a scan of some of its row groups reads them: the
-/// positions of those groups (`spans`) without the deleted ones.
-struct LivePositions {
+/// Where the rows a scan of some of a file's row groups reads lie in the file: the position
+/// spans of those groups, in order, and which positions are deleted. Numbers the live rows of a
+/// scan that skipped the deleted ones ([`ReadPositions::live`]), or says which rows of a scan of
+/// whole groups to drop ([`ReadPositions::mask`]).
+struct ReadPositions {
     spans: std::collections::VecDeque<(u64, u64)>,
     deleted: Deleted,
     /// Index of the first deleted position not passed yet.
@@ -989,7 +924,7 @@ struct LivePositions {
     location: String,
 }
 
-impl LivePositions {
+impl ReadPositions {
     fn new(spans: Vec<(u64, u64)>, deleted: Deleted, location: String) -> Self {
         Self {
             spans: spans.into(),
@@ -999,8 +934,8 @@ impl LivePositions {
         }
     }
 
-    /// The next `n` live positions.
-    fn take(&mut self, n: usize) -> Result<arrow::array::Int64Array> {
+    /// The positions of the next `n` rows read, deleted ones never read.
+    fn live(&mut self, n: usize) -> Result<arrow::array::Int64Array> {
         let deleted = self.deleted.positions();
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
@@ -1036,6 +971,44 @@ impl LivePositions {
             span.0 += run;
         }
         Ok(arrow::array::Int64Array::from(out))
+    }
+
+    /// Which of the next `n` rows read to keep (`None`: all of them).
+    fn mask(&mut self, n: usize) -> Result<Option<arrow::array::BooleanArray>> {
+        let deleted = self.deleted.positions();
+        let mut keep: Option<arrow::array::BooleanBufferBuilder> = None;
+        let mut at = 0usize;
+        while at < n {
+            let Some(span) = self.spans.front_mut() else {
+                return Err(DataFusionError::Internal(format!(
+                    "the scan of {} returned more rows than its row groups hold",
+                    self.location
+                )));
+            };
+            let len = (span.1 - span.0).min((n - at) as u64);
+            let (lo, hi) = (span.0, span.0 + len);
+            while let Some(&d) = deleted.get(self.next) {
+                let d = u64::from(d);
+                if d >= hi {
+                    break;
+                }
+                self.next += 1;
+                if d >= lo {
+                    let keep = keep.get_or_insert_with(|| {
+                        let mut b = arrow::array::BooleanBufferBuilder::new(n);
+                        b.append_n(n, true);
+                        b
+                    });
+                    keep.set_bit(at + (d - lo) as usize, false);
+                }
+            }
+            span.0 = hi;
+            if span.0 == span.1 {
+                self.spans.pop_front();
+            }
+            at += len as usize;
+        }
+        Ok(keep.map(|mut k| arrow::array::BooleanArray::new(k.finish(), None)))
     }
 }
 
@@ -1260,19 +1233,19 @@ mod tests {
     fn live_positions_skip_deleted_ones() {
         let deleted = Deleted::from_sorted(&[0, 3, 4, 9]);
         let all = vec![(0, u64::MAX)];
-        let mut live = LivePositions::new(all.clone(), deleted.clone(), "f".into());
-        let take = |live: &mut LivePositions, n| live.take(n).unwrap().values().to_vec();
+        let mut live = ReadPositions::new(all.clone(), deleted.clone(), "f".into());
+        let take = |live: &mut ReadPositions, n| live.live(n).unwrap().values().to_vec();
         assert_eq!(take(&mut live, 3), vec![1, 2, 5]);
         assert_eq!(take(&mut live, 4), vec![6, 7, 8, 10]);
         assert_eq!(take(&mut live, 0), Vec::<i64>::new());
         assert_eq!(take(&mut live, 2), vec![11, 12]);
-        let mut none = LivePositions::new(all, Deleted::default(), "f".into());
+        let mut none = ReadPositions::new(all, Deleted::default(), "f".into());
         assert_eq!(take(&mut none, 3), vec![0, 1, 2]);
         // Only some row groups read (a byte range): earlier deletes are passed over, and the
         // rows between spans never come.
-        let mut ranged = LivePositions::new(vec![(4, 6), (8, 11)], deleted, "f".into());
+        let mut ranged = ReadPositions::new(vec![(4, 6), (8, 11)], deleted, "f".into());
         assert_eq!(take(&mut ranged, 3), vec![5, 8, 10]);
-        assert!(ranged.take(1).is_err());
+        assert!(ranged.live(1).is_err());
     }
 
     #[test]
@@ -1327,12 +1300,7 @@ mod tests {
         assert_eq!(spans, [(0, 12)]);
 
         // Rows read: positions 0 1 2 3 7 8 9 10 11, in batches of 3, 4 and 2.
-        let mut dense = DenseDeletes {
-            spans: vec![(0, 4), (7, 12)].into(),
-            deleted,
-            next: 0,
-            location: "f".into(),
-        };
+        let mut dense = ReadPositions::new(vec![(0, 4), (7, 12)], deleted, "f".into());
         let mask = |m: Option<arrow::array::BooleanArray>| {
             m.map(|m| m.iter().map(|b| b.unwrap()).collect::<Vec<_>>())
         };
