@@ -10,7 +10,9 @@
 //!                      └─ DataSourceExec over the set's delete files (key…, delete_seq, scope)
 //! ```
 //! The hidden `_data_seq` and `_scope` columns are per-file constants (DataFusion partition
-//! columns), so they cost nothing to read and exist only when equality deletes apply.
+//! columns, dictionary-encoded so a batch holds one value and zeroed keys), so they cost
+//! nothing to read and exist only when equality deletes apply. The last equality join outputs
+//! the requested columns itself, so the rows it keeps are copied once, without the hidden ones.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -127,10 +129,14 @@ pub(crate) async fn plan_scan(
     if !eq.sets.is_empty() {
         partition_columns.push(Arc::new(Field::new(
             DATA_SEQ_COLUMN,
-            DataType::Int64,
+            gate_type(DataType::Int64),
             false,
         )));
-        partition_columns.push(Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)));
+        partition_columns.push(Arc::new(Field::new(
+            SCOPE_COLUMN,
+            gate_type(DataType::Int32),
+            false,
+        )));
     }
     let projection: Option<Vec<usize>> = if partition_columns.is_empty() {
         req.projection.cloned()
@@ -159,10 +165,10 @@ pub(crate) async fn plan_scan(
                 } else {
                     i64::MAX
                 };
-                values.push(ScalarValue::Int64(Some(gate)));
-                values.push(ScalarValue::Int32(Some(
+                values.push(gate_value(ScalarValue::Int64(Some(gate))));
+                values.push(gate_value(ScalarValue::Int32(Some(
                     eq.scope_of(f.spec_id, &f.partition),
-                )));
+                ))));
             }
             values
         },
@@ -226,32 +232,38 @@ pub(crate) async fn plan_scan(
         );
     }
 
-    for ((ids, deletes), keys) in eq.sets.iter().zip(keys_of_set) {
+    // Back to the requested columns (and the file column when asked for).
+    let mut columns: Vec<usize> = (0..requested.len()).collect();
+    if req.file_column {
+        columns.push(needed.len());
+    }
+    if req.position_column {
+        // Appended after the scan's columns (the hidden per-file ones included).
+        columns.push(needed.len() + hidden_columns);
+    }
+    let mut output = Some(columns);
+    let sets = eq.sets.len();
+    for (n, ((ids, deletes), keys)) in eq.sets.iter().zip(keys_of_set).enumerate() {
         let build = delete_scan(state, req, ids, deletes, &eq).await?;
         let columns = EqualityDeleteColumns {
             keys,
             data_seq: gate_at,
             scope: gate_at + 1,
         };
-        plan = Arc::new(EqualityDeleteExec::try_new(
+        let join = EqualityDeleteExec::try_new(
             plan,
             build,
             columns,
             ids.clone(),
             IcebergOptions::from_config(state.config_options()).equality_delete_fanout,
-        )?);
+        )?;
+        // The last join outputs the requested columns.
+        plan = Arc::new(match output.take_if(|_| n + 1 == sets) {
+            Some(output) => join.with_projection(output)?,
+            None => join,
+        });
     }
-
-    // Back to the requested columns (and the file column when asked for).
-    let mut output: Vec<usize> = (0..requested.len()).collect();
-    if req.file_column {
-        output.push(needed.len());
-    }
-    if req.position_column {
-        // Appended after the scan's columns (the hidden per-file ones included).
-        output.push(needed.len() + hidden_columns);
-    }
-    if plan.schema().fields().len() != output.len() {
+    if let Some(output) = output.filter(|o| plan.schema().fields().len() != o.len()) {
         let schema = plan.schema();
         let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = output
             .into_iter()
@@ -266,6 +278,17 @@ pub(crate) async fn plan_scan(
         plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
     }
     Ok(plan)
+}
+
+/// The type of a hidden gate column of values of `value_type`: a dictionary, so each batch
+/// holds the file's one value and a zeroed key per row (DataFusion caches those).
+fn gate_type(value_type: DataType) -> DataType {
+    DataType::Dictionary(Box::new(DataType::UInt16), Box::new(value_type))
+}
+
+/// A gate column's value for one file.
+fn gate_value(value: ScalarValue) -> ScalarValue {
+    ScalarValue::Dictionary(Box::new(DataType::UInt16), Box::new(value))
 }
 
 async fn parquet_plan(

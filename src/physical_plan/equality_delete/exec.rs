@@ -19,11 +19,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, BooleanBufferBuilder, Int32Array,
-    Int64Array, RecordBatch, UInt32Array,
+    Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, BooleanBufferBuilder,
+    Int32Array, Int64Array, PrimitiveArray, RecordBatch, UInt32Array,
 };
 use arrow::compute::{cast, filter_record_batch, take_record_batch};
-use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef};
+use arrow::datatypes::{
+    ArrowNumericType, DataType, Field, Int32Type, Int64Type, Schema, SchemaRef,
+};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::Statistics;
 use datafusion::error::{DataFusionError, Result};
@@ -39,8 +41,8 @@ use datafusion::physical_plan::metrics::{
 use datafusion::physical_plan::spill::SpillManager;
 use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties,
-    SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties, SendableRecordBatchStream,
 };
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
@@ -89,9 +91,10 @@ impl Drop for BuildUser {
 pub struct EqualityDeleteColumns {
     /// Key columns, in the order of the build side's key columns.
     pub keys: Vec<usize>,
-    /// The data sequence number column (Int64).
+    /// The data sequence number column (Int64, or a dictionary of Int64: a per-file constant
+    /// costs no memory per row then).
     pub data_seq: usize,
-    /// The partition scope column (Int32).
+    /// The partition scope column (Int32, or a dictionary of Int32).
     pub scope: usize,
 }
 
@@ -100,7 +103,9 @@ pub struct EqualityDeleteColumns {
 /// the row's data sequence number.
 ///
 /// Child 0 is the data (probe); child 1 yields the delete rows as `key…, delete_seq (Int64),
-/// scope (Int32)`.
+/// scope (Int32)`. The output is the probe's columns, or those of
+/// [`EqualityDeleteExec::with_projection`]: the rows kept are copied once, without the columns
+/// only the join needed.
 #[derive(Debug)]
 pub struct EqualityDeleteExec {
     input: Arc<dyn ExecutionPlan>,
@@ -108,6 +113,7 @@ pub struct EqualityDeleteExec {
     columns: EqualityDeleteColumns,
     equality_ids: Vec<i32>,
     fanout: usize,
+    projection: Option<Vec<usize>>,
     shared: Arc<SharedBuild>,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
@@ -148,22 +154,46 @@ impl EqualityDeleteExec {
                 )));
             }
         }
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(Arc::clone(&probe)),
-            input.output_partitioning().clone(),
-            EmissionType::Incremental,
-            Boundedness::Bounded,
-        ));
+        let properties = Self::properties_of(&input, None)?;
         Ok(Self {
             input,
             build,
             columns,
             equality_ids,
             fanout,
+            projection: None,
             shared: Arc::default(),
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         })
+    }
+
+    /// Outputs only the probe columns `projection` (in that order).
+    pub fn with_projection(mut self, projection: Vec<usize>) -> Result<Self> {
+        self.properties = Self::properties_of(&self.input, Some(&projection))?;
+        self.projection = Some(projection);
+        Ok(self)
+    }
+
+    fn properties_of(
+        input: &Arc<dyn ExecutionPlan>,
+        projection: Option<&Vec<usize>>,
+    ) -> Result<Arc<PlanProperties>> {
+        let partitioning = input.output_partitioning();
+        let (schema, partitioning) = match projection {
+            None => (input.schema(), partitioning.clone()),
+            Some(p) => (
+                Arc::new(input.schema().project(p)?),
+                // Column indices change: keep only the partition count.
+                Partitioning::UnknownPartitioning(partitioning.partition_count()),
+            ),
+        };
+        Ok(Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            partitioning,
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        )))
     }
 
     fn key_names(&self) -> Vec<String> {
@@ -184,7 +214,17 @@ impl DisplayAs for EqualityDeleteExec {
             self.equality_ids,
             self.key_names().join(", "),
             self.fanout
-        )
+        )?;
+        if self.projection.is_some() {
+            let names: Vec<String> = self
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            write!(f, ", projection=[{}]", names.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -216,13 +256,17 @@ impl ExecutionPlan for EqualityDeleteExec {
         let [input, build] = <[_; 2]>::try_from(children).map_err(|_| {
             DataFusionError::Internal("EqualityDeleteExec takes exactly two children".into())
         })?;
-        Ok(Arc::new(Self::try_new(
+        let exec = Self::try_new(
             input,
             build,
             self.columns.clone(),
             self.equality_ids.clone(),
             self.fanout,
-        )?))
+        )?;
+        Ok(Arc::new(match &self.projection {
+            Some(p) => exec.with_projection(p.clone())?,
+            None => exec,
+        }))
     }
 
     fn execute(
@@ -239,6 +283,11 @@ impl ExecutionPlan for EqualityDeleteExec {
             .map(|f| f.data_type().clone())
             .collect();
         let key_fields: Vec<SortField> = key_types.iter().cloned().map(SortField::new).collect();
+        // One 4- or 8-byte integer key: its deleted values can be held as a bit range.
+        let range_width = match &key_types[..] {
+            [t] => signed_width(t).filter(|w| matches!(w, 4 | 8)),
+            _ => None,
+        };
         let spill_metrics = SpillMetrics::new(&self.metrics, partition);
         let keys_schema = Arc::new(Schema::new(vec![
             Field::new("key", DataType::Binary, false),
@@ -254,14 +303,17 @@ impl ExecutionPlan for EqualityDeleteExec {
             probe_spill: SpillManager::new(
                 context.runtime_env(),
                 spill_metrics.clone(),
-                Arc::clone(&schema),
+                self.input.schema(),
             ),
+            projection: self.projection.clone(),
+            range_width,
             env: context.runtime_env(),
             spill_metrics,
             pool: Arc::clone(context.memory_pool()),
             partition,
             deleted: MetricBuilder::new(&self.metrics).counter("equality_deleted_rows", partition),
             build_keys: MetricBuilder::new(&self.metrics).counter("build_keys", partition),
+            key_range_rows: MetricBuilder::new(&self.metrics).counter("key_range_rows", partition),
             build_time: MetricBuilder::new(&self.metrics).subset_time("build_time", partition),
             probe_time: MetricBuilder::new(&self.metrics).subset_time("probe_time", partition),
             grace_partitions: MetricBuilder::new(&self.metrics)
@@ -385,9 +437,16 @@ struct Joiner {
     env: Arc<RuntimeEnv>,
     spill_metrics: SpillMetrics,
     pool: Arc<dyn MemoryPool>,
+    /// Probe columns output (all when `None`).
+    projection: Option<Vec<usize>>,
+    /// The width of the single integer key, when its deleted values can be held as a
+    /// [`super::table::KeyRange`].
+    range_width: Option<usize>,
     partition: usize,
     deleted: Count,
     build_keys: Count,
+    /// Probe rows checked against an exact integer key range (the rest hash into the table).
+    key_range_rows: Count,
     /// Time reading the delete rows into the key table (or spill partitions).
     build_time: Time,
     /// Time looking probe rows up and filtering them.
@@ -415,9 +474,9 @@ fn key_batches(table: &KeyTable) -> Result<Vec<RecordBatch>> {
     Ok(out)
 }
 
-/// Adds the key filter when the pool grants its memory (the table works without it).
-fn seal(table: &mut KeyTable, reservation: &MemoryReservation) {
-    table.seal();
+/// Adds the key range or filter when the pool grants its memory (the table works without it).
+fn seal(table: &mut KeyTable, reservation: &MemoryReservation, range_width: Option<usize>) {
+    table.seal(range_width);
     if reservation.try_resize(table.size()).is_err() {
         table.unseal();
         reservation.resize(table.size());
@@ -500,6 +559,90 @@ impl ProbeKeys {
                 key[1] ^= 0x80;
                 key
             }
+        }
+    }
+}
+
+/// The rows of a single integer key column whose key `range` holds (NULL rows when it holds
+/// NULL), in order.
+fn range_candidates(
+    range: &super::table::KeyRange,
+    data: &arrow::array::ArrayData,
+    width: usize,
+) -> Vec<u32> {
+    fn scan<T: arrow::datatypes::ArrowNativeType + Into<i64>>(
+        range: &super::table::KeyRange,
+        values: &[T],
+    ) -> Vec<u32> {
+        let mut out = vec![];
+        for (i, v) in values.iter().enumerate() {
+            if range.holds((*v).into()) {
+                out.push(i as u32);
+            }
+        }
+        out
+    }
+    let mut out = match width {
+        4 => scan(range, &data.buffer::<i32>(0)[..data.len()]),
+        _ => scan(range, &data.buffer::<i64>(0)[..data.len()]),
+    };
+    if let Some(nulls) = data.nulls() {
+        // A NULL row's value slot holds anything.
+        out.retain(|&i| nulls.is_valid(i as usize));
+        if range.holds_null() {
+            out.extend(
+                nulls
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, valid)| !valid)
+                    .map(|(i, _)| i as u32),
+            );
+            out.sort_unstable();
+        }
+    }
+    out
+}
+
+/// A gate column of a probe batch (data sequence number or scope): one value for the whole
+/// batch when it is a dictionary of one value (a per-file constant), else a value per row.
+enum Gate<T: ArrowNumericType> {
+    Const(T::Native),
+    Rows(PrimitiveArray<T>),
+}
+
+impl<T: ArrowNumericType> Gate<T> {
+    fn of(column: &ArrayRef) -> Result<Self> {
+        if let Some(dict) = column.as_any_dictionary_opt() {
+            if dict.values().len() == 1 && dict.keys().null_count() == 0 {
+                let value = cast(dict.values(), &T::DATA_TYPE)?;
+                let value = value.as_primitive::<T>();
+                if value.null_count() == 0 {
+                    return Ok(Gate::Const(value.value(0)));
+                }
+            }
+        }
+        let rows = cast(column, &T::DATA_TYPE)?;
+        if rows.null_count() > 0 {
+            return Err(DataFusionError::Internal(
+                "EqualityDeleteExec: a data sequence number or scope is NULL".into(),
+            ));
+        }
+        Ok(Gate::Rows(rows.as_primitive::<T>().clone()))
+    }
+
+    #[inline]
+    fn value(&self, i: usize) -> T::Native {
+        match self {
+            Gate::Const(v) => *v,
+            Gate::Rows(a) => a.value(i),
+        }
+    }
+
+    /// The smallest value (`None` for an empty batch).
+    fn min(&self) -> Option<T::Native> {
+        match self {
+            Gate::Const(v) => Some(*v),
+            Gate::Rows(a) => arrow::compute::min(a),
         }
     }
 }
@@ -627,56 +770,68 @@ impl Joiner {
         }
         match split {
             None => {
-                seal(&mut table, &reservation);
+                seal(&mut table, &reservation, self.range_width);
                 Ok(Loaded::Fits(table, reservation))
             }
             Some(p) => Ok(Loaded::Split(p.finish()?)),
         }
     }
 
+    /// The output columns of a probe batch.
+    fn output(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        Ok(match &self.projection {
+            Some(p) => batch.project(p)?,
+            None => batch,
+        })
+    }
+
     /// Keeps the rows of `batch` that `table` does not delete.
-    fn filter(&self, table: &KeyTable, batch: &RecordBatch) -> Result<RecordBatch> {
+    fn filter(&self, table: &KeyTable, batch: RecordBatch) -> Result<RecordBatch> {
         let _timer = self.probe_time.timer();
-        let seq = cast(batch.column(self.columns.data_seq), &DataType::Int64)?;
-        let seq = seq.as_primitive::<Int64Type>();
+        let seq = Gate::<Int64Type>::of(batch.column(self.columns.data_seq))?;
         // Rows newer than every delete need no lookup (a batch is one file: one sequence).
-        if table.is_empty() || arrow::compute::min(seq).is_none_or(|m| table.spares_from(m)) {
-            return Ok(batch.clone());
+        if table.is_empty() || seq.min().is_none_or(|m| table.spares_from(m)) {
+            return self.output(batch);
         }
-        let scope = cast(batch.column(self.columns.scope), &DataType::Int32)?;
-        let scope = scope.as_primitive::<Int32Type>();
-        // Hash every key, check the filter for all of them, then look up the few candidates:
-        // tight loops without dependent branches keep many memory accesses in flight.
-        let keys = self.probe_keys_of(batch)?;
+        let scope = Gate::<Int32Type>::of(batch.column(self.columns.scope))?;
+        let keys = self.probe_keys_of(&batch)?;
         let n = batch.num_rows();
-        let mut buf = [0u8; 17];
-        let hashes = keys.hashes();
-        let mut candidates: Vec<u32> = Vec::with_capacity(n / 32);
-        for (i, h) in hashes.iter().enumerate() {
-            if table.may_hold(*h) {
-                candidates.push(i as u32);
+        // First the cheap check of every row, in a tight loop, then the gate of the few
+        // candidates it leaves.
+        let (candidates, hashes) = match (table.range(), &keys) {
+            (Some(range), ProbeKeys::Signed { data, width }) => {
+                self.key_range_rows.add(n);
+                (range_candidates(range, data, *width), None)
             }
-        }
+            _ => {
+                // Hash every key and check the filter for all of them: without dependent
+                // branches, many memory accesses stay in flight.
+                let hashes = keys.hashes();
+                let candidates = (0..n as u32)
+                    .filter(|&i| table.may_hold(hashes[i as usize]))
+                    .collect();
+                (candidates, Some(hashes))
+            }
+        };
+        let mut buf = [0u8; 17];
         let mut keep = BooleanBufferBuilder::new(n);
         keep.append_n(n, true);
         let mut any = false;
         for i in candidates.into_iter().map(|i| i as usize) {
-            if table.is_deleted_hashed(
-                keys.key(i, &mut buf),
-                hashes[i],
-                scope.value(i),
-                seq.value(i),
-            ) {
+            let key = keys.key(i, &mut buf);
+            let hash = hashes.as_ref().map_or_else(|| table_hash(key), |h| h[i]);
+            if table.is_deleted_hashed(key, hash, scope.value(i), seq.value(i)) {
                 keep.set_bit(i, false);
                 any = true;
             }
         }
+        let batch = self.output(batch)?;
         if !any {
-            return Ok(batch.clone());
+            return Ok(batch);
         }
         let keep = BooleanArray::new(keep.finish(), None);
-        let kept = filter_record_batch(batch, &keep)?;
-        self.deleted.add(batch.num_rows() - kept.num_rows());
+        let kept = filter_record_batch(&batch, &keep)?;
+        self.deleted.add(n - kept.num_rows());
         Ok(kept)
     }
 
@@ -690,7 +845,7 @@ impl Joiner {
         match built {
             Loaded::Fits(table, _) => {
                 while let Some(batch) = input.next().await {
-                    if !send(tx, self.filter(table, &batch?)?).await {
+                    if !send(tx, self.filter(table, batch?)?).await {
                         return Ok(());
                     }
                 }
@@ -727,7 +882,7 @@ impl Joiner {
                 let Some(b) = b else {
                     // No deleted key hashes here: every probe row lives.
                     while let Some(batch) = stream.next().await {
-                        if !send(tx, batch?).await {
+                        if !send(tx, self.output(batch?)?).await {
                             return Ok(());
                         }
                     }
@@ -736,7 +891,7 @@ impl Joiner {
                 match self.load(b, level).await? {
                     Loaded::Fits(table, _reservation) => {
                         while let Some(batch) = stream.next().await {
-                            if !send(tx, self.filter(&table, &batch?)?).await {
+                            if !send(tx, self.filter(&table, batch?)?).await {
                                 return Ok(());
                             }
                         }
@@ -826,6 +981,18 @@ mod tests {
         build: Vec<RecordBatch>,
         limit: usize,
     ) -> (Vec<RecordBatch>, MetricsSet, Arc<dyn MemoryPool>) {
+        run_join(probe, build, vec![0, 1], None, limit).await
+    }
+
+    /// Runs the join of probe columns `keys` (the gate columns are columns 2 and 3), outputting
+    /// `projection`.
+    async fn run_join(
+        probe: Vec<Vec<RecordBatch>>,
+        build: Vec<RecordBatch>,
+        keys: Vec<usize>,
+        projection: Option<Vec<usize>>,
+        limit: usize,
+    ) -> (Vec<RecordBatch>, MetricsSet, Arc<dyn MemoryPool>) {
         let pool: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(limit));
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::clone(&pool))
@@ -836,13 +1003,17 @@ mod tests {
         let build_schema = build[0].schema();
         let input = MemorySourceConfig::try_new_exec(&probe, probe_schema, None).unwrap();
         let build = MemorySourceConfig::try_new_exec(&[build], build_schema, None).unwrap();
+        let ids = (1..=keys.len() as i32).collect();
         let columns = EqualityDeleteColumns {
-            keys: vec![0, 1],
+            keys,
             data_seq: 2,
             scope: 3,
         };
-        let exec =
-            Arc::new(EqualityDeleteExec::try_new(input, build, columns, vec![1, 2], 4).unwrap());
+        let mut exec = EqualityDeleteExec::try_new(input, build, columns, ids, 4).unwrap();
+        if let Some(p) = projection {
+            exec = exec.with_projection(p).unwrap();
+        }
+        let exec = Arc::new(exec);
         let out = collect(Arc::clone(&exec) as _, ctx).await.unwrap();
         (out, exec.metrics().unwrap(), pool)
     }
@@ -922,6 +1093,111 @@ mod tests {
         }
         assert_eq!(signed_width(&DataType::Utf8View), None);
         assert_eq!(signed_width(&DataType::Float64), None);
+    }
+
+    /// A probe batch of one data file: `id` (of `key_type`), `value`, and the file's sequence
+    /// number and scope as one-value dictionaries (as the scan reads them).
+    fn file_batch(ids: &[Option<i64>], key_type: &DataType, seq: i64, scope: i32) -> RecordBatch {
+        use arrow::array::{DictionaryArray, UInt16Array};
+        let n = ids.len();
+        let id = cast(&(Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef), key_type).unwrap();
+        let keys = UInt16Array::from(vec![0u16; n]);
+        let seq = DictionaryArray::new(keys.clone(), Arc::new(Int64Array::from(vec![seq])));
+        let scope = DictionaryArray::new(keys, Arc::new(Int32Array::from(vec![scope])));
+        RecordBatch::try_from_iter([
+            ("id", id),
+            (
+                "value",
+                Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i * 7))) as ArrayRef,
+            ),
+            ("seq", Arc::new(seq) as ArrayRef),
+            ("scope", Arc::new(scope) as ArrayRef),
+        ])
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn integer_keys_through_a_range_or_the_filter_match_an_oracle() {
+        // (key, delete seq, scope): NULL deleted in scope 1 only; a dense run and some
+        // negative keys; `far` adds a key that makes the range too wide (the filter route).
+        for key_type in [DataType::Int64, DataType::Int32, DataType::Date32] {
+            for far in [false, true] {
+                let mut deleted: Vec<(Option<i64>, i64, i32)> = vec![(None, 4, 1)];
+                deleted.extend((0..3000i64).map(|k| {
+                    let scope = if k % 5 == 0 { 2 } else { GLOBAL_SCOPE };
+                    (Some(k * 3 - 600), 2 + k % 4, scope)
+                }));
+                if far {
+                    let v = if key_type == DataType::Int64 { 1 << 40 } else { 1 << 30 };
+                    deleted.push((Some(v), 9, GLOBAL_SCOPE));
+                    deleted.push((Some(-v), 9, GLOBAL_SCOPE));
+                }
+                let build = RecordBatch::try_from_iter([
+                    (
+                        "id",
+                        cast(
+                            &(Arc::new(Int64Array::from_iter(deleted.iter().map(|d| d.0)))
+                                as ArrayRef),
+                            &key_type,
+                        )
+                        .unwrap(),
+                    ),
+                    (
+                        "delete_seq",
+                        Arc::new(Int64Array::from_iter_values(deleted.iter().map(|d| d.1)))
+                            as ArrayRef,
+                    ),
+                    (
+                        "delete_scope",
+                        Arc::new(Int32Array::from_iter_values(deleted.iter().map(|d| d.2)))
+                            as ArrayRef,
+                    ),
+                ])
+                .unwrap();
+                // Files of every (data seq, scope), ids running through and past the keys.
+                let mut probe = vec![];
+                let mut expected = vec![];
+                for (f, (seq, scope)) in [(1, 1), (3, 2), (3, NO_SCOPE), (5, 1), (9, 2)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let ids: Vec<Option<i64>> = (-1000..9500i64)
+                        .map(|i| (i % 97 != 0).then_some(i + f as i64))
+                        .collect();
+                    let batch = file_batch(&ids, &key_type, seq, scope);
+                    let values = batch.column(1).as_primitive::<Int64Type>().clone();
+                    for (i, id) in ids.iter().enumerate() {
+                        let dies = deleted.iter().any(|&(k, dseq, dscope)| {
+                            k == *id && dseq > seq && (dscope == GLOBAL_SCOPE || dscope == scope)
+                        });
+                        if !dies {
+                            expected.push((values.value(i), *id));
+                        }
+                    }
+                    probe.push(batch);
+                }
+                let (out, metrics, pool) =
+                    run_join(vec![probe], vec![build], vec![0], Some(vec![1, 0]), 1 << 30).await;
+                let mut kept = vec![];
+                for b in &out {
+                    assert_eq!(b.schema().field(0).name(), "value");
+                    assert_eq!(b.num_columns(), 2);
+                    let id = cast(b.column(1), &DataType::Int64).unwrap();
+                    let id = id.as_primitive::<Int64Type>();
+                    let value = b.column(0).as_primitive::<Int64Type>();
+                    for i in 0..b.num_rows() {
+                        kept.push((value.value(i), (!id.is_null(i)).then(|| id.value(i))));
+                    }
+                }
+                kept.sort();
+                expected.sort();
+                assert_eq!(kept.len(), expected.len(), "{key_type} far={far}");
+                assert_eq!(kept, expected, "{key_type} far={far}");
+                let range_rows = metrics.sum_by_name("key_range_rows").unwrap().as_usize();
+                assert_eq!(range_rows > 0, !far, "{key_type} far={far}");
+                assert_eq!(pool.reserved(), 0);
+            }
+        }
     }
 
     #[tokio::test]

@@ -20,6 +20,9 @@ pub const NO_SCOPE: i32 = -2;
 
 const NONE: u32 = u32::MAX;
 
+/// A [`KeyRange`] may take this much memory even when the table is smaller (it fits in cache).
+pub const RANGE_MIN_BYTES: usize = 64 * 1024;
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     offset: usize,
@@ -159,6 +162,98 @@ pub struct KeyTable {
     /// [`KeyTable::seal`]): most probes of absent keys end here, in cache, without touching the
     /// larger map.
     filter: Vec<u64>,
+    /// Exact membership of integer keys over their range, built by [`KeyTable::seal`] instead
+    /// of the filter when it is small enough.
+    range: Option<KeyRange>,
+}
+
+/// Exact membership of the keys of one signed integer column: one bit per value from the
+/// smallest deleted key to the largest. A probe row whose bit is clear is certainly not
+/// deleted, and one whose bit is set certainly has a deleted key (its sequence number and scope
+/// are still to check), so the probe needs neither a hash of every row nor a Bloom filter. Data
+/// files usually hold runs of increasing ids, which walk this array in order.
+#[derive(Debug)]
+pub struct KeyRange {
+    min: i64,
+    /// Values covered (`bits` holds at least this many bits).
+    span: u64,
+    bits: Vec<u64>,
+    /// Whether a NULL key is deleted.
+    null: bool,
+}
+
+impl KeyRange {
+    /// The range of the keys of `table`, each the row format of one `width`-byte signed integer
+    /// (4 or 8); `None` when a key has another form or the bits would exceed `max_bytes`.
+    fn build(table: &KeyTable, width: usize, max_bytes: usize) -> Option<Self> {
+        let (mut min, mut max, mut null) = (i64::MAX, i64::MIN, false);
+        for (key, _, _) in table.iter() {
+            match decode_signed(key, width)? {
+                Some(v) => (min, max) = (min.min(v), max.max(v)),
+                None => null = true,
+            }
+        }
+        if min > max {
+            // Only NULL keys (or none).
+            return Some(Self {
+                min: 0,
+                span: 0,
+                bits: vec![],
+                null,
+            });
+        }
+        let span = (i128::from(max) - i128::from(min) + 1) as u128;
+        let words = span.div_ceil(64);
+        if words * 8 > max_bytes as u128 {
+            return None;
+        }
+        let mut bits = vec![0u64; words as usize];
+        for (key, _, _) in table.iter() {
+            if let Some(Some(v)) = decode_signed(key, width) {
+                let off = v.wrapping_sub(min) as u64;
+                bits[(off >> 6) as usize] |= 1 << (off & 63);
+            }
+        }
+        Some(Self {
+            min,
+            span: span as u64,
+            bits,
+            null,
+        })
+    }
+
+    /// Whether the non-NULL key `v` is deleted somewhere (by some sequence number and scope).
+    #[inline]
+    pub fn holds(&self, v: i64) -> bool {
+        let off = v.wrapping_sub(self.min) as u64;
+        off < self.span && (self.bits[(off >> 6) as usize] >> (off & 63)) & 1 == 1
+    }
+
+    /// Whether the NULL key is deleted somewhere.
+    pub fn holds_null(&self) -> bool {
+        self.null
+    }
+}
+
+/// The value of a row-format key of one `width`-byte signed integer column (`[1, big-endian
+/// value with the sign bit flipped]`, or `width + 1` zero bytes for NULL): `Some(None)` for
+/// NULL, `None` when the key has another form.
+fn decode_signed(key: &[u8], width: usize) -> Option<Option<i64>> {
+    if key.len() != width + 1 {
+        return None;
+    }
+    match (key[0], width) {
+        (0, _) => key.iter().all(|&b| b == 0).then_some(None),
+        (1, 4) => {
+            let u = u32::from_be_bytes(key[1..].try_into().ok()?) ^ (1 << 31);
+            Some(Some(i64::from(u as i32)))
+        }
+        (1, 8) => {
+            let u = u64::from_be_bytes(key[1..].try_into().ok()?) ^ (1 << 63);
+            Some(Some(u as i64))
+        }
+        _ => None,
+    }
 }
 
 /// Bits of the filter for `entries` keys.
@@ -187,7 +282,8 @@ impl KeyTable {
 
     /// Bytes the table holds now.
     pub fn size(&self) -> usize {
-        self.filter.capacity() * size_of::<u64>()
+        self.range.as_ref().map_or(0, |r| r.bits.capacity()) * size_of::<u64>()
+            + self.filter.capacity() * size_of::<u64>()
             + self.bytes.capacity()
             + self.entries.capacity() * size_of::<Entry>()
             + self.map.allocation_size()
@@ -226,8 +322,19 @@ impl KeyTable {
         &bytes[e.offset..e.offset + e.len as usize]
     }
 
-    /// Builds the filter over the keys inserted so far; later inserts clear it.
-    pub fn seal(&mut self) {
+    /// Builds the probe's first check over the keys inserted so far (later inserts clear it):
+    /// for keys of one `width`-byte signed integer column ([`KeyTable::range`]), the exact
+    /// [`KeyRange`] when it takes no more memory than the table itself (or than
+    /// [`RANGE_MIN_BYTES`]); else the Bloom filter
+    /// ([`KeyTable::may_hold`]).
+    pub fn seal(&mut self, width: Option<usize>) {
+        self.unseal();
+        if let Some(w) = width.filter(|w| matches!(w, 4 | 8)) {
+            self.range = KeyRange::build(self, w, self.size().max(RANGE_MIN_BYTES));
+            if self.range.is_some() {
+                return;
+            }
+        }
         let bits = filter_bits(self.map.len());
         let mut filter = vec![0u64; bits / 64];
         for &s in self.map.iter() {
@@ -243,9 +350,15 @@ impl KeyTable {
         self.map.reserve(rows, |&s| folded(s));
     }
 
-    /// Drops the filter.
+    /// Drops the filter or range.
     pub fn unseal(&mut self) {
         self.filter = vec![];
+        self.range = None;
+    }
+
+    /// The exact integer key range, when [`KeyTable::seal`] built one.
+    pub fn range(&self) -> Option<&KeyRange> {
+        self.range.as_ref()
     }
 
     /// Whether no row of data sequence number `data_seq` or above can be deleted.
@@ -256,8 +369,8 @@ impl KeyTable {
     /// Records that `key` is deleted in `scope` by a delete with sequence number `seq`.
     pub fn insert(&mut self, key: &[u8], scope: i32, seq: i64) {
         self.max_seq = Some(self.max_seq.map_or(seq, |m| m.max(seq)));
-        if !self.filter.is_empty() {
-            self.filter = vec![];
+        if !self.filter.is_empty() || self.range.is_some() {
+            self.unseal();
         }
         let Self {
             map,
@@ -366,7 +479,7 @@ mod tests {
         assert!(t.spares_from(5));
         for sealed in [false, true] {
             if sealed {
-                t.seal();
+                t.seal(None);
             }
             assert!(t.is_deleted(b"a", 0, 4));
             assert!(!t.is_deleted(b"zz", 0, 0));
@@ -404,11 +517,75 @@ mod tests {
         }
         assert!(t.is_deleted(&77u32.to_be_bytes(), 0, 0));
         let before = t.size();
-        t.seal();
+        t.seal(None);
         assert!(t.size() <= t.size_after(0, 0) && t.size() > before);
         // Every key passes the filter; most absent keys do not reach the map.
         assert!((0..10_000u32).all(|i| t.is_deleted(&i.to_be_bytes(), 0, 0)));
         assert!(!(10_000..20_000u32).any(|i| t.is_deleted(&i.to_be_bytes(), 0, 0)));
+    }
+
+    /// The row format of a nullable signed integer of `width` bytes.
+    fn signed_key(v: Option<i64>, width: usize) -> Vec<u8> {
+        match (v, width) {
+            (None, _) => vec![0; width + 1],
+            (Some(v), 4) => {
+                let mut k = vec![1];
+                k.extend(((v as i32 as u32) ^ (1 << 31)).to_be_bytes());
+                k
+            }
+            (Some(v), _) => {
+                let mut k = vec![1];
+                k.extend(((v as u64) ^ (1 << 63)).to_be_bytes());
+                k
+            }
+        }
+    }
+
+    #[test]
+    fn integer_keys_seal_into_an_exact_range() {
+        for width in [4, 8] {
+            let mut t = KeyTable::default();
+            let keys = [-70i64, -1, 0, 63, 64, 1000, 5000];
+            for k in keys {
+                t.insert(&signed_key(Some(k), width), GLOBAL_SCOPE, 2);
+            }
+            t.insert(&signed_key(None, width), 3, 2);
+            t.seal(Some(width));
+            let range = t.range().expect("a range of 5071 values fits");
+            assert!(range.holds_null());
+            for v in -200..6000 {
+                assert_eq!(range.holds(v), keys.contains(&v), "{v} (width {width})");
+            }
+            assert!(!range.holds(i64::MIN) && !range.holds(i64::MAX));
+            // The gate still applies to what the range holds.
+            assert!(t.is_deleted(&signed_key(Some(63), width), 9, 1));
+            assert!(!t.is_deleted(&signed_key(Some(63), width), 9, 2));
+            assert!(t.is_deleted(&signed_key(None, width), 3, 1));
+            assert!(!t.is_deleted(&signed_key(None, width), 4, 1));
+            // Another insert drops the range.
+            t.insert(&signed_key(Some(7), width), GLOBAL_SCOPE, 2);
+            assert!(t.range().is_none());
+        }
+        // Keys spread too far for a range of at most the table's size: the Bloom filter.
+        let mut t = KeyTable::default();
+        for k in [i64::MIN, 0, i64::MAX] {
+            t.insert(&signed_key(Some(k), 8), GLOBAL_SCOPE, 2);
+        }
+        t.seal(Some(8));
+        assert!(t.range().is_none());
+        assert!(!t.filter.is_empty());
+        assert!(t.is_deleted(&signed_key(Some(i64::MAX), 8), 0, 0));
+        // Keys of another form (not one integer column): no range.
+        let mut t = KeyTable::default();
+        t.insert(b"abcde", GLOBAL_SCOPE, 2);
+        t.seal(Some(4));
+        assert!(t.range().is_none() && !t.filter.is_empty());
+        // Only NULL deleted: an empty range that holds NULL.
+        let mut t = KeyTable::default();
+        t.insert(&signed_key(None, 8), GLOBAL_SCOPE, 2);
+        t.seal(Some(8));
+        let range = t.range().unwrap();
+        assert!(range.holds_null() && !range.holds(0) && !range.holds(i64::MIN));
     }
 
     #[test]
