@@ -789,6 +789,67 @@ async fn merge_on_read_writes_position_deletes_per_file() {
 }
 
 #[tokio::test]
+async fn merge_on_read_writes_one_delete_file_per_data_file_datafusion_splits() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL) STORED AS ICEBERG LOCATION '' OPTIONS \
+         ('write.parquet.row-group-limit' '1000', 'write.delete.mode' 'merge-on-read', \
+         'write.update.mode' 'merge-on-read')",
+    )
+    .await
+    .unwrap();
+    // One data file of 20 row groups, which DataFusion splits over four partitions.
+    sql(
+        &s,
+        "INSERT INTO ns.t SELECT value FROM generate_series(0, 19999)",
+    )
+    .await
+    .unwrap();
+    for set in [
+        "SET datafusion.execution.target_partitions = 4",
+        "SET datafusion.optimizer.repartition_file_min_size = 0",
+    ] {
+        sql(&s, set).await.unwrap();
+    }
+    let plan = render(
+        &sql(&s, "EXPLAIN DELETE FROM ns.t WHERE id % 7 = 0")
+            .await
+            .unwrap(),
+    )
+    .join("\n");
+    assert!(plan.contains("4 groups"), "the file is not split: {plan}");
+    let sum = |s: &IcebergSession| {
+        let s = s.clone();
+        async move { rows(&s, "SELECT count(*), sum(id) FROM ns.t").await }
+    };
+    let mut ids: Vec<i64> = (0..20_000).collect();
+
+    let n = delete(&s, "DELETE FROM ns.t WHERE id % 7 = 0").await;
+    ids.retain(|i| i % 7 != 0);
+    assert_eq!(n, 20_000 - ids.len() as u64);
+    let (_, props) = summary(&s).await;
+    assert_eq!(props["added-delete-files"], "1", "{props:?}");
+    assert_eq!(props["added-position-deletes"], n.to_string(), "{props:?}");
+    let want = format!("{}|{}", ids.len(), ids.iter().sum::<i64>());
+    assert_eq!(sum(&s).await, [want]);
+
+    let n = delete(&s, "UPDATE ns.t SET id = id + 100000 WHERE id % 5 = 1").await;
+    let updated = ids.iter().filter(|i| *i % 5 == 1).count();
+    assert_eq!(n as usize, updated);
+    for i in ids.iter_mut().filter(|i| **i % 5 == 1) {
+        *i += 100_000;
+    }
+    let (_, props) = summary(&s).await;
+    assert_eq!(props["added-delete-files"], "1", "{props:?}");
+    assert_eq!(props["added-position-deletes"], n.to_string(), "{props:?}");
+    let want = format!("{}|{}", ids.len(), ids.iter().sum::<i64>());
+    assert_eq!(sum(&s).await, [want]);
+}
+
+#[tokio::test]
 async fn a_statement_planned_before_a_concurrent_rewrite_runs_again() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;

@@ -354,7 +354,11 @@ impl Harness {
         // exact key range, and the join probes a hash table) or just below them (a range).
         let far = rng.random_bool(0.5);
         for i in 0..extra {
-            let id = if far { 1_000_000 + i as i64 } else { -1 - i as i64 };
+            let id = if far {
+                1_000_000 + i as i64
+            } else {
+                -1 - i as i64
+            };
             keys.insert((Some(id), two_columns.then(|| "zz".to_string())));
         }
         let part = if self.partitioned {

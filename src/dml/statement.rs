@@ -30,9 +30,11 @@ use arrow::datatypes::{DataType, SchemaRef, UInt16Type};
 use datafusion::catalog::Session;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::DFSchema;
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
-use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::utils::{conjunction, expr_to_columns};
 use datafusion::logical_expr::{Expr, ExprSchemable};
@@ -863,12 +865,52 @@ async fn orphan_deletes(
     Ok(out)
 }
 
+/// The object paths of the files DataFusion split into byte ranges in `plan` (each read by
+/// several partitions).
+fn split_files(plan: &Arc<dyn ExecutionPlan>) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let mut stack = vec![Arc::clone(plan)];
+    while let Some(p) = stack.pop() {
+        if let Some(config) = p
+            .as_any()
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|s| s.data_source().as_any().downcast_ref::<FileScanConfig>())
+        {
+            for group in &config.file_groups {
+                for f in group.files().iter().filter(|f| f.range.is_some()) {
+                    out.insert(f.object_meta.location.to_string());
+                }
+            }
+        }
+        stack.extend(p.children().into_iter().cloned());
+    }
+    out
+}
+
+/// One partition's positions of one data file.
+type Positions = (String, RoaringTreemap);
+
+/// What one partition of merge-on-read pass 1 found.
+#[derive(Default)]
+struct PartitionPositions {
+    /// Matching rows per data file.
+    counts: HashMap<String, u64>,
+    /// Delete files written.
+    written: Vec<NewFile>,
+    /// Positions in files split over several partitions, held to be written as one file, and
+    /// the memory they take.
+    held: Vec<Positions>,
+    held_memory: Option<MemoryReservation>,
+}
+
 /// Merge-on-read pass 1: runs `plan` (rows `(_file, _pos)`) partition by partition, each on its
 /// own task, and writes one position delete file per data file with matching rows. A partition
 /// reads a data file's positions in order, so one bitmap per partition is held at a time
-/// (reserved from the pool); a file DataFusion split into byte ranges over several partitions
-/// gets a delete file from each of them. Returns the matching rows per data file and the files. Files
-/// the statement removes whole are counted, not written for.
+/// (reserved from the pool). A file DataFusion split into byte ranges is read by several
+/// partitions: their bitmaps are held (reserved) and merged into its one delete file at the
+/// end; when the pool refuses that memory, each is written as it completes (several delete
+/// files for one data file, as valid, only less tidy). Returns the matching rows per data file
+/// and the files. Files the statement removes whole are counted, not written for.
 async fn write_position_deletes(
     job: &DmlJob,
     plan: Arc<dyn ExecutionPlan>,
@@ -877,98 +919,166 @@ async fn write_position_deletes(
 ) -> Result<(HashMap<String, u64>, Vec<NewFile>)> {
     // Files removed whole are only counted.
     let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
-    let files: Arc<HashMap<String, (i32, iceberg::spec::Struct, bool)>> = Arc::new(
-        job.checked
-            .files
-            .iter()
-            .map(|f| {
-                let write = !whole.contains(f.path.as_str());
-                (f.path.clone(), (f.spec_id, f.partition.clone(), write))
-            })
-            .collect(),
-    );
+    let split_objects = split_files(&plan);
+    let mut files: HashMap<String, FileTarget> = HashMap::new();
+    for f in &job.checked.files {
+        let split = !split_objects.is_empty()
+            && split_objects.contains(&job.locations.object_path(&f.path)?.to_string());
+        let target = FileTarget {
+            spec_id: f.spec_id,
+            partition: f.partition.clone(),
+            write: !whole.contains(f.path.as_str()),
+            split,
+        };
+        files.insert(f.path.clone(), target);
+    }
+    let files = Arc::new(files);
     let partitions = plan.output_partitioning().partition_count();
     let mut tasks = vec![];
     for i in 0..partitions {
-        let mut stream = plan.execute(i, Arc::clone(context))?;
-        let files = Arc::clone(&files);
-        let table = job.table.clone();
-        let written = written.clone();
-        let reservation =
-            MemoryConsumer::new(format!("MergeOnReadDelete[{i}]")).register(context.memory_pool());
-        tasks.push(SpawnedTask::spawn(async move {
-            let mut counts: HashMap<String, u64> = HashMap::new();
-            let mut out: Vec<NewFile> = vec![];
-            let mut current: Option<(String, RoaringTreemap)> = None;
-            let flush = |current: Option<(String, RoaringTreemap)>,
-                         counts: &mut HashMap<String, u64>| {
-                let table = table.clone();
-                let files = Arc::clone(&files);
-                let written = written.clone();
-                let run = current.map(|(path, bitmap)| {
-                    *counts.entry(path.clone()).or_default() += bitmap.len();
-                    (path, bitmap)
-                });
-                async move {
-                    let Some((path, bitmap)) = run else {
-                        return Ok::<_, DataFusionError>(None);
-                    };
-                    let (spec_id, partition, write) =
-                        files.get(&path).cloned().ok_or_else(|| {
-                            DataFusionError::Internal(format!("{path} was not planned"))
-                        })?;
-                    if !write {
-                        return Ok(None);
-                    }
-                    let file =
-                        write_file_position_deletes(&table, spec_id, partition, &path, &bitmap)
-                            .await?;
-                    written.record(file.file.file_path().to_string());
-                    Ok(Some(file))
-                }
-            };
-            while let Some(batch) = stream.next().await {
-                let batch = batch?;
-                let paths = arrow::compute::cast(batch.column(0), &DataType::Utf8)?;
-                let paths = paths.as_string::<i32>();
-                let positions = batch.column(1).as_primitive::<Int64Type>();
-                for row in 0..batch.num_rows() {
-                    let path = paths.value(row);
-                    if current.as_ref().is_none_or(|(p, _)| p != path) {
-                        let done = current.take();
-                        out.extend(flush(done, &mut counts).await?);
-                        current = Some((path.to_string(), RoaringTreemap::new()));
-                    }
-                    if let Some((_, bitmap)) = current.as_mut() {
-                        bitmap.insert(positions.value(row) as u64);
-                    }
-                }
-                let size = current.as_ref().map_or(0, |(_, b)| b.serialized_size());
-                reservation.try_resize(size)?;
-            }
-            out.extend(flush(current.take(), &mut counts).await?);
-            drop(reservation);
-            Ok::<_, DataFusionError>((counts, out))
-        }));
+        let stream = plan.execute(i, Arc::clone(context))?;
+        let pass = PositionsPass {
+            files: Arc::clone(&files),
+            table: job.table.clone(),
+            written: written.clone(),
+            pool: Arc::clone(context.memory_pool()),
+            partition: i,
+        };
+        tasks.push(SpawnedTask::spawn(pass.run(stream)));
     }
     let mut counts: HashMap<String, u64> = HashMap::new();
     let mut out = vec![];
+    let mut held: HashMap<String, RoaringTreemap> = HashMap::new();
+    let mut held_memory = vec![];
     let mut failure = None;
     for task in tasks {
         match task.join_unwind().await {
-            Ok(Ok((c, files))) => {
-                for (path, n) in c {
+            Ok(Ok(found)) => {
+                for (path, n) in found.counts {
                     *counts.entry(path).or_default() += n;
                 }
-                out.extend(files);
+                out.extend(found.written);
+                for (path, positions) in found.held {
+                    *held.entry(path).or_default() |= positions;
+                }
+                held_memory.extend(found.held_memory);
             }
             Ok(Err(e)) => failure = failure.or(Some(e)),
             Err(e) => failure = failure.or(Some(DataFusionError::ExecutionJoin(Box::new(e)))),
         }
     }
-    match failure {
-        Some(e) => Err(e),
-        None => Ok((counts, out)),
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let mut held: Vec<Positions> = held.into_iter().collect();
+    held.sort_by(|a, b| a.0.cmp(&b.0));
+    for (path, positions) in held {
+        let target = &files[&path];
+        let file = write_file_position_deletes(
+            &job.table,
+            target.spec_id,
+            target.partition.clone(),
+            &path,
+            &positions,
+        )
+        .await?;
+        written.record(file.file.file_path().to_string());
+        out.push(file);
+    }
+    drop(held_memory);
+    Ok((counts, out))
+}
+
+/// Where a data file's position deletes go.
+struct FileTarget {
+    spec_id: i32,
+    partition: iceberg::spec::Struct,
+    /// False for files the statement removes whole.
+    write: bool,
+    /// Whether several partitions read it.
+    split: bool,
+}
+
+/// One partition's task of merge-on-read pass 1.
+struct PositionsPass {
+    files: Arc<HashMap<String, FileTarget>>,
+    table: Table,
+    written: WrittenFiles,
+    pool: Arc<dyn MemoryPool>,
+    partition: usize,
+}
+
+impl PositionsPass {
+    async fn run(self, mut stream: SendableRecordBatchStream) -> Result<PartitionPositions> {
+        let reservation = MemoryConsumer::new(format!("MergeOnReadDelete[{}]", self.partition))
+            .register(&self.pool);
+        let mut found = PartitionPositions::default();
+        let mut current: Option<Positions> = None;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let paths = arrow::compute::cast(batch.column(0), &DataType::Utf8)?;
+            let paths = paths.as_string::<i32>();
+            let positions = batch.column(1).as_primitive::<Int64Type>();
+            for row in 0..batch.num_rows() {
+                let path = paths.value(row);
+                if current.as_ref().is_none_or(|(p, _)| p != path) {
+                    if let Some(done) = current.take() {
+                        self.finish(done, &mut found).await?;
+                    }
+                    current = Some((path.to_string(), RoaringTreemap::new()));
+                }
+                if let Some((_, bitmap)) = current.as_mut() {
+                    bitmap.insert(positions.value(row) as u64);
+                }
+            }
+            let size = current.as_ref().map_or(0, |(_, b)| b.serialized_size());
+            reservation.try_resize(size)?;
+        }
+        if let Some(done) = current.take() {
+            self.finish(done, &mut found).await?;
+        }
+        Ok(found)
+    }
+
+    /// Counts a file's positions found here, and writes them, or holds them when other
+    /// partitions read the same file (and the pool grants the memory).
+    async fn finish(
+        &self,
+        (path, bitmap): Positions,
+        found: &mut PartitionPositions,
+    ) -> Result<()> {
+        *found.counts.entry(path.clone()).or_default() += bitmap.len();
+        let target = self
+            .files
+            .get(&path)
+            .ok_or_else(|| DataFusionError::Internal(format!("{path} was not planned")))?;
+        if !target.write {
+            return Ok(());
+        }
+        if target.split {
+            let memory = found.held_memory.get_or_insert_with(|| {
+                MemoryConsumer::new(format!(
+                    "MergeOnReadDelete[{}, split files]",
+                    self.partition
+                ))
+                .register(&self.pool)
+            });
+            if memory.try_grow(bitmap.serialized_size()).is_ok() {
+                found.held.push((path, bitmap));
+                return Ok(());
+            }
+        }
+        let file = write_file_position_deletes(
+            &self.table,
+            target.spec_id,
+            target.partition.clone(),
+            &path,
+            &bitmap,
+        )
+        .await?;
+        self.written.record(file.file.file_path().to_string());
+        found.written.push(file);
+        Ok(())
     }
 }
 

@@ -1100,7 +1100,11 @@ mod tests {
     fn file_batch(ids: &[Option<i64>], key_type: &DataType, seq: i64, scope: i32) -> RecordBatch {
         use arrow::array::{DictionaryArray, UInt16Array};
         let n = ids.len();
-        let id = cast(&(Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef), key_type).unwrap();
+        let id = cast(
+            &(Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef),
+            key_type,
+        )
+        .unwrap();
         let keys = UInt16Array::from(vec![0u16; n]);
         let seq = DictionaryArray::new(keys.clone(), Arc::new(Int64Array::from(vec![seq])));
         let scope = DictionaryArray::new(keys, Arc::new(Int32Array::from(vec![scope])));
@@ -1128,7 +1132,11 @@ mod tests {
                     (Some(k * 3 - 600), 2 + k % 4, scope)
                 }));
                 if far {
-                    let v = if key_type == DataType::Int64 { 1 << 40 } else { 1 << 30 };
+                    let v = if key_type == DataType::Int64 {
+                        1 << 40
+                    } else {
+                        1 << 30
+                    };
                     deleted.push((Some(v), 9, GLOBAL_SCOPE));
                     deleted.push((Some(-v), 9, GLOBAL_SCOPE));
                 }
