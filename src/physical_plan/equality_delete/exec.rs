@@ -794,13 +794,24 @@ impl Joiner {
             return self.output(batch);
         }
         let scope = Gate::<Int32Type>::of(batch.column(self.columns.scope))?;
+        // A batch of one file, against keys of one scope: the range alone may decide.
+        let settled = match (table.range(), &seq, &scope) {
+            (Some(range), Gate::Const(seq), Gate::Const(scope)) => range.settles(*scope, *seq),
+            _ => None,
+        };
+        if settled == Some(false) {
+            return self.output(batch);
+        }
         let keys = self.probe_keys_of(&batch)?;
         let n = batch.num_rows();
         // First the cheap check of every row, in a tight loop, then the gate of the few
         // candidates it leaves.
+        // Exact candidates (from the range) settled by it need no lookup.
+        let mut settled_deleted = false;
         let (candidates, hashes) = match (table.range(), &keys) {
             (Some(range), ProbeKeys::Signed { data, width }) => {
                 self.key_range_rows.add(n);
+                settled_deleted = settled == Some(true);
                 (range_candidates(range, data, *width), None)
             }
             _ => {
@@ -818,6 +829,11 @@ impl Joiner {
         keep.append_n(n, true);
         let mut any = false;
         for i in candidates.into_iter().map(|i| i as usize) {
+            if settled_deleted {
+                keep.set_bit(i, false);
+                any = true;
+                continue;
+            }
             let key = keys.key(i, &mut buf);
             let hash = hashes.as_ref().map_or_else(|| table_hash(key), |h| h[i]);
             if table.is_deleted_hashed(key, hash, scope.value(i), seq.value(i)) {
@@ -1123,88 +1139,92 @@ mod tests {
     #[tokio::test]
     async fn integer_keys_through_a_range_or_the_filter_match_an_oracle() {
         // (key, delete seq, scope): NULL deleted in scope 1 only; a dense run and some
-        // negative keys; `far` adds a key that makes the range too wide (the filter route).
-        for key_type in [DataType::Int64, DataType::Int32, DataType::Date32] {
-            for far in [false, true] {
-                let mut deleted: Vec<(Option<i64>, i64, i32)> = vec![(None, 4, 1)];
-                deleted.extend((0..3000i64).map(|k| {
-                    let scope = if k % 5 == 0 { 2 } else { GLOBAL_SCOPE };
-                    (Some(k * 3 - 600), 2 + k % 4, scope)
-                }));
-                if far {
-                    let v = if key_type == DataType::Int64 {
-                        1 << 40
-                    } else {
-                        1 << 30
-                    };
-                    deleted.push((Some(v), 9, GLOBAL_SCOPE));
-                    deleted.push((Some(-v), 9, GLOBAL_SCOPE));
-                }
-                let build = RecordBatch::try_from_iter([
-                    (
-                        "id",
-                        cast(
-                            &(Arc::new(Int64Array::from_iter(deleted.iter().map(|d| d.0)))
-                                as ArrayRef),
-                            &key_type,
-                        )
-                        .unwrap(),
-                    ),
-                    (
-                        "delete_seq",
-                        Arc::new(Int64Array::from_iter_values(deleted.iter().map(|d| d.1)))
-                            as ArrayRef,
-                    ),
-                    (
-                        "delete_scope",
-                        Arc::new(Int32Array::from_iter_values(deleted.iter().map(|d| d.2)))
-                            as ArrayRef,
-                    ),
-                ])
-                .unwrap();
-                // Files of every (data seq, scope), ids running through and past the keys.
-                let mut probe = vec![];
-                let mut expected = vec![];
-                for (f, (seq, scope)) in [(1, 1), (3, 2), (3, NO_SCOPE), (5, 1), (9, 2)]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let ids: Vec<Option<i64>> = (-1000..9500i64)
-                        .map(|i| (i % 97 != 0).then_some(i + f as i64))
-                        .collect();
-                    let batch = file_batch(&ids, &key_type, seq, scope);
-                    let values = batch.column(1).as_primitive::<Int64Type>().clone();
-                    for (i, id) in ids.iter().enumerate() {
-                        let dies = deleted.iter().any(|&(k, dseq, dscope)| {
-                            k == *id && dseq > seq && (dscope == GLOBAL_SCOPE || dscope == scope)
-                        });
-                        if !dies {
-                            expected.push((values.value(i), *id));
-                        }
-                    }
-                    probe.push(batch);
-                }
-                let (out, metrics, pool) =
-                    run_join(vec![probe], vec![build], vec![0], Some(vec![1, 0]), 1 << 30).await;
-                let mut kept = vec![];
-                for b in &out {
-                    assert_eq!(b.schema().field(0).name(), "value");
-                    assert_eq!(b.num_columns(), 2);
-                    let id = cast(b.column(1), &DataType::Int64).unwrap();
-                    let id = id.as_primitive::<Int64Type>();
-                    let value = b.column(0).as_primitive::<Int64Type>();
-                    for i in 0..b.num_rows() {
-                        kept.push((value.value(i), (!id.is_null(i)).then(|| id.value(i))));
-                    }
-                }
-                kept.sort();
-                expected.sort();
-                assert_eq!(kept.len(), expected.len(), "{key_type} far={far}");
-                assert_eq!(kept, expected, "{key_type} far={far}");
-                let range_rows = metrics.sum_by_name("key_range_rows").unwrap().as_usize();
-                assert_eq!(range_rows > 0, !far, "{key_type} far={far}");
-                assert_eq!(pool.reserved(), 0);
+        // negative keys; `far` adds a key that makes the range too wide (the filter route);
+        // `uniform` puts every key in the global scope (files older than every delete are
+        // then settled by the range alone).
+        for (key_type, far, uniform) in [DataType::Int64, DataType::Int32, DataType::Date32]
+            .into_iter()
+            .flat_map(|t| {
+                [(false, false), (true, false), (false, true)].map(|(f, u)| (t.clone(), f, u))
+            })
+        {
+            let scoped = |s: i32| if uniform { GLOBAL_SCOPE } else { s };
+            let mut deleted: Vec<(Option<i64>, i64, i32)> = vec![(None, 4, scoped(1))];
+            deleted.extend((0..3000i64).map(|k| {
+                let scope = if k % 5 == 0 { scoped(2) } else { GLOBAL_SCOPE };
+                (Some(k * 3 - 600), 2 + k % 4, scope)
+            }));
+            if far {
+                let v = if key_type == DataType::Int64 {
+                    1 << 40
+                } else {
+                    1 << 30
+                };
+                deleted.push((Some(v), 9, GLOBAL_SCOPE));
+                deleted.push((Some(-v), 9, GLOBAL_SCOPE));
             }
+            let build = RecordBatch::try_from_iter([
+                (
+                    "id",
+                    cast(
+                        &(Arc::new(Int64Array::from_iter(deleted.iter().map(|d| d.0))) as ArrayRef),
+                        &key_type,
+                    )
+                    .unwrap(),
+                ),
+                (
+                    "delete_seq",
+                    Arc::new(Int64Array::from_iter_values(deleted.iter().map(|d| d.1))) as ArrayRef,
+                ),
+                (
+                    "delete_scope",
+                    Arc::new(Int32Array::from_iter_values(deleted.iter().map(|d| d.2))) as ArrayRef,
+                ),
+            ])
+            .unwrap();
+            // Files of every (data seq, scope), ids running through and past the keys.
+            let mut probe = vec![];
+            let mut expected = vec![];
+            for (f, (seq, scope)) in [(1, 1), (3, 2), (3, NO_SCOPE), (5, 1), (9, 2)]
+                .into_iter()
+                .enumerate()
+            {
+                let ids: Vec<Option<i64>> = (-1000..9500i64)
+                    .map(|i| (i % 97 != 0).then_some(i + f as i64))
+                    .collect();
+                let batch = file_batch(&ids, &key_type, seq, scope);
+                let values = batch.column(1).as_primitive::<Int64Type>().clone();
+                for (i, id) in ids.iter().enumerate() {
+                    let dies = deleted.iter().any(|&(k, dseq, dscope)| {
+                        k == *id && dseq > seq && (dscope == GLOBAL_SCOPE || dscope == scope)
+                    });
+                    if !dies {
+                        expected.push((values.value(i), *id));
+                    }
+                }
+                probe.push(batch);
+            }
+            let (out, metrics, pool) =
+                run_join(vec![probe], vec![build], vec![0], Some(vec![1, 0]), 1 << 30).await;
+            let mut kept = vec![];
+            for b in &out {
+                assert_eq!(b.schema().field(0).name(), "value");
+                assert_eq!(b.num_columns(), 2);
+                let id = cast(b.column(1), &DataType::Int64).unwrap();
+                let id = id.as_primitive::<Int64Type>();
+                let value = b.column(0).as_primitive::<Int64Type>();
+                for i in 0..b.num_rows() {
+                    kept.push((value.value(i), (!id.is_null(i)).then(|| id.value(i))));
+                }
+            }
+            kept.sort();
+            expected.sort();
+            let case = format!("{key_type} far={far} uniform={uniform}");
+            assert_eq!(kept.len(), expected.len(), "{case}");
+            assert_eq!(kept, expected, "{case}");
+            let range_rows = metrics.sum_by_name("key_range_rows").unwrap().as_usize();
+            assert_eq!(range_rows > 0, !far, "{case}");
+            assert_eq!(pool.reserved(), 0);
         }
     }
 

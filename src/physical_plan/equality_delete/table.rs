@@ -180,6 +180,10 @@ pub struct KeyRange {
     bits: Vec<u64>,
     /// Whether a NULL key is deleted.
     null: bool,
+    /// When every deleted key is in one scope: that scope and the lowest delete sequence
+    /// number (a row of that scope or any, by [`KeyRange::settles`], older than it is deleted
+    /// iff its key is held, without looking the key up).
+    uniform: Option<(i32, i64)>,
 }
 
 impl KeyRange {
@@ -187,12 +191,22 @@ impl KeyRange {
     /// (4 or 8); `None` when a key has another form or the bits would exceed `max_bytes`.
     fn build(table: &KeyTable, width: usize, max_bytes: usize) -> Option<Self> {
         let (mut min, mut max, mut null) = (i64::MAX, i64::MIN, false);
-        for (key, _, _) in table.iter() {
+        let mut uniform: Option<(i32, i64)> = None;
+        let mut scopes_differ = false;
+        for (key, scope, seq) in table.iter() {
             match decode_signed(key, width)? {
                 Some(v) => (min, max) = (min.min(v), max.max(v)),
                 None => null = true,
             }
+            match &mut uniform {
+                None => uniform = Some((scope, seq)),
+                Some((s, q)) => {
+                    scopes_differ |= *s != scope;
+                    *q = (*q).min(seq);
+                }
+            }
         }
+        let uniform = uniform.filter(|_| !scopes_differ);
         if min > max {
             // Only NULL keys (or none).
             return Some(Self {
@@ -200,6 +214,7 @@ impl KeyRange {
                 span: 0,
                 bits: vec![],
                 null,
+                uniform,
             });
         }
         let span = (i128::from(max) - i128::from(min) + 1) as u128;
@@ -219,7 +234,19 @@ impl KeyRange {
             span: span as u64,
             bits,
             null,
+            uniform,
         })
+    }
+
+    /// For rows of one scope and data sequence number: `Some(true)` when every row whose key
+    /// the range holds is deleted, `Some(false)` when no row is, `None` when each must be
+    /// looked up.
+    pub fn settles(&self, scope: i32, data_seq: i64) -> Option<bool> {
+        let (s, min_seq) = self.uniform?;
+        if s != GLOBAL_SCOPE && s != scope {
+            return Some(false);
+        }
+        (min_seq > data_seq).then_some(true)
     }
 
     /// Whether the non-NULL key `v` is deleted somewhere (by some sequence number and scope).
@@ -562,6 +589,9 @@ mod tests {
             assert!(!t.is_deleted(&signed_key(Some(63), width), 9, 2));
             assert!(t.is_deleted(&signed_key(None, width), 3, 1));
             assert!(!t.is_deleted(&signed_key(None, width), 4, 1));
+            // One scope (global) and sequence numbers all above 1: settled for data seq 1 in
+            // any scope; not for data seq 2 (the NULL key's scope differs anyway).
+            assert_eq!(range.settles(9, 1), None);
             // Another insert drops the range.
             t.insert(&signed_key(Some(7), width), GLOBAL_SCOPE, 2);
             assert!(t.range().is_none());
@@ -586,6 +616,28 @@ mod tests {
         t.seal(Some(8));
         let range = t.range().unwrap();
         assert!(range.holds_null() && !range.holds(0) && !range.holds(i64::MIN));
+        // Every key in one scope: rows older than the oldest delete are settled by the range.
+        for (scope, seqs) in [(GLOBAL_SCOPE, [5, 3]), (4, [6, 3])] {
+            let mut t = KeyTable::default();
+            t.insert(&signed_key(Some(10), 8), scope, seqs[0]);
+            t.insert(&signed_key(Some(12), 8), scope, seqs[1]);
+            t.seal(Some(8));
+            let range = t.range().unwrap();
+            assert_eq!(range.settles(4, 2), Some(true));
+            assert_eq!(range.settles(4, 3), None);
+            let other = if scope == GLOBAL_SCOPE {
+                Some(true)
+            } else {
+                Some(false)
+            };
+            assert_eq!(range.settles(7, 2), other);
+        }
+        // Two scopes: every row is looked up.
+        let mut t = KeyTable::default();
+        t.insert(&signed_key(Some(10), 8), 1, 5);
+        t.insert(&signed_key(Some(12), 8), GLOBAL_SCOPE, 5);
+        t.seal(Some(8));
+        assert_eq!(t.range().unwrap().settles(1, 0), None);
     }
 
     #[test]
