@@ -6,13 +6,14 @@
 //!  with deletes:   ProjectionExec (back to the requested columns)
 //!                    EqualityDeleteExec × one per distinct equality-id set
 //!                      ├─ PositionalDeleteExec (row selections per data file)
-//!                      │    DataSourceExec (requested + key columns, + _data_seq, _scope constants)
+//!                      │    DataSourceExec (requested + key columns, + _gate constant per file)
 //!                      └─ DataSourceExec over the set's delete files (key…, delete_seq, scope)
 //! ```
-//! The hidden `_data_seq` and `_scope` columns are per-file constants (DataFusion partition
-//! columns, dictionary-encoded so a batch holds one value and zeroed keys), so they cost
-//! nothing to read and exist only when equality deletes apply. The last equality join outputs
-//! the requested columns itself, so the rows it keeps are copied once, without the hidden ones.
+//! The hidden `_gate` column is a per-file constant (a DataFusion partition column): the index
+//! of the file's data sequence number and partition scope in a table the joins hold, one
+//! 4-byte integer per row, and it exists only when equality deletes apply. The last equality
+//! join outputs the requested columns itself, so the rows it keeps are copied once, without
+//! the hidden ones.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -38,7 +39,7 @@ use iceberg::table::Table;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::equality_delete::{
-    EqualityDeleteColumns, EqualityDeleteExec, GLOBAL_SCOPE, NO_SCOPE,
+    EqualityDeleteColumns, EqualityDeleteExec, FileGate, GLOBAL_SCOPE, NO_SCOPE,
 };
 use crate::physical_plan::positional_delete::{
     FileDeletes, PositionDeleteFile, PositionalDeleteExec,
@@ -47,9 +48,10 @@ use crate::scan::{group_files, DeleteFileRef, FieldIdAdapterFactory, ScanFiles};
 use crate::table::provider::arrow_schema;
 use crate::IcebergOptions;
 
-/// Hidden per-file column: the data file's sequence number.
-const DATA_SEQ_COLUMN: &str = "__iceberg_data_seq";
-/// Hidden per-file column: the partition scope of equality deletes.
+/// Hidden per-file column: the index of the data file's [`FileGate`] (sequence number and
+/// partition scope) for the equality-delete joins.
+const GATE_COLUMN: &str = "__iceberg_gate";
+/// Per-file column of equality delete files: the partition scope they apply in.
 const SCOPE_COLUMN: &str = "__iceberg_delete_scope";
 /// Per-file column of equality delete files: their sequence number.
 const DELETE_SEQ_COLUMN: &str = "__iceberg_delete_seq";
@@ -126,18 +128,30 @@ pub(crate) async fn plan_scan(
         )));
     }
     let gate_at = needed.len() + partition_columns.len();
+    // The gate of each file equality deletes may apply to. A file no equality delete applies
+    // to reads as newest of all: the join passes its batches without looking keys up (same
+    // answer by the gating rule).
+    let gate_of = |f: &crate::scan::PlannedFile| FileGate {
+        data_seq: if f.equality_deletes {
+            f.data_seq
+        } else {
+            i64::MAX
+        },
+        scope: eq.scope_of(f.spec_id, &f.partition),
+    };
+    let mut gates: Vec<FileGate> = vec![];
+    let mut gate_index: HashMap<FileGate, u32> = HashMap::new();
     if !eq.sets.is_empty() {
-        partition_columns.push(Arc::new(Field::new(
-            DATA_SEQ_COLUMN,
-            gate_type(DataType::Int64),
-            false,
-        )));
-        partition_columns.push(Arc::new(Field::new(
-            SCOPE_COLUMN,
-            gate_type(DataType::Int32),
-            false,
-        )));
+        partition_columns.push(Arc::new(Field::new(GATE_COLUMN, DataType::UInt32, false)));
+        for f in files {
+            let gate = gate_of(f);
+            gate_index.entry(gate).or_insert_with(|| {
+                gates.push(gate);
+                (gates.len() - 1) as u32
+            });
+        }
     }
+    let gates: Arc<[FileGate]> = gates.into();
     let projection: Option<Vec<usize>> = if partition_columns.is_empty() {
         req.projection.cloned()
     } else {
@@ -158,17 +172,7 @@ pub(crate) async fn plan_scan(
                 ));
             }
             if !eq.sets.is_empty() {
-                // A file no equality delete applies to reads as newest of all: the join passes
-                // its batches without looking keys up (same answer by the gating rule).
-                let gate = if f.equality_deletes {
-                    f.data_seq
-                } else {
-                    i64::MAX
-                };
-                values.push(gate_value(ScalarValue::Int64(Some(gate))));
-                values.push(gate_value(ScalarValue::Int32(Some(
-                    eq.scope_of(f.spec_id, &f.partition),
-                ))));
+                values.push(ScalarValue::UInt32(gate_index.get(&gate_of(f)).copied()));
             }
             values
         },
@@ -247,8 +251,8 @@ pub(crate) async fn plan_scan(
         let build = delete_scan(state, req, ids, deletes, &eq).await?;
         let columns = EqualityDeleteColumns {
             keys,
-            data_seq: gate_at,
-            scope: gate_at + 1,
+            gate: gate_at,
+            gates: Arc::clone(&gates),
         };
         let join = EqualityDeleteExec::try_new(
             plan,
@@ -278,17 +282,6 @@ pub(crate) async fn plan_scan(
         plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
     }
     Ok(plan)
-}
-
-/// The type of a hidden gate column of values of `value_type`: a dictionary, so each batch
-/// holds the file's one value and a zeroed key per row (DataFusion caches those).
-fn gate_type(value_type: DataType) -> DataType {
-    DataType::Dictionary(Box::new(DataType::UInt16), Box::new(value_type))
-}
-
-/// A gate column's value for one file.
-fn gate_value(value: ScalarValue) -> ScalarValue {
-    ScalarValue::Dictionary(Box::new(DataType::UInt16), Box::new(value))
 }
 
 async fn parquet_plan(

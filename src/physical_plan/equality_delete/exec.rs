@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!   build (child 1): delete rows (key…, delete_seq, scope) ─► KeyTable (shared by all partitions)
-//!   probe (child 0): data rows (…, key…, _data_seq, _scope) ─► keep unless KeyTable says deleted
+//!   probe (child 0): data rows (…, key…, _gate) ─► keep unless KeyTable says deleted
+//!                    (_gate: index of the row's file's (data_seq, scope) in a table of the plan)
 //!
 //!   build larger than its reservation:
 //!     build rows ─► hash(key, level 0) ─► F spill files   probe rows ─► same hash ─► F spill files
@@ -20,12 +21,10 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, BooleanBufferBuilder,
-    Int32Array, Int64Array, PrimitiveArray, RecordBatch, UInt32Array,
+    Int32Array, Int64Array, RecordBatch, UInt32Array,
 };
 use arrow::compute::{cast, filter_record_batch, take_record_batch};
-use arrow::datatypes::{
-    ArrowNumericType, DataType, Field, Int32Type, Int64Type, Schema, SchemaRef,
-};
+use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef, UInt32Type};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::Statistics;
 use datafusion::error::{DataFusionError, Result};
@@ -86,16 +85,28 @@ impl Drop for BuildUser {
     }
 }
 
-/// Where the hidden columns and keys are in the probe input.
+/// Where the keys and the gate of each row are in the probe input.
 #[derive(Debug, Clone)]
 pub struct EqualityDeleteColumns {
     /// Key columns, in the order of the build side's key columns.
     pub keys: Vec<usize>,
-    /// The data sequence number column (Int64, or a dictionary of Int64: a per-file constant
-    /// costs no memory per row then).
-    pub data_seq: usize,
-    /// The partition scope column (Int32, or a dictionary of Int32).
-    pub scope: usize,
+    /// The gate column (UInt32, non-null): for each row, the index in `gates` of its data
+    /// file's gate. A per-file constant; one narrow integer per row is the cheapest form
+    /// DataFusion materializes it in.
+    pub gate: usize,
+    /// Gates of the data files.
+    pub gates: Arc<[FileGate]>,
+}
+
+/// What decides whether an equality delete applies to a data file's rows: the file's data
+/// sequence number and its partition scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileGate {
+    /// The data file's data sequence number.
+    pub data_seq: i64,
+    /// Its partition scope (`NO_SCOPE` when no partition-scoped equality delete is in its
+    /// partition).
+    pub scope: i32,
 }
 
 /// Removes rows whose key an applicable equality delete holds: a row dies iff a build row with
@@ -141,6 +152,12 @@ impl EqualityDeleteExec {
             return Err(DataFusionError::Internal(format!(
                 "EqualityDeleteExec: {k} key columns but a build side of {} columns",
                 build_schema.fields().len()
+            )));
+        }
+        if probe.fields().get(columns.gate).map(|f| f.data_type()) != Some(&DataType::UInt32) {
+            return Err(DataFusionError::Internal(format!(
+                "EqualityDeleteExec: probe column {} is not a UInt32 gate column",
+                columns.gate
             )));
         }
         for (i, &c) in columns.keys.iter().enumerate() {
@@ -603,46 +620,58 @@ fn range_candidates(
     out
 }
 
-/// A gate column of a probe batch (data sequence number or scope): one value for the whole
-/// batch when it is a dictionary of one value (a per-file constant), else a value per row.
-enum Gate<T: ArrowNumericType> {
-    Const(T::Native),
-    Rows(PrimitiveArray<T>),
+/// The gates of a probe batch's rows: one for the whole batch (a batch holds rows of one
+/// file), or one per row.
+enum Gates<'a> {
+    Const(FileGate),
+    Rows(&'a [u32], &'a [FileGate]),
 }
 
-impl<T: ArrowNumericType> Gate<T> {
-    fn of(column: &ArrayRef) -> Result<Self> {
-        if let Some(dict) = column.as_any_dictionary_opt() {
-            if dict.values().len() == 1 && dict.keys().null_count() == 0 {
-                let value = cast(dict.values(), &T::DATA_TYPE)?;
-                let value = value.as_primitive::<T>();
-                if value.null_count() == 0 {
-                    return Ok(Gate::Const(value.value(0)));
-                }
-            }
-        }
-        let rows = cast(column, &T::DATA_TYPE)?;
-        if rows.null_count() > 0 {
-            return Err(DataFusionError::Internal(
-                "EqualityDeleteExec: a data sequence number or scope is NULL".into(),
+impl<'a> Gates<'a> {
+    fn of(column: &'a ArrayRef, gates: &'a [FileGate]) -> Result<Self> {
+        let index = column
+            .as_primitive_opt::<UInt32Type>()
+            .filter(|c| c.null_count() == 0)
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "EqualityDeleteExec: the gate column is {} (or has NULLs), not UInt32",
+                    column.data_type()
+                ))
+            })?
+            .values();
+        let Some(&first) = index.first() else {
+            return Ok(Gates::Rows(index, gates));
+        };
+        let out_of_range = || {
+            DataFusionError::Internal(format!(
+                "EqualityDeleteExec: a gate index beyond the {} gates",
+                gates.len()
+            ))
+        };
+        if index.iter().all(|&g| g == first) {
+            return Ok(Gates::Const(
+                *gates.get(first as usize).ok_or_else(out_of_range)?,
             ));
         }
-        Ok(Gate::Rows(rows.as_primitive::<T>().clone()))
+        if index.iter().any(|&g| g as usize >= gates.len()) {
+            return Err(out_of_range());
+        }
+        Ok(Gates::Rows(index, gates))
     }
 
     #[inline]
-    fn value(&self, i: usize) -> T::Native {
+    fn of_row(&self, i: usize) -> FileGate {
         match self {
-            Gate::Const(v) => *v,
-            Gate::Rows(a) => a.value(i),
+            Gates::Const(g) => *g,
+            Gates::Rows(index, gates) => gates[index[i] as usize],
         }
     }
 
-    /// The smallest value (`None` for an empty batch).
-    fn min(&self) -> Option<T::Native> {
+    /// The lowest data sequence number (`None` for an empty batch).
+    fn min_seq(&self) -> Option<i64> {
         match self {
-            Gate::Const(v) => Some(*v),
-            Gate::Rows(a) => arrow::compute::min(a),
+            Gates::Const(g) => Some(g.data_seq),
+            Gates::Rows(index, gates) => index.iter().map(|&g| gates[g as usize].data_seq).min(),
         }
     }
 }
@@ -788,15 +817,14 @@ impl Joiner {
     /// Keeps the rows of `batch` that `table` does not delete.
     fn filter(&self, table: &KeyTable, batch: RecordBatch) -> Result<RecordBatch> {
         let _timer = self.probe_time.timer();
-        let seq = Gate::<Int64Type>::of(batch.column(self.columns.data_seq))?;
+        let gates = Gates::of(batch.column(self.columns.gate), &self.columns.gates)?;
         // Rows newer than every delete need no lookup (a batch is one file: one sequence).
-        if table.is_empty() || seq.min().is_none_or(|m| table.spares_from(m)) {
+        if table.is_empty() || gates.min_seq().is_none_or(|m| table.spares_from(m)) {
             return self.output(batch);
         }
-        let scope = Gate::<Int32Type>::of(batch.column(self.columns.scope))?;
         // A batch of one file, against keys of one scope: the range alone may decide.
-        let settled = match (table.range(), &seq, &scope) {
-            (Some(range), Gate::Const(seq), Gate::Const(scope)) => range.settles(*scope, *seq),
+        let settled = match (table.range(), &gates) {
+            (Some(range), Gates::Const(g)) => range.settles(g.scope, g.data_seq),
             _ => None,
         };
         if settled == Some(false) {
@@ -836,7 +864,8 @@ impl Joiner {
             }
             let key = keys.key(i, &mut buf);
             let hash = hashes.as_ref().map_or_else(|| table_hash(key), |h| h[i]);
-            if table.is_deleted_hashed(key, hash, scope.value(i), seq.value(i)) {
+            let gate = gates.of_row(i);
+            if table.is_deleted_hashed(key, hash, gate.scope, gate.data_seq) {
                 keep.set_bit(i, false);
                 any = true;
             }
@@ -958,6 +987,28 @@ mod tests {
     use super::*;
     use crate::physical_plan::equality_delete::{GLOBAL_SCOPE, NO_SCOPE};
 
+    /// The gates of the tests' probe rows: data sequence numbers 0 to 15 in scopes -2 to 13.
+    fn test_gates() -> Arc<[FileGate]> {
+        (0..256)
+            .map(|g| FileGate {
+                data_seq: g / 16,
+                scope: (g % 16) as i32 - 2,
+            })
+            .collect()
+    }
+
+    /// The index of (seq, scope) in [`test_gates`].
+    fn gate_of(seq: i64, scope: i32) -> u32 {
+        assert!((0..16).contains(&seq) && (-2..14).contains(&scope));
+        (seq * 16 + i64::from(scope + 2)) as u32
+    }
+
+    /// The (seq, scope) of a gate column's row.
+    fn gate_at(column: &ArrayRef, i: usize) -> (i64, i32) {
+        let g = test_gates()[column.as_primitive::<UInt32Type>().value(i) as usize];
+        (g.data_seq, g.scope)
+    }
+
     fn probe_batch(rows: &[(Option<i64>, Option<&str>, i64, i32)]) -> RecordBatch {
         RecordBatch::try_from_iter([
             (
@@ -969,12 +1020,10 @@ mod tests {
                 Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))) as ArrayRef,
             ),
             (
-                "seq",
-                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))) as ArrayRef,
-            ),
-            (
-                "scope",
-                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.3))) as ArrayRef,
+                "gate",
+                Arc::new(UInt32Array::from_iter_values(
+                    rows.iter().map(|r| gate_of(r.2, r.3)),
+                )) as ArrayRef,
             ),
         ])
         .unwrap()
@@ -985,8 +1034,14 @@ mod tests {
         RecordBatch::try_from_iter([
             ("id", Arc::clone(b.column(0))),
             ("name", Arc::clone(b.column(1))),
-            ("delete_seq", Arc::clone(b.column(2))),
-            ("delete_scope", Arc::clone(b.column(3))),
+            (
+                "delete_seq",
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))) as ArrayRef,
+            ),
+            (
+                "delete_scope",
+                Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.3))) as ArrayRef,
+            ),
         ])
         .unwrap()
     }
@@ -1000,7 +1055,7 @@ mod tests {
         run_join(probe, build, vec![0, 1], None, limit).await
     }
 
-    /// Runs the join of probe columns `keys` (the gate columns are columns 2 and 3), outputting
+    /// Runs the join of probe columns `keys` (the gate column is column 2), outputting
     /// `projection`.
     async fn run_join(
         probe: Vec<Vec<RecordBatch>>,
@@ -1022,8 +1077,8 @@ mod tests {
         let ids = (1..=keys.len() as i32).collect();
         let columns = EqualityDeleteColumns {
             keys,
-            data_seq: 2,
-            scope: 3,
+            gate: 2,
+            gates: test_gates(),
         };
         let mut exec = EqualityDeleteExec::try_new(input, build, columns, ids, 4).unwrap();
         if let Some(p) = projection {
@@ -1038,11 +1093,12 @@ mod tests {
         let mut out: Vec<i64> = batches
             .iter()
             .flat_map(|b| {
-                let c = b.column(3).as_primitive::<Int32Type>().clone();
-                let v = b.column(2).as_primitive::<Int64Type>().clone();
                 let id = b.column(0).as_primitive::<Int64Type>().clone();
-                (0..b.num_rows())
-                    .map(move |i| id.value(i) * 1000 + v.value(i) * 10 + c.value(i) as i64)
+                let gate = Arc::clone(b.column(2));
+                (0..b.num_rows()).map(move |i| {
+                    let (seq, scope) = gate_at(&gate, i);
+                    id.value(i) * 1000 + seq * 10 + scope as i64
+                })
             })
             .collect();
         out.sort();
@@ -1111,27 +1167,22 @@ mod tests {
         assert_eq!(signed_width(&DataType::Float64), None);
     }
 
-    /// A probe batch of one data file: `id` (of `key_type`), `value`, and the file's sequence
-    /// number and scope as one-value dictionaries (as the scan reads them).
+    /// A probe batch of one data file: `id` (of `key_type`), `value`, and the file's gate.
     fn file_batch(ids: &[Option<i64>], key_type: &DataType, seq: i64, scope: i32) -> RecordBatch {
-        use arrow::array::{DictionaryArray, UInt16Array};
         let n = ids.len();
         let id = cast(
             &(Arc::new(Int64Array::from(ids.to_vec())) as ArrayRef),
             key_type,
         )
         .unwrap();
-        let keys = UInt16Array::from(vec![0u16; n]);
-        let seq = DictionaryArray::new(keys.clone(), Arc::new(Int64Array::from(vec![seq])));
-        let scope = DictionaryArray::new(keys, Arc::new(Int32Array::from(vec![scope])));
+        let gate = UInt32Array::from(vec![gate_of(seq, scope); n]);
         RecordBatch::try_from_iter([
             ("id", id),
             (
                 "value",
                 Arc::new(Int64Array::from_iter_values((0..n as i64).map(|i| i * 7))) as ArrayRef,
             ),
-            ("seq", Arc::new(seq) as ArrayRef),
-            ("scope", Arc::new(scope) as ArrayRef),
+            ("gate", Arc::new(gate) as ArrayRef),
         ])
         .unwrap()
     }
@@ -1258,7 +1309,7 @@ mod tests {
                     "{:?}/{:?}/{}",
                     (!id.is_null(i)).then(|| id.value(i)),
                     (!name.is_null(i)).then(|| name.value(i)),
-                    b.column(3).as_primitive::<Int32Type>().value(i)
+                    gate_at(b.column(2), i).1
                 ));
             }
         }

@@ -3,5 +3,5 @@
 mod exec;
 mod table;
 
-pub use exec::{EqualityDeleteColumns, EqualityDeleteExec};
+pub use exec::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};
 pub use table::{GLOBAL_SCOPE, NO_SCOPE};
