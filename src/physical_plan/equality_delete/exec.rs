@@ -23,6 +23,7 @@ use arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, BooleanBufferBuilder,
     Int32Array, Int64Array, RecordBatch, UInt32Array,
 };
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::{cast, filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef, UInt32Type};
 use arrow::row::{RowConverter, Rows, SortField};
@@ -620,6 +621,41 @@ fn range_candidates(
     out
 }
 
+/// Which rows of a single integer key column to keep when every row whose key `range` holds
+/// is deleted (set: kept): 64 rows per word, without branches.
+fn range_keep(
+    range: &super::table::KeyRange,
+    data: &arrow::array::ArrayData,
+    width: usize,
+) -> BooleanBuffer {
+    fn scan<T: arrow::datatypes::ArrowNativeType + Into<i64>>(
+        range: &super::table::KeyRange,
+        values: &[T],
+    ) -> BooleanBuffer {
+        let words: Vec<u64> = values
+            .chunks(64)
+            .map(|chunk| {
+                let mut word = 0u64;
+                for (j, v) in chunk.iter().enumerate() {
+                    word |= u64::from(!range.holds((*v).into())) << j;
+                }
+                word
+            })
+            .collect();
+        BooleanBuffer::new(words.into(), 0, values.len())
+    }
+    let keep = match width {
+        4 => scan(range, &data.buffer::<i32>(0)[..data.len()]),
+        _ => scan(range, &data.buffer::<i64>(0)[..data.len()]),
+    };
+    // A NULL row's value slot holds anything: it is deleted iff a NULL key is.
+    match data.nulls() {
+        None => keep,
+        Some(nulls) if range.holds_null() => &keep & nulls.inner(),
+        Some(nulls) => &keep | &!nulls.inner(),
+    }
+}
+
 /// The gates of a probe batch's rows: one for the whole batch (a batch holds rows of one
 /// file), or one per row.
 enum Gates<'a> {
@@ -834,12 +870,21 @@ impl Joiner {
         let n = batch.num_rows();
         // First the cheap check of every row, in a tight loop, then the gate of the few
         // candidates it leaves.
-        // Exact candidates (from the range) settled by it need no lookup.
-        let mut settled_deleted = false;
         let (candidates, hashes) = match (table.range(), &keys) {
+            (Some(range), ProbeKeys::Signed { data, width }) if settled == Some(true) => {
+                // Settled: a row is deleted iff the range holds its key.
+                self.key_range_rows.add(n);
+                let keep = range_keep(range, data, *width);
+                let batch = self.output(batch)?;
+                if keep.count_set_bits() == n {
+                    return Ok(batch);
+                }
+                let kept = filter_record_batch(&batch, &BooleanArray::new(keep, None))?;
+                self.deleted.add(n - kept.num_rows());
+                return Ok(kept);
+            }
             (Some(range), ProbeKeys::Signed { data, width }) => {
                 self.key_range_rows.add(n);
-                settled_deleted = settled == Some(true);
                 (range_candidates(range, data, *width), None)
             }
             _ => {
@@ -857,11 +902,6 @@ impl Joiner {
         keep.append_n(n, true);
         let mut any = false;
         for i in candidates.into_iter().map(|i| i as usize) {
-            if settled_deleted {
-                keep.set_bit(i, false);
-                any = true;
-                continue;
-            }
             let key = keys.key(i, &mut buf);
             let hash = hashes.as_ref().map_or_else(|| table_hash(key), |h| h[i]);
             let gate = gates.of_row(i);
@@ -1193,14 +1233,24 @@ mod tests {
         // negative keys; `far` adds a key that makes the range too wide (the filter route);
         // `uniform` puts every key in the global scope (files older than every delete are
         // then settled by the range alone).
-        for (key_type, far, uniform) in [DataType::Int64, DataType::Int32, DataType::Date32]
+        // `null` deletes the NULL key.
+        for (key_type, far, uniform, null) in [DataType::Int64, DataType::Int32, DataType::Date32]
             .into_iter()
             .flat_map(|t| {
-                [(false, false), (true, false), (false, true)].map(|(f, u)| (t.clone(), f, u))
+                [
+                    (false, false, true),
+                    (true, false, true),
+                    (false, true, true),
+                    (false, true, false),
+                ]
+                .map(|(f, u, n)| (t.clone(), f, u, n))
             })
         {
             let scoped = |s: i32| if uniform { GLOBAL_SCOPE } else { s };
-            let mut deleted: Vec<(Option<i64>, i64, i32)> = vec![(None, 4, scoped(1))];
+            let mut deleted: Vec<(Option<i64>, i64, i32)> = vec![];
+            if null {
+                deleted.push((None, 4, scoped(1)));
+            }
             deleted.extend((0..3000i64).map(|k| {
                 let scope = if k % 5 == 0 { scoped(2) } else { GLOBAL_SCOPE };
                 (Some(k * 3 - 600), 2 + k % 4, scope)
@@ -1270,7 +1320,7 @@ mod tests {
             }
             kept.sort();
             expected.sort();
-            let case = format!("{key_type} far={far} uniform={uniform}");
+            let case = format!("{key_type} far={far} uniform={uniform} null={null}");
             assert_eq!(kept.len(), expected.len(), "{case}");
             assert_eq!(kept, expected, "{case}");
             let range_rows = metrics.sum_by_name("key_range_rows").unwrap().as_usize();
