@@ -836,6 +836,16 @@ async fn merge_on_read_writes_one_delete_file_per_data_file_datafusion_splits() 
     let want = format!("{}|{}", ids.len(), ids.iter().sum::<i64>());
     assert_eq!(sum(&s).await, [want]);
 
+    let plan = render(
+        &sql(
+            &s,
+            "EXPLAIN UPDATE ns.t SET id = id + 100000 WHERE id % 5 = 1",
+        )
+        .await
+        .unwrap(),
+    )
+    .join("\n");
+    assert!(plan.contains("4 groups"), "the file is not split: {plan}");
     let n = delete(&s, "UPDATE ns.t SET id = id + 100000 WHERE id % 5 = 1").await;
     let updated = ids.iter().filter(|i| *i % 5 == 1).count();
     assert_eq!(n as usize, updated);

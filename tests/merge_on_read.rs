@@ -350,8 +350,8 @@ impl Harness {
             let r = all[rng.random_range(0..all.len())];
             keys.insert((r.0, if two_columns { r.1.clone() } else { None }));
         }
-        // Keys no row has: far from the ids (single integer keys then spread too wide for an
-        // exact key range, and the join probes a hash table) or just below them (a range).
+        // Keys no row has: far from the ids (a few single integer keys then spread too wide for
+        // an exact key range, and the join probes a hash table) or just below them (a range).
         let far = rng.random_bool(0.5);
         for i in 0..extra {
             let id = if far {

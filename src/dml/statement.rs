@@ -865,10 +865,11 @@ async fn orphan_deletes(
     Ok(out)
 }
 
-/// The object paths of the files DataFusion split into byte ranges in `plan` (each read by
-/// several partitions).
+/// The object paths of the files DataFusion split into byte ranges over several partitions in
+/// `plan`. (A repartitioned scan gives every file a range, also one read whole by one
+/// partition: only files in more than one group count.)
 fn split_files(plan: &Arc<dyn ExecutionPlan>) -> HashSet<String> {
-    let mut out = HashSet::new();
+    let mut groups_of: HashMap<String, usize> = HashMap::new();
     let mut stack = vec![Arc::clone(plan)];
     while let Some(p) = stack.pop() {
         if let Some(config) = p
@@ -877,14 +878,24 @@ fn split_files(plan: &Arc<dyn ExecutionPlan>) -> HashSet<String> {
             .and_then(|s| s.data_source().as_any().downcast_ref::<FileScanConfig>())
         {
             for group in &config.file_groups {
-                for f in group.files().iter().filter(|f| f.range.is_some()) {
-                    out.insert(f.object_meta.location.to_string());
+                let in_group: HashSet<String> = group
+                    .files()
+                    .iter()
+                    .filter(|f| f.range.is_some())
+                    .map(|f| f.object_meta.location.to_string())
+                    .collect();
+                for path in in_group {
+                    *groups_of.entry(path).or_default() += 1;
                 }
             }
         }
         stack.extend(p.children().into_iter().cloned());
     }
-    out
+    groups_of
+        .into_iter()
+        .filter(|(_, groups)| *groups > 1)
+        .map(|(path, _)| path)
+        .collect()
 }
 
 /// One partition's positions of one data file.
@@ -1157,5 +1168,46 @@ impl ExecutionPlan for DmlExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::datatypes::{Field, Schema};
+    use datafusion::datasource::listing::PartitionedFile;
+    use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+    use datafusion::execution::object_store::ObjectStoreUrl;
+
+    use super::*;
+
+    #[test]
+    fn only_files_in_several_groups_are_split() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let file = |path: &str, range: Option<(i64, i64)>| {
+            let f = PartitionedFile::new(path.to_string(), 1000);
+            match range {
+                Some((start, end)) => f.with_range(start, end),
+                None => f,
+            }
+        };
+        // `a` is split over groups 0 and 1; `b` has a range but is read whole by group 1; `c`
+        // has no range.
+        let groups = vec![
+            FileGroup::new(vec![file("a", Some((0, 600)))]),
+            FileGroup::new(vec![
+                file("a", Some((600, 1000))),
+                file("b", Some((0, 1000))),
+            ]),
+            FileGroup::new(vec![file("c", None)]),
+        ];
+        let config = FileScanConfigBuilder::new(
+            ObjectStoreUrl::local_filesystem(),
+            Arc::new(ParquetSource::new(schema)),
+        )
+        .with_file_groups(groups)
+        .build();
+        let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::clone(&scan)));
+        assert_eq!(split_files(&plan), HashSet::from(["a".to_string()]));
     }
 }

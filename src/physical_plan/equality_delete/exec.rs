@@ -1286,7 +1286,8 @@ mod tests {
             // Files of every (data seq, scope), ids running through and past the keys.
             let mut probe = vec![];
             let mut expected = vec![];
-            for (f, (seq, scope)) in [(1, 1), (3, 2), (3, NO_SCOPE), (5, 1), (9, 2)]
+            let mut rows: Vec<(i64, Option<i64>, bool)> = vec![];
+            for (f, (seq, scope)) in [(1, 1), (3, 2), (3, NO_SCOPE), (5, 1), (9, 2), (1, 3)]
                 .into_iter()
                 .enumerate()
             {
@@ -1299,33 +1300,59 @@ mod tests {
                     let dies = deleted.iter().any(|&(k, dseq, dscope)| {
                         k == *id && dseq > seq && (dscope == GLOBAL_SCOPE || dscope == scope)
                     });
+                    if f < 2 {
+                        rows.push((values.value(i), *id, dies));
+                    }
                     if !dies {
                         expected.push((values.value(i), *id));
                     }
                 }
                 probe.push(batch);
             }
-            let (out, metrics, pool) =
-                run_join(vec![probe], vec![build], vec![0], Some(vec![1, 0]), 1 << 30).await;
-            let mut kept = vec![];
-            for b in &out {
-                assert_eq!(b.schema().field(0).name(), "value");
-                assert_eq!(b.num_columns(), 2);
-                let id = cast(b.column(1), &DataType::Int64).unwrap();
-                let id = id.as_primitive::<Int64Type>();
-                let value = b.column(0).as_primitive::<Int64Type>();
-                for i in 0..b.num_rows() {
-                    kept.push((value.value(i), (!id.is_null(i)).then(|| id.value(i))));
+            // Rows of two files in one batch (a gate per row), sliced (offsets).
+            let mixed = arrow::compute::concat_batches(&probe[0].schema(), &probe[..2]).unwrap();
+            let mixed = mixed.slice(5, mixed.num_rows() - 7);
+            for (value, id, dies) in &rows[5..rows.len() - 2] {
+                if !dies {
+                    expected.push((*value, *id));
                 }
             }
-            kept.sort();
-            expected.sort();
-            let case = format!("{key_type} far={far} uniform={uniform} null={null}");
-            assert_eq!(kept.len(), expected.len(), "{case}");
-            assert_eq!(kept, expected, "{case}");
-            let range_rows = metrics.sum_by_name("key_range_rows").unwrap().as_usize();
-            assert_eq!(range_rows > 0, !far, "{case}");
-            assert_eq!(pool.reserved(), 0);
+            probe.push(mixed);
+            // All in memory, and again under a pool too small for the keys (Grace partitions).
+            for limit in [1 << 30, 48 * 1024] {
+                let (out, metrics, pool) = run_join(
+                    vec![probe.clone()],
+                    vec![build.clone()],
+                    vec![0],
+                    Some(vec![1, 0]),
+                    limit,
+                )
+                .await;
+                let case = format!("{key_type} far={far} uniform={uniform} null={null} {limit}");
+                let mut kept = vec![];
+                for b in &out {
+                    assert_eq!(b.schema().field(0).name(), "value");
+                    assert_eq!(b.num_columns(), 2);
+                    let id = cast(b.column(1), &DataType::Int64).unwrap();
+                    let id = id.as_primitive::<Int64Type>();
+                    let value = b.column(0).as_primitive::<Int64Type>();
+                    for i in 0..b.num_rows() {
+                        kept.push((value.value(i), (!id.is_null(i)).then(|| id.value(i))));
+                    }
+                }
+                kept.sort();
+                expected.sort();
+                assert_eq!(kept.len(), expected.len(), "{case}");
+                assert_eq!(kept, expected, "{case}");
+                if limit > 1 << 20 {
+                    let range_rows = metrics.sum_by_name("key_range_rows").unwrap().as_usize();
+                    assert_eq!(range_rows > 0, !far, "{case}");
+                    assert_eq!(metrics.spill_count(), Some(0), "{case}");
+                } else {
+                    assert!(metrics.spill_count().unwrap() > 0, "{case}");
+                }
+                assert_eq!(pool.reserved(), 0);
+            }
         }
     }
 

@@ -589,8 +589,7 @@ mod tests {
             assert!(!t.is_deleted(&signed_key(Some(63), width), 9, 2));
             assert!(t.is_deleted(&signed_key(None, width), 3, 1));
             assert!(!t.is_deleted(&signed_key(None, width), 4, 1));
-            // One scope (global) and sequence numbers all above 1: settled for data seq 1 in
-            // any scope; not for data seq 2 (the NULL key's scope differs anyway).
+            // The NULL key's scope (3) differs from the others' (global): never settled.
             assert_eq!(range.settles(9, 1), None);
             // Another insert drops the range.
             t.insert(&signed_key(Some(7), width), GLOBAL_SCOPE, 2);
