@@ -789,7 +789,7 @@ async fn merge_on_read_writes_position_deletes_per_file() {
 }
 
 #[tokio::test]
-async fn merge_on_read_writes_one_delete_file_per_data_file_datafusion_splits() {
+async fn merge_on_read_writes_one_delete_file_per_data_file_read_by_several_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
@@ -857,6 +857,58 @@ async fn merge_on_read_writes_one_delete_file_per_data_file_datafusion_splits() 
     assert_eq!(props["added-position-deletes"], n.to_string(), "{props:?}");
     let want = format!("{}|{}", ids.len(), ids.iter().sum::<i64>());
     assert_eq!(sum(&s).await, [want]);
+
+    // A small file (below the default minimum size for splitting) is not split but dealt
+    // round-robin over the partitions above the scan: still one delete file.
+    sql(
+        &s,
+        "SET datafusion.optimizer.repartition_file_min_size = 10485760",
+    )
+    .await
+    .unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.small (id BIGINT NOT NULL) STORED AS ICEBERG LOCATION '' \
+         OPTIONS ('write.delete.mode' 'merge-on-read')",
+    )
+    .await
+    .unwrap();
+    sql(
+        &s,
+        "INSERT INTO ns.small SELECT value FROM generate_series(0, 99999)",
+    )
+    .await
+    .unwrap();
+    let plan = render(
+        &sql(&s, "EXPLAIN DELETE FROM ns.small WHERE id % 7 = 0")
+            .await
+            .unwrap(),
+    )
+    .join("\n");
+    assert!(plan.contains("RoundRobinBatch(4)"), "{plan}");
+    let n = delete(&s, "DELETE FROM ns.small WHERE id % 7 = 0").await;
+    assert_eq!(n, 14_286);
+    let t = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "small"]).unwrap())
+        .await
+        .unwrap();
+    let props = &t
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    assert_eq!(props["added-delete-files"], "1", "{props:?}");
+    assert_eq!(props["added-position-deletes"], n.to_string(), "{props:?}");
+    assert_eq!(
+        rows(&s, "SELECT count(*), sum(id) FROM ns.small").await,
+        [format!(
+            "{}|{}",
+            100_000 - n,
+            (0..100_000i64).filter(|i| i % 7 != 0).sum::<i64>()
+        )]
+    );
 }
 
 #[tokio::test]

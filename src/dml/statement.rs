@@ -45,6 +45,7 @@ use datafusion::physical_plan::expressions::Column;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::physical_plan::{
@@ -898,6 +899,23 @@ fn split_files(plan: &Arc<dyn ExecutionPlan>) -> HashSet<String> {
         .collect()
 }
 
+/// Whether `plan` deals batches round-robin over partitions (DataFusion adds that above a scan of
+/// fewer partitions than it wants, e.g. a few small files): each file's positions then reach
+/// several partitions.
+fn deals_round_robin(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut stack = vec![Arc::clone(plan)];
+    while let Some(p) = stack.pop() {
+        if p.as_any()
+            .downcast_ref::<RepartitionExec>()
+            .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(n) if *n > 1))
+        {
+            return true;
+        }
+        stack.extend(p.children().into_iter().cloned());
+    }
+    false
+}
+
 /// One partition's positions of one data file.
 type Positions = (String, RoaringTreemap);
 
@@ -917,10 +935,10 @@ struct PartitionPositions {
 /// Merge-on-read pass 1: runs `plan` (rows `(_file, _pos)`) partition by partition, each on its
 /// own task, and writes one position delete file per data file with matching rows. A partition
 /// reads a data file's positions in order, so one bitmap per partition is held at a time
-/// (reserved from the pool). A file DataFusion split into byte ranges is read by several
-/// partitions: their bitmaps are held (reserved) and merged into its one delete file at the
-/// end; when the pool refuses that memory, each is written as it completes (several delete
-/// files for one data file, as valid, only less tidy). Returns the matching rows per data file
+/// (reserved from the pool). A file DataFusion split into byte ranges, or whose batches it
+/// deals round-robin, reaches several partitions: their bitmaps are held (reserved) and merged
+/// into its one delete file at the end; when the pool refuses that memory, each is written as
+/// it completes (several delete files for one data file, as valid, only less tidy). Returns the matching rows per data file
 /// and the files. Files the statement removes whole are counted, not written for.
 async fn write_position_deletes(
     job: &DmlJob,
@@ -930,11 +948,14 @@ async fn write_position_deletes(
 ) -> Result<(HashMap<String, u64>, Vec<NewFile>)> {
     // Files removed whole are only counted.
     let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
+    // Batches dealt round-robin over partitions spread every file; else only split files are.
+    let dealt = deals_round_robin(&plan);
     let split_objects = split_files(&plan);
     let mut files: HashMap<String, FileTarget> = HashMap::new();
     for f in &job.checked.files {
-        let split = !split_objects.is_empty()
-            && split_objects.contains(&job.locations.object_path(&f.path)?.to_string());
+        let split = dealt
+            || (!split_objects.is_empty()
+                && split_objects.contains(&job.locations.object_path(&f.path)?.to_string()));
         let target = FileTarget {
             spec_id: f.spec_id,
             partition: f.partition.clone(),
@@ -1209,5 +1230,10 @@ mod tests {
         let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
         let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::clone(&scan)));
         assert_eq!(split_files(&plan), HashSet::from(["a".to_string()]));
+        assert!(!deals_round_robin(&plan));
+        let dealt: Arc<dyn ExecutionPlan> = Arc::new(
+            RepartitionExec::try_new(Arc::clone(&scan), Partitioning::RoundRobinBatch(4)).unwrap(),
+        );
+        assert!(deals_round_robin(&dealt));
     }
 }
