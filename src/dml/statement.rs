@@ -1064,12 +1064,41 @@ impl PositionsPass {
                 }
             }
             let size = current.as_ref().map_or(0, |(_, b)| b.serialized_size());
-            reservation.try_resize(size)?;
+            if reservation.try_resize(size).is_err() {
+                // Held positions give way to the file being read: written now, they free
+                // their memory (their files then get more than one delete file).
+                self.write_held(&mut found).await?;
+                reservation.try_resize(size)?;
+            }
         }
         if let Some(done) = current.take() {
             self.finish(done, &mut found).await?;
         }
         Ok(found)
+    }
+
+    /// Writes the positions this partition holds and frees their memory.
+    async fn write_held(&self, found: &mut PartitionPositions) -> Result<()> {
+        for (path, bitmap) in std::mem::take(&mut found.held) {
+            let target = self
+                .files
+                .get(&path)
+                .ok_or_else(|| DataFusionError::Internal(format!("{path} was not planned")))?;
+            let file = write_file_position_deletes(
+                &self.table,
+                target.spec_id,
+                target.partition.clone(),
+                &path,
+                &bitmap,
+            )
+            .await?;
+            self.written.record(file.file.file_path().to_string());
+            found.written.push(file);
+        }
+        if let Some(memory) = &found.held_memory {
+            memory.free();
+        }
+        Ok(())
     }
 
     /// Counts a file's positions found here, and writes them, or holds them when other
