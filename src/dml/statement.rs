@@ -866,13 +866,22 @@ async fn orphan_deletes(
     Ok(out)
 }
 
-/// The object paths of the files DataFusion split into byte ranges over several partitions in
-/// `plan`. (A repartitioned scan gives every file a range, also one read whole by one
-/// partition: only files in more than one group count.)
-fn split_files(plan: &Arc<dyn ExecutionPlan>) -> HashSet<String> {
+/// The object paths of the files whose rows reach several partitions of `plan`: files split
+/// into byte ranges over several partitions' file groups (a repartitioned scan gives every file
+/// a range, also one read whole by one partition: only files in more than one group count).
+/// `None` when every file's rows may: the plan deals batches round-robin over partitions
+/// (DataFusion adds that above a scan of fewer partitions than it wants, e.g. a few small
+/// files).
+fn files_in_several_partitions(plan: &Arc<dyn ExecutionPlan>) -> Option<HashSet<String>> {
     let mut groups_of: HashMap<String, usize> = HashMap::new();
     let mut stack = vec![Arc::clone(plan)];
     while let Some(p) = stack.pop() {
+        if p.as_any()
+            .downcast_ref::<RepartitionExec>()
+            .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(n) if *n > 1))
+        {
+            return None;
+        }
         if let Some(config) = p
             .as_any()
             .downcast_ref::<DataSourceExec>()
@@ -892,28 +901,13 @@ fn split_files(plan: &Arc<dyn ExecutionPlan>) -> HashSet<String> {
         }
         stack.extend(p.children().into_iter().cloned());
     }
-    groups_of
-        .into_iter()
-        .filter(|(_, groups)| *groups > 1)
-        .map(|(path, _)| path)
-        .collect()
-}
-
-/// Whether `plan` deals batches round-robin over partitions (DataFusion adds that above a scan of
-/// fewer partitions than it wants, e.g. a few small files): each file's positions then reach
-/// several partitions.
-fn deals_round_robin(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let mut stack = vec![Arc::clone(plan)];
-    while let Some(p) = stack.pop() {
-        if p.as_any()
-            .downcast_ref::<RepartitionExec>()
-            .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(n) if *n > 1))
-        {
-            return true;
-        }
-        stack.extend(p.children().into_iter().cloned());
-    }
-    false
+    Some(
+        groups_of
+            .into_iter()
+            .filter(|(_, groups)| *groups > 1)
+            .map(|(path, _)| path)
+            .collect(),
+    )
 }
 
 /// One partition's positions of one data file.
@@ -938,8 +932,9 @@ struct PartitionPositions {
 /// (reserved from the pool). A file DataFusion split into byte ranges, or whose batches it
 /// deals round-robin, reaches several partitions: their bitmaps are held (reserved) and merged
 /// into its one delete file at the end; when the pool refuses that memory, each is written as
-/// it completes (several delete files for one data file, as valid, only less tidy). Returns the matching rows per data file
-/// and the files. Files the statement removes whole are counted, not written for.
+/// it completes (several delete files for one data file, as valid, only less tidy). Returns
+/// the matching rows per data file and the files. Files the statement removes whole are
+/// counted, not written for.
 async fn write_position_deletes(
     job: &DmlJob,
     plan: Arc<dyn ExecutionPlan>,
@@ -948,14 +943,16 @@ async fn write_position_deletes(
 ) -> Result<(HashMap<String, u64>, Vec<NewFile>)> {
     // Files removed whole are only counted.
     let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
-    // Batches dealt round-robin over partitions spread every file; else only split files are.
-    let dealt = deals_round_robin(&plan);
-    let split_objects = split_files(&plan);
+    let spread = files_in_several_partitions(&plan);
     let mut files: HashMap<String, FileTarget> = HashMap::new();
     for f in &job.checked.files {
-        let split = dealt
-            || (!split_objects.is_empty()
-                && split_objects.contains(&job.locations.object_path(&f.path)?.to_string()));
+        let split = match &spread {
+            None => true,
+            Some(spread) => {
+                !spread.is_empty()
+                    && spread.contains(&job.locations.object_path(&f.path)?.to_string())
+            }
+        };
         let target = FileTarget {
             spec_id: f.spec_id,
             partition: f.partition.clone(),
@@ -1004,21 +1001,37 @@ async fn write_position_deletes(
     }
     let mut held: Vec<Positions> = held.into_iter().collect();
     held.sort_by(|a, b| a.0.cmp(&b.0));
-    for (path, positions) in held {
-        let target = &files[&path];
-        let file = write_file_position_deletes(
-            &job.table,
-            target.spec_id,
-            target.partition.clone(),
-            &path,
-            &positions,
-        )
-        .await?;
-        written.record(file.file.file_path().to_string());
-        out.push(file);
+    for positions in held {
+        out.push(write_positions(&job.table, &files, written, positions).await?);
     }
     drop(held_memory);
     Ok((counts, out))
+}
+
+/// Writes the position delete file of one data file's positions and records it.
+async fn write_positions(
+    table: &Table,
+    files: &HashMap<String, FileTarget>,
+    written: &WrittenFiles,
+    (path, bitmap): Positions,
+) -> Result<NewFile> {
+    let target = target_of(files, &path)?;
+    let file = write_file_position_deletes(
+        table,
+        target.spec_id,
+        target.partition.clone(),
+        &path,
+        &bitmap,
+    )
+    .await?;
+    written.record(file.file.file_path().to_string());
+    Ok(file)
+}
+
+fn target_of<'a>(files: &'a HashMap<String, FileTarget>, path: &str) -> Result<&'a FileTarget> {
+    files
+        .get(path)
+        .ok_or_else(|| DataFusionError::Internal(format!("{path} was not planned")))
 }
 
 /// Where a data file's position deletes go.
@@ -1079,20 +1092,8 @@ impl PositionsPass {
 
     /// Writes the positions this partition holds and frees their memory.
     async fn write_held(&self, found: &mut PartitionPositions) -> Result<()> {
-        for (path, bitmap) in std::mem::take(&mut found.held) {
-            let target = self
-                .files
-                .get(&path)
-                .ok_or_else(|| DataFusionError::Internal(format!("{path} was not planned")))?;
-            let file = write_file_position_deletes(
-                &self.table,
-                target.spec_id,
-                target.partition.clone(),
-                &path,
-                &bitmap,
-            )
-            .await?;
-            self.written.record(file.file.file_path().to_string());
+        for positions in std::mem::take(&mut found.held) {
+            let file = write_positions(&self.table, &self.files, &self.written, positions).await?;
             found.written.push(file);
         }
         if let Some(memory) = &found.held_memory {
@@ -1109,10 +1110,7 @@ impl PositionsPass {
         found: &mut PartitionPositions,
     ) -> Result<()> {
         *found.counts.entry(path.clone()).or_default() += bitmap.len();
-        let target = self
-            .files
-            .get(&path)
-            .ok_or_else(|| DataFusionError::Internal(format!("{path} was not planned")))?;
+        let target = target_of(&self.files, &path)?;
         if !target.write {
             return Ok(());
         }
@@ -1129,15 +1127,7 @@ impl PositionsPass {
                 return Ok(());
             }
         }
-        let file = write_file_position_deletes(
-            &self.table,
-            target.spec_id,
-            target.partition.clone(),
-            &path,
-            &bitmap,
-        )
-        .await?;
-        self.written.record(file.file.file_path().to_string());
+        let file = write_positions(&self.table, &self.files, &self.written, (path, bitmap)).await?;
         found.written.push(file);
         Ok(())
     }
@@ -1258,11 +1248,13 @@ mod tests {
         .build();
         let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
         let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::clone(&scan)));
-        assert_eq!(split_files(&plan), HashSet::from(["a".to_string()]));
-        assert!(!deals_round_robin(&plan));
+        assert_eq!(
+            files_in_several_partitions(&plan),
+            Some(HashSet::from(["a".to_string()]))
+        );
         let dealt: Arc<dyn ExecutionPlan> = Arc::new(
             RepartitionExec::try_new(Arc::clone(&scan), Partitioning::RoundRobinBatch(4)).unwrap(),
         );
-        assert!(deals_round_robin(&dealt));
+        assert_eq!(files_in_several_partitions(&dealt), None);
     }
 }

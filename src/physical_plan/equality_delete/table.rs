@@ -356,7 +356,8 @@ impl KeyTable {
     /// ([`KeyTable::may_hold`]).
     pub fn seal(&mut self, width: Option<usize>) {
         self.unseal();
-        if let Some(w) = width.filter(|w| matches!(w, 4 | 8)) {
+        if let Some(w) = width {
+            // Other widths: `build` finds keys of another form and declines.
             self.range = KeyRange::build(self, w, self.size().max(RANGE_MIN_BYTES));
             if self.range.is_some() {
                 return;
