@@ -1,4 +1,4 @@
-//! The Spark-written tables in ../shared/fixtures, read by path with their recorded relative
+//! The Spark-written tables vendored in tests/data (see its README), read by path with their recorded relative
 //! locations mapped explicitly. Expected answers come from the fixtures' README.
 
 mod common;
@@ -9,9 +9,9 @@ use common::{rows, session, sql};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/duckdb-iceberg")
+        .join("tests/data/duckdb-iceberg")
         .canonicalize()
-        .expect("../shared/fixtures/duckdb-iceberg")
+        .expect("tests/data/duckdb-iceberg")
 }
 
 fn lineitem_scan(extra: &str) -> String {

@@ -3,7 +3,7 @@
 //! `cargo test --test sqllogictests` runs all files; an argument filters by file name.
 //! Cell values print as DataFusion displays them, NULL as `NULL`, the empty string as `(empty)`;
 //! the warehouse directory prints as `WAREHOUSE` and `$WAREHOUSE` in SQL stands for it;
-//! `$FIXTURES` stands for the Spark-written tables of ../shared/fixtures/duckdb-iceberg.
+//! `$FIXTURES` stands for the Spark-written tables of tests/data/duckdb-iceberg.
 
 use std::path::{Path, PathBuf};
 
@@ -19,10 +19,9 @@ struct Db {
     warehouse: String,
 }
 
-/// The Spark-written tables of ../shared/fixtures (`$FIXTURES` in SQL).
+/// The Spark-written tables vendored in tests/data (`$FIXTURES` in SQL).
 fn fixtures() -> String {
-    let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/duckdb-iceberg");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/duckdb-iceberg");
     dir.canonicalize().unwrap_or(dir).display().to_string()
 }
 
