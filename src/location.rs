@@ -39,26 +39,78 @@ impl LocationMap {
     }
 
     /// The location as a local path or URI that can be opened now.
-    pub fn resolve(&self, location: &str) -> String {
+    ///
+    /// What a mapping or the base directory resolves stays under it: a recorded location whose
+    /// `..` segments climb above the mapped prefix or the base directory is refused.
+    pub fn resolve(&self, location: &str) -> Result<String> {
         let mapped = self
             .prefixes
             .iter()
-            .find(|(from, _)| location.starts_with(from.as_str()))
-            .map(|(from, to)| format!("{to}{}", &location[from.len()..]));
-        let location = mapped.as_deref().unwrap_or(location);
+            .find(|(from, _)| location.starts_with(from.as_str()));
+        if let Some((from, to)) = mapped {
+            let rest = &location[from.len()..];
+            check_within(location, rest, to)?;
+            return Ok(format!("{to}{rest}"));
+        }
         if location.contains("://") || location.starts_with('/') {
-            return location.to_string();
+            return Ok(location.to_string());
         }
         match &self.base_dir {
-            Some(base) => base.join(location).display().to_string(),
-            None => location.to_string(),
+            Some(base) => {
+                check_within(location, location, &base.display().to_string())?;
+                Ok(base.join(location).display().to_string())
+            }
+            None => Ok(location.to_string()),
         }
     }
 
     /// The object-store path of a recorded location, for DataFusion's readers.
     pub(crate) fn object_path(&self, location: &str) -> Result<ObjectPath> {
-        to_object_path(&self.resolve(location))
+        to_object_path(&self.resolve(location)?)
     }
+}
+
+/// Refuses `rest` (the part of `location` resolved against `under`) when its `..` segments
+/// climb above where it starts.
+fn check_within(location: &str, rest: &str, under: &str) -> Result<()> {
+    let mut depth: usize = 0;
+    for segment in rest.split(['/', '\\']) {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                depth = depth.checked_sub(1).ok_or_else(|| {
+                    DataFusionError::Plan(format!(
+                        "recorded location '{location}' climbs out of '{under}' with '..': refused"
+                    ))
+                })?
+            }
+            _ => depth += 1,
+        }
+    }
+    Ok(())
+}
+
+/// A file to scan at `location` (an object-store path, as [`ObjectPath`] displays it), of
+/// `size` bytes. The path is taken as it is: building a [`PartitionedFile`] from a string would
+/// encode its `%` again, and files whose names hold escapes (Java writes `part=a%2Fb`) would not
+/// be found.
+///
+/// [`PartitionedFile`]: datafusion::datasource::listing::PartitionedFile
+pub(crate) fn file_at(location: &str, size: u64) -> Result<datafusion::datasource::listing::PartitionedFile> {
+    Ok(object_store::ObjectMeta {
+        location: parsed_object_path(location)?,
+        last_modified: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+        size,
+        e_tag: None,
+        version: None,
+    }
+    .into())
+}
+
+/// The object-store path `location` displays as (the inverse of its `Display`).
+pub(crate) fn parsed_object_path(location: &str) -> Result<ObjectPath> {
+    ObjectPath::parse(location)
+        .map_err(|e| DataFusionError::Execution(format!("bad file location '{location}': {e}")))
 }
 
 /// The local object-store path of a location (`file:///abs`, `/abs`, or relative to the working
@@ -95,25 +147,45 @@ mod tests {
             .with_base_dir("/fixtures/iceberg")
             .with_prefix("s3://bucket/wh/", "/restore/wh/")
             .with_prefix("s3://bucket/", "/restore/other/");
+        let m = |l: &str| m.resolve(l).unwrap();
         assert_eq!(
-            m.resolve("lineitem/data/a.parquet"),
+            m("lineitem/data/a.parquet"),
             "/fixtures/iceberg/lineitem/data/a.parquet"
         );
         assert_eq!(
-            m.resolve("./t/metadata/v1.json"),
+            m("./t/metadata/v1.json"),
             "/fixtures/iceberg/./t/metadata/v1.json"
         );
         assert_eq!(
-            m.resolve("s3://bucket/wh/t/a.parquet"),
+            m("s3://bucket/wh/t/a.parquet"),
             "/restore/wh/t/a.parquet"
         );
         assert_eq!(
-            m.resolve("s3://bucket/x.parquet"),
+            m("s3://bucket/x.parquet"),
             "/restore/other/x.parquet"
         );
-        assert_eq!(m.resolve("/abs/a.parquet"), "/abs/a.parquet");
-        assert_eq!(m.resolve("file:///abs/a.parquet"), "file:///abs/a.parquet");
+        assert_eq!(m("/abs/a.parquet"), "/abs/a.parquet");
+        assert_eq!(m("file:///abs/a.parquet"), "file:///abs/a.parquet");
+        assert_eq!(m("t/../u/a.parquet"), "/fixtures/iceberg/t/../u/a.parquet");
         assert!(LocationMap::default().is_identity());
-        assert_eq!(LocationMap::default().resolve("rel/a"), "rel/a");
+        assert_eq!(LocationMap::default().resolve("rel/a").unwrap(), "rel/a");
+    }
+
+    #[test]
+    fn resolved_locations_stay_under_their_base_and_prefix() {
+        let m = LocationMap::default()
+            .with_base_dir("/fixtures/iceberg")
+            .with_prefix("s3://bucket/wh/", "/restore/wh/");
+        for bad in [
+            "../etc/passwd",
+            "t/../../etc/passwd",
+            "t\\..\\..\\x",
+            "s3://bucket/wh/../../etc/passwd",
+            "s3://bucket/wh/t/../../x",
+        ] {
+            let e = m.resolve(bad).unwrap_err().to_string();
+            assert!(e.contains("climbs out of"), "{bad}: {e}");
+            assert!(m.object_path(bad).is_err(), "{bad}");
+        }
     }
 }

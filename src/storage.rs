@@ -23,8 +23,10 @@ pub struct MappedStorage {
 }
 
 impl MappedStorage {
-    fn path(&self, path: &str) -> String {
-        self.map.resolve(path)
+    fn path(&self, path: &str) -> iceberg::Result<String> {
+        self.map
+            .resolve(path)
+            .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()))
     }
 }
 
@@ -32,42 +34,43 @@ impl MappedStorage {
 #[typetag::serde]
 impl Storage for MappedStorage {
     async fn exists(&self, path: &str) -> iceberg::Result<bool> {
-        self.inner.exists(&self.path(path)).await
+        self.inner.exists(&self.path(path)?).await
     }
 
     async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
-        self.inner.metadata(&self.path(path)).await
+        self.inner.metadata(&self.path(path)?).await
     }
 
     async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
-        self.inner.read(&self.path(path)).await
+        self.inner.read(&self.path(path)?).await
     }
 
     async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
-        self.inner.reader(&self.path(path)).await
+        self.inner.reader(&self.path(path)?).await
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
-        self.inner.write(&self.path(path), bs).await
+        self.inner.write(&self.path(path)?, bs).await
     }
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
-        self.inner.writer(&self.path(path)).await
+        self.inner.writer(&self.path(path)?).await
     }
 
     async fn delete(&self, path: &str) -> iceberg::Result<()> {
-        self.inner.delete(&self.path(path)).await
+        self.inner.delete(&self.path(path)?).await
     }
 
     async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
-        self.inner.delete_prefix(&self.path(path)).await
+        self.inner.delete_prefix(&self.path(path)?).await
     }
 
-    async fn delete_stream(&self, paths: BoxStream<'static, String>) -> iceberg::Result<()> {
-        let map = self.map.clone();
-        self.inner
-            .delete_stream(paths.map(move |p| map.resolve(&p)).boxed())
-            .await
+    async fn delete_stream(&self, mut paths: BoxStream<'static, String>) -> iceberg::Result<()> {
+        // One by one, so that a location the map refuses fails the call.
+        while let Some(path) = paths.next().await {
+            self.inner.delete(&self.path(&path)?).await?;
+        }
+        Ok(())
     }
 
     fn new_input(&self, path: &str) -> iceberg::Result<InputFile> {

@@ -238,3 +238,27 @@ fn shell_reads_statements_from_stdin() {
         "errors are reported and the shell goes on"
     );
 }
+
+#[test]
+fn nested_values_in_every_output_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let query = "SELECT named_struct('a', 1, 'b', 'x') AS s, make_array(1, 2, NULL) AS l, \
+                 map(['k'], [1]) AS m, CAST(NULL AS INT[]) AS n";
+    let run = |format: &str| {
+        let o = cli(dir.path(), &["--format", format, "sql", query]);
+        assert!(o.status.success(), "{format}: {}", stderr(&o));
+        stdout(&o)
+    };
+    let table = run("table");
+    for cell in ["{a: 1, b: x}", "[1, 2, NULL]", "{k: 1}"] {
+        assert!(table.contains(cell), "{table}");
+    }
+    assert_eq!(
+        run("csv"),
+        "s,l,m,n\n\"{a: 1, b: x}\",\"[1, 2, NULL]\",{k: 1},\n"
+    );
+    assert_eq!(
+        run("json"),
+        "{\"s\":{\"a\":1,\"b\":\"x\"},\"l\":[1,2,null],\"m\":{\"k\":1}}\n"
+    );
+}

@@ -3,6 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -153,7 +154,11 @@ fn print_batches(
     let mut out = std::io::stdout().lock();
     match format {
         Format::Table => {
-            let text = datafusion::arrow::util::pretty::pretty_format_batches(batches)?;
+            let batches = batches
+                .iter()
+                .map(nested_as_text)
+                .collect::<Result<Vec<_>>>()?;
+            let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)?;
             if batches.iter().all(|b| b.num_rows() == 0) {
                 let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                 writeln!(out, "({}) 0 rows", header.join(", "))?;
@@ -166,10 +171,10 @@ fn print_batches(
                 .with_header(true)
                 .build(&mut out);
             if batches.is_empty() {
-                w.write(&RecordBatch::new_empty(schema.clone()))?;
+                w.write(&nested_as_text(&RecordBatch::new_empty(schema.clone()))?)?;
             }
             for b in batches {
-                w.write(b)?;
+                w.write(&nested_as_text(b)?)?;
             }
         }
         Format::Json => {
@@ -181,6 +186,43 @@ fn print_batches(
         }
     }
     Ok(())
+}
+
+/// `batch` with its nested columns (struct, list, map, union) rendered as text the way
+/// DataFusion's CLI shows them — `{a: 1, b: x}`, `[1, 2]`, `{k: v}`, NULL inside as `NULL` —
+/// for the outputs that have no nested form (the aligned table and CSV). A NULL value itself
+/// stays NULL.
+fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
+    use datafusion::arrow::array::{Array, ArrayRef, StringArray};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+    let schema = batch.schema();
+    if !schema.fields().iter().any(|f| f.data_type().is_nested()) {
+        return Ok(batch.clone());
+    }
+    let options = FormatOptions::default().with_null("NULL");
+    let mut fields = Vec::with_capacity(schema.fields().len());
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
+    for (field, column) in schema.fields().iter().zip(batch.columns()) {
+        if !field.data_type().is_nested() {
+            fields.push(Arc::clone(field));
+            columns.push(Arc::clone(column));
+            continue;
+        }
+        let formatter = ArrayFormatter::try_new(column.as_ref(), &options)?;
+        let text: StringArray = (0..column.len())
+            .map(|i| {
+                (!column.is_null(i)).then(|| formatter.value(i).to_string())
+            })
+            .collect();
+        fields.push(Arc::new(Field::new(
+            field.name(),
+            datafusion::arrow::datatypes::DataType::Utf8,
+            true,
+        )));
+        columns.push(Arc::new(text));
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
 }
 
 /// An interactive shell: statements end with ';'. History is kept in ~/.iceberg_exec_history.

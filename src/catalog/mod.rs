@@ -1,6 +1,7 @@
 //! Where tables live: the SQL catalog (SQLite by default, the JDBC layout), its DataFusion
 //! catalog/schema providers, and the metadata-pointer abstraction the commit path swaps.
 
+mod names;
 mod provider;
 mod sql;
 mod uri;
@@ -13,6 +14,7 @@ use iceberg::io::FileIO;
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
+pub(crate) use names::check_location;
 pub use provider::{IcebergCatalogProvider, IcebergSchemaProvider};
 pub use sql::{SqlCatalog, SqlCatalogConfig, SwapOutcome};
 pub use uri::CatalogUri;

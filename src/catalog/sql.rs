@@ -20,6 +20,7 @@ use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
+use super::names::{check_location, check_location_is_free, check_namespace, check_table_name};
 use super::uri::CatalogUri;
 use super::{table_handle, MetadataStore};
 use crate::error::{db_err, IcebergResultExt};
@@ -36,6 +37,10 @@ pub struct SqlCatalogConfig {
     /// Directory (or `file://` URI) under which new tables are placed.
     pub warehouse: String,
 }
+
+/// Table properties that place a table's files somewhere other than under its location.
+const LOCATION_PROPERTIES: &[&str] =
+    &["write.data.path", "write.folder-storage.path", "write.metadata.path"];
 
 /// The namespace property pyiceberg writes to record that a namespace exists.
 const EXISTS_PROPERTY: &str = "exists";
@@ -215,6 +220,7 @@ impl SqlCatalog {
         ns: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<()> {
+        check_namespace(ns)?;
         if self.namespace_exists(ns).await? {
             return Err(DataFusionError::Execution(format!(
                 "namespace '{}' already exists",
@@ -394,7 +400,17 @@ impl SqlCatalog {
         ns: &NamespaceIdent,
         mut creation: TableCreation,
     ) -> Result<Table> {
+        check_namespace(ns)?;
+        check_table_name(&creation.name)?;
         let ident = TableIdent::new(ns.clone(), creation.name.clone());
+        if let Some(location) = &creation.location {
+            check_location("LOCATION", location)?;
+        }
+        for key in LOCATION_PROPERTIES {
+            if let Some(location) = creation.properties.get(*key) {
+                check_location(key, location)?;
+            }
+        }
         if !self.namespace_exists(ns).await? {
             return Err(DataFusionError::Plan(format!(
                 "namespace '{}' does not exist",
@@ -410,6 +426,7 @@ impl SqlCatalog {
             .location
             .take()
             .unwrap_or_else(|| self.default_table_location(&ident));
+        check_location_is_free(&location)?;
         creation.location = Some(location.clone());
         let metadata = TableMetadataBuilder::from_table_creation(creation)
             .df()?
@@ -474,6 +491,8 @@ impl SqlCatalog {
         ident: &TableIdent,
         metadata_location: &str,
     ) -> Result<Table> {
+        check_namespace(ident.namespace())?;
+        check_table_name(ident.name())?;
         // Read first: only valid metadata gets registered.
         let metadata = read_metadata(&self.file_io, metadata_location).await?;
         if self.table_exists(ident).await? {

@@ -179,8 +179,10 @@ pub(super) async fn plan(
         let spec = metadata
             .partition_spec_by_id(manifest.partition_spec_id)
             .cloned();
-        let (file_io, prune) = (file_io.clone(), prune.clone());
-        crate::io_runtime::spawn(async move { data_files(manifest, file_io, spec, prune).await })
+        let (metadata, file_io, prune) = (table.metadata_ref(), file_io.clone(), prune.clone());
+        crate::io_runtime::spawn(async move {
+            data_files(manifest, metadata, file_io, spec, prune).await
+        })
     });
     let mut data = vec![];
     let mut reads = futures::stream::iter(reads).buffered(CONCURRENCY);
@@ -191,11 +193,8 @@ pub(super) async fn plan(
 
     let mut assignment = Assignment::default();
     let reads = delete_manifests.into_iter().map(|manifest| {
-        let unpartitioned = metadata
-            .partition_spec_by_id(manifest.partition_spec_id)
-            .is_none_or(|s| s.is_unpartitioned());
-        let file_io = file_io.clone();
-        crate::io_runtime::spawn(read_manifest(manifest, file_io, unpartitioned))
+        let (metadata, file_io) = (table.metadata_ref(), file_io.clone());
+        crate::io_runtime::spawn(read_manifest(manifest, metadata, file_io))
     });
     let mut reads = futures::stream::iter(reads).buffered(CONCURRENCY);
     while let Some(files) = reads.next().await {
@@ -232,11 +231,12 @@ impl Pruning {
 /// The live data files of one data manifest that may hold rows the filters keep.
 async fn data_files(
     manifest: ManifestFile,
+    metadata: iceberg::spec::TableMetadataRef,
     file_io: iceberg::io::FileIO,
     spec: Option<iceberg::spec::PartitionSpecRef>,
     prune: Pruning,
 ) -> Result<Vec<PlannedFile>> {
-    let loaded = load_manifest(&manifest, &file_io).await?;
+    let loaded = load_manifest(&manifest, &metadata, &file_io).await?;
     let mut out = vec![];
     for entry in loaded.entries() {
         if !entry.is_alive() || entry.content_type() != DataContentType::Data {

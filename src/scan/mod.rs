@@ -4,6 +4,7 @@ mod bounded;
 mod cache;
 mod deletes;
 mod field_ids;
+mod manifest;
 mod predicate;
 pub(crate) mod strict;
 
@@ -13,6 +14,7 @@ pub use cache::{
 };
 pub use deletes::{DataFileRef, DeleteFileRef, DeleteIndex};
 pub use field_ids::FieldIdAdapterFactory;
+pub(crate) use manifest::load_manifest;
 pub use predicate::{prunable_filters, to_predicate, unprunable_columns};
 
 use std::collections::HashSet;
@@ -26,11 +28,13 @@ use datafusion::logical_expr::Expr;
 
 use futures::{StreamExt, TryStreamExt};
 use iceberg::expr::Predicate;
-use iceberg::spec::{DataContentType, ManifestContentType, ManifestFile, SnapshotRef, Struct};
+use iceberg::spec::{
+    DataContentType, ManifestContentType, ManifestFile, SnapshotRef, Struct, TableMetadataRef,
+};
 use iceberg::table::Table;
 
 use crate::error::IcebergResultExt;
-use crate::location::LocationMap;
+use crate::location::{file_at, LocationMap};
 use crate::snapshot::metadata_file::inline_manifests;
 
 /// A data file chosen for a scan, with the delete files that apply to it.
@@ -166,7 +170,7 @@ pub async fn plan_files_pruned(
     }
     // Without a filter, every file; a snapshot listing its manifests inline has no manifest
     // list for the iceberg crate's planner: every file too, pruned later by the parquet reader.
-    let filter = match filter.predicate.clone() {
+    let predicate = match filter.predicate.clone() {
         Some(f)
             if f != Predicate::AlwaysTrue
                 && inline_manifests(snapshot.manifest_list()).is_none() =>
@@ -183,18 +187,25 @@ pub async fn plan_files_pruned(
         .scan()
         .snapshot_id(snapshot.snapshot_id())
         .select_all()
-        .with_filter(filter)
+        .with_filter(predicate)
         .build()
         .df()?;
     let tasks: Vec<_> = match plan_with_iceberg(scan).await {
         Ok(tasks) => tasks,
         Err(e) => {
-            // Name the file at fault: this crate's own listing reports which manifest failed.
-            list_snapshot(table, locations, snapshot).await?;
-            return Err(DataFusionError::Execution(format!(
-                "planning snapshot {} failed: {e}",
+            // The iceberg crate's planner reads manifests only as it writes them. This crate's
+            // own pruning planner reads what other writers write ([`manifest`]) and names the
+            // file at fault when a manifest really is unreadable.
+            log::debug!(
+                "planning snapshot {} with the iceberg crate failed ({e}): planning it here",
                 snapshot.snapshot_id()
-            )));
+            );
+            return bounded::plan(table, &list, filter).await.map_err(|own| {
+                DataFusionError::Execution(format!(
+                    "planning snapshot {} failed: {own}",
+                    snapshot.snapshot_id()
+                ))
+            });
         }
     };
     if !may_have_deletes(table, locations, snapshot).await? {
@@ -232,14 +243,14 @@ async fn plan_with_iceberg(
 }
 
 /// The absolute location a recorded location is read from: the cache key of the file.
-fn cache_location(locations: &LocationMap, recorded: &str) -> String {
-    let resolved = locations.resolve(recorded);
+fn cache_location(locations: &LocationMap, recorded: &str) -> Result<String> {
+    let resolved = locations.resolve(recorded)?;
     if resolved.contains("://") {
-        return resolved;
+        return Ok(resolved);
     }
-    std::path::absolute(&resolved)
+    Ok(std::path::absolute(&resolved)
         .map(|p| p.display().to_string())
-        .unwrap_or(resolved)
+        .unwrap_or(resolved))
 }
 
 /// The snapshot's manifests (its manifest list's entries), from the cache when read before.
@@ -254,7 +265,7 @@ pub(crate) async fn manifest_list(
 ) -> Result<Arc<Vec<ManifestFile>>> {
     // A manifest list belongs to one snapshot; the id tells copies of a path apart.
     let key = (
-        cache_location(locations, snapshot.manifest_list()),
+        cache_location(locations, snapshot.manifest_list())?,
         snapshot.snapshot_id() as u64,
     );
     if let Some(list) = cache::get_list(&key) {
@@ -268,23 +279,38 @@ pub(crate) async fn manifest_list(
             }
             entries
         }
-        None => table
-            .manifest_list_reader(snapshot)
-            .load()
-            .await
-            .map_err(|e| {
-                DataFusionError::Execution(format!(
-                    "manifest list {} of snapshot {} could not be read: {e}",
-                    snapshot.manifest_list(),
-                    snapshot.snapshot_id()
-                ))
-            })?
-            .consume_entries()
-            .into_iter()
-            .collect(),
+        None => match table.manifest_list_reader(snapshot).load().await {
+            Ok(list) => list.consume_entries().into_iter().collect(),
+            Err(e) => lenient_manifest_list(table, snapshot)
+                .await
+                .map_err(|_| {
+                    DataFusionError::Execution(format!(
+                        "manifest list {} of snapshot {} could not be read: {e}",
+                        snapshot.manifest_list(),
+                        snapshot.snapshot_id()
+                    ))
+                })?,
+        },
     };
     let list = Arc::new(list);
     cache::put_list(key, Arc::clone(&list));
+    Ok(list)
+}
+
+/// The manifest list of `snapshot` decoded with every count optional (see [`manifest`]).
+async fn lenient_manifest_list(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<ManifestFile>> {
+    let bytes = table
+        .file_io()
+        .new_input(snapshot.manifest_list())
+        .df()?
+        .read()
+        .await
+        .df()?;
+    let list = manifest::parse_lenient_manifest_list(&bytes)?;
+    log::debug!(
+        "manifest list {} read with optional counts",
+        snapshot.manifest_list()
+    );
     Ok(list)
 }
 
@@ -378,33 +404,24 @@ async fn list_snapshot(
     locations: &LocationMap,
     snapshot: &SnapshotRef,
 ) -> Result<SnapshotListing> {
-    let metadata = table.metadata();
     let list = manifest_list(table, locations, snapshot).await?;
-    let jobs: Vec<(ManifestFile, bool)> = list
-        .iter()
-        .map(|m| {
-            let unpartitioned = metadata
-                .partition_spec_by_id(m.partition_spec_id)
-                .is_none_or(|s| s.is_unpartitioned());
-            (m.clone(), unpartitioned)
-        })
-        .collect();
+    let jobs: Vec<ManifestFile> = list.iter().cloned().collect();
+    let metadata = table.metadata_ref();
     let file_io = table.file_io().clone();
     // Decoding is CPU work: each manifest on its own task, reduced to what planning keeps
     // before the next is read.
     let locations = locations.clone();
-    let reads = jobs.into_iter().map(move |(manifest, unpartitioned)| {
-        let key = (
-            cache_location(&locations, &manifest.manifest_path),
-            manifest.manifest_length.max(0) as u64,
-        );
-        let file_io = file_io.clone();
+    let reads = jobs.into_iter().map(move |manifest| {
+        let key = cache_location(&locations, &manifest.manifest_path)
+            .map(|at| (at, manifest.manifest_length.max(0) as u64));
+        let (metadata, file_io) = (Arc::clone(&metadata), file_io.clone());
         async move {
+            let key = key?;
             if let Some(files) = cache::get_manifest(&key) {
                 return Ok(files);
             }
             let files = Arc::new(
-                crate::io_runtime::spawn(read_manifest(manifest, file_io, unpartitioned)).await?,
+                crate::io_runtime::spawn(read_manifest(manifest, metadata, file_io)).await?,
             );
             cache::put_manifest(key, Arc::clone(&files));
             Ok::<_, DataFusionError>(files)
@@ -424,26 +441,17 @@ async fn list_snapshot(
     })
 }
 
-/// Reads and decodes `manifest`; the error names it.
-pub(crate) async fn load_manifest(
-    manifest: &ManifestFile,
-    file_io: &iceberg::io::FileIO,
-) -> Result<iceberg::spec::Manifest> {
-    manifest.load_manifest(file_io).await.map_err(|e| {
-        DataFusionError::Execution(format!(
-            "manifest {} could not be read: {e}",
-            manifest.manifest_path
-        ))
-    })
-}
-
+/// The live files of `manifest`, a manifest of the table `metadata` describes.
 pub(crate) async fn read_manifest(
     manifest: ManifestFile,
+    metadata: TableMetadataRef,
     file_io: iceberg::io::FileIO,
-    unpartitioned: bool,
 ) -> Result<ManifestFiles> {
     let spec_id = manifest.partition_spec_id;
-    let loaded = load_manifest(&manifest, &file_io).await?;
+    let unpartitioned = metadata
+        .partition_spec_by_id(spec_id)
+        .is_none_or(|s| s.is_unpartitioned());
+    let loaded = load_manifest(&manifest, &metadata, &file_io).await?;
     let mut data = vec![];
     let mut deletes = vec![];
     for entry in loaded.entries() {
@@ -510,7 +518,7 @@ pub fn group_files(
             .ok_or_else(|| DataFusionError::Internal("no file groups".into()))?;
         *size += f.size;
         group.push(
-            PartitionedFile::new(locations.object_path(&f.path)?.to_string(), f.size)
+            file_at(locations.object_path(&f.path)?.as_ref(), f.size)?
                 .with_partition_values(partition_values(f)),
         );
     }

@@ -52,6 +52,7 @@ pub(crate) async fn read_metadata(file_io: &FileIO, location: &str) -> Result<Ta
     })?;
     wrap_unsigned_snapshot_ids(&mut value);
     inline_manifest_lists(&mut value);
+    default_next_row_id(&mut value, location);
     serde_json::from_value(value).map_err(|e| {
         DataFusionError::Execution(format!(
             "table metadata {location} is not valid Iceberg metadata: {e}"
@@ -116,6 +117,37 @@ fn inline_manifest_lists(metadata: &mut serde_json::Value) {
     }
 }
 
+/// Format v3 requires `next-row-id`; some writers leave it out of tables without snapshots.
+/// Read liberally: the next row id is where the recorded snapshots' row ranges end (0 without
+/// snapshots). When a snapshot lacks its range, the field stays missing and parsing says so.
+fn default_next_row_id(metadata: &mut serde_json::Value, location: &str) {
+    let Some(obj) = metadata.as_object_mut() else {
+        return;
+    };
+    if obj.get("format-version").and_then(|v| v.as_i64()) != Some(3)
+        || obj.contains_key("next-row-id")
+    {
+        return;
+    }
+    let snapshots = obj
+        .get("snapshots")
+        .and_then(|v| v.as_array())
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let ends: Option<Vec<i64>> = snapshots
+        .iter()
+        .map(|s| {
+            let first = s.get("first-row-id")?.as_i64()?;
+            let added = s.get("added-rows")?.as_i64()?;
+            first.checked_add(added)
+        })
+        .collect();
+    if let Some(next) = ends.map(|e| e.into_iter().max().unwrap_or(0)) {
+        log::debug!("table metadata {location} has no next-row-id: read as {next}");
+        obj.insert("next-row-id".into(), serde_json::Value::from(next));
+    }
+}
+
 fn wrap_unsigned(v: &mut serde_json::Value) {
     if let Some(u) = v.as_u64() {
         if u > i64::MAX as u64 {
@@ -175,6 +207,29 @@ pub(crate) async fn write_metadata(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_next_row_id_is_where_the_snapshots_end() {
+        let mut empty = serde_json::json!({"format-version": 3, "snapshots": []});
+        default_next_row_id(&mut empty, "m");
+        assert_eq!(empty["next-row-id"], 0);
+        let mut none = serde_json::json!({"format-version": 3});
+        default_next_row_id(&mut none, "m");
+        assert_eq!(none["next-row-id"], 0);
+        let mut ranged = serde_json::json!({"format-version": 3, "snapshots": [
+            {"first-row-id": 0, "added-rows": 10}, {"first-row-id": 10, "added-rows": 5}]});
+        default_next_row_id(&mut ranged, "m");
+        assert_eq!(ranged["next-row-id"], 15);
+        let mut unranged = serde_json::json!({"format-version": 3, "snapshots": [{}]});
+        default_next_row_id(&mut unranged, "m");
+        assert!(unranged.get("next-row-id").is_none());
+        let mut v2 = serde_json::json!({"format-version": 2});
+        default_next_row_id(&mut v2, "m");
+        assert!(v2.get("next-row-id").is_none());
+        let mut kept = serde_json::json!({"format-version": 3, "next-row-id": 7});
+        default_next_row_id(&mut kept, "m");
+        assert_eq!(kept["next-row-id"], 7);
+    }
 
     #[test]
     fn unsigned_ids_wrap_to_the_same_bits() {

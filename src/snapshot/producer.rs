@@ -382,7 +382,8 @@ impl SnapshotProducer {
         summary: &mut SnapshotSummaryCollector,
         found: &mut HashSet<String>,
     ) -> Result<Option<ManifestFile>> {
-        let loaded = manifest.load_manifest(base.file_io()).await.df()?;
+        let loaded =
+            crate::scan::load_manifest(manifest, base.metadata(), base.file_io()).await?;
         let hits = loaded
             .entries()
             .iter()
@@ -485,7 +486,8 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
             if manifest.added_snapshot_id != id {
                 continue;
             }
-            let loaded = manifest.load_manifest(base.file_io()).await.df()?;
+            let loaded =
+                crate::scan::load_manifest(manifest, base.metadata(), base.file_io()).await?;
             for entry in loaded.entries() {
                 let file = entry.data_file();
                 if entry.status() == ManifestStatus::Deleted

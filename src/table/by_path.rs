@@ -14,7 +14,7 @@ use crate::snapshot::metadata_file::read_metadata;
 use crate::storage::file_io_for;
 
 fn is_metadata_file(name: &str) -> bool {
-    name.ends_with(".metadata.json")
+    name.ends_with(".metadata.json") || name.ends_with(".metadata.json.gz")
 }
 
 /// The version a metadata file name carries: `v12.metadata.json` → 12,
@@ -23,6 +23,26 @@ fn version_of(name: &str) -> Option<u64> {
     let stem = name.strip_prefix('v').unwrap_or(name);
     let digits: String = stem.chars().take_while(|c| c.is_ascii_digit()).collect();
     digits.parse().ok()
+}
+
+/// The metadata file a `version-hint.text` that is not a number designates: a whole file name,
+/// or a stem such as `00001-<uuid>` or `v1` (the forms other writers leave there).
+fn hinted_file(dir: &Path, text: &str) -> Option<PathBuf> {
+    if text.is_empty() || text.contains(['/', '\\']) || text == ".." {
+        return None;
+    }
+    let names = [
+        text.to_string(),
+        format!("{text}.metadata.json"),
+        format!("{text}.gz.metadata.json"),
+        format!("{text}.metadata.json.gz"),
+        format!("v{text}.metadata.json"),
+    ];
+    let found = names.iter().map(|n| dir.join(n)).find(|p| p.is_file());
+    if let Some(p) = &found {
+        log::debug!("version-hint.text '{text}' read as {}", p.display());
+    }
+    found
 }
 
 /// The metadata file a path designates.
@@ -64,8 +84,8 @@ pub fn find_metadata_file(path: &Path) -> Result<PathBuf> {
             if let Some((_, p)) = candidates.iter().find(|(cv, _)| *cv == v) {
                 return Ok(p.clone());
             }
-        } else if dir.join(text).is_file() {
-            return Ok(dir.join(text));
+        } else if let Some(p) = hinted_file(&dir, text) {
+            return Ok(p);
         }
         return Err(not_found(format!(
             "version-hint.text names version '{text}', which has no metadata file"
@@ -146,6 +166,11 @@ mod tests {
         assert_eq!(
             find_metadata_file(dir.path()).unwrap(),
             md.join("v2.metadata.json")
+        );
+        std::fs::write(md.join("version-hint.text"), "v1.metadata.json").unwrap();
+        assert_eq!(
+            find_metadata_file(dir.path()).unwrap(),
+            md.join("v1.metadata.json")
         );
         std::fs::write(md.join("version-hint.text"), "7").unwrap();
         let e = find_metadata_file(dir.path()).unwrap_err().to_string();

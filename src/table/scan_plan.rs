@@ -22,8 +22,6 @@ use arrow::datatypes::{DataType, Field, FieldRef, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::common::stats::Precision;
 use datafusion::common::{ScalarValue, Statistics};
-use datafusion::datasource::file_format::parquet::ParquetFormat;
-use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::table_schema::TableSchema;
@@ -37,7 +35,8 @@ use iceberg::spec::{DataContentType, Struct};
 use iceberg::table::Table;
 
 use crate::error::IcebergResultExt;
-use crate::location::LocationMap;
+use crate::location::{file_at, LocationMap};
+use crate::physical_plan::parquet_files::parquet_exec;
 use crate::physical_plan::equality_delete::{
     EqualityDeleteColumns, EqualityDeleteExec, FileGate, GLOBAL_SCOPE, NO_SCOPE,
 };
@@ -194,7 +193,7 @@ pub(crate) async fn plan_scan(
     // Deletes remove rows after the read: a limit cannot go to the reader then.
     .with_limit(req.limit.filter(|_| !has_deletes))
     .build();
-    let mut plan = parquet_plan(state, config).await?;
+    let mut plan = parquet_exec(state, config)?;
     if !has_deletes && hidden_columns == 0 && !req.position_column {
         return Ok(plan);
     }
@@ -284,15 +283,6 @@ pub(crate) async fn plan_scan(
     Ok(plan)
 }
 
-async fn parquet_plan(
-    state: &dyn Session,
-    config: datafusion::datasource::physical_plan::FileScanConfig,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    ParquetFormat::default()
-        .with_options(state.table_options().parquet.clone())
-        .create_physical_plan(state, config)
-        .await
-}
 
 /// The index of the top-level column with field id `id` in `schema`.
 fn top_level_column(schema: &iceberg::spec::Schema, id: i32) -> Result<usize> {
@@ -390,7 +380,7 @@ async fn delete_scan(
     let mut groups: Vec<Vec<PartitionedFile>> = vec![vec![]; target];
     for (i, d) in deletes.iter().enumerate() {
         groups[i % target].push(
-            PartitionedFile::new(req.locations.object_path(&d.path)?.to_string(), d.size)
+            file_at(req.locations.object_path(&d.path)?.as_ref(), d.size)?
                 .with_partition_values(vec![
                     ScalarValue::Int64(Some(d.data_seq)),
                     ScalarValue::Int32(Some(eq.delete_scope(d))),
@@ -403,5 +393,5 @@ async fn delete_scan(
         .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
         .with_expr_adapter(Some(Arc::new(adapter)))
         .build();
-    parquet_plan(state, config).await
+    parquet_exec(state, config)
 }

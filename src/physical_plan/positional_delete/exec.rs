@@ -37,7 +37,6 @@ use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::Statistics;
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
 use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
 use datafusion::datasource::physical_plan::{
     FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
@@ -59,7 +58,6 @@ use datafusion::physical_plan::{
 };
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use object_store::path::Path;
 use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
@@ -68,6 +66,8 @@ use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::statistics::Statistics as ParquetStatistics;
 
+use crate::location::file_at;
+use crate::physical_plan::parquet_files::fetch_footer;
 use crate::physical_plan::single_child;
 
 /// Field id of a position delete file's `file_path` column (Iceberg spec, reserved ids).
@@ -698,15 +698,13 @@ impl FileOpener {
         let mut dense: Option<ReadPositions> = None;
         if !deleted.is_empty() || (numbered && file.range.is_some()) {
             // Through DataFusion's metadata cache: the scan of this file reuses the footer.
-            let metadata = DFParquetMetadata::new(self.store.as_ref(), &file.object_meta)
-                .with_file_metadata_cache(Some(
-                    self.context
-                        .runtime_env()
-                        .cache_manager
-                        .get_file_metadata_cache(),
-                ))
-                .fetch_metadata()
-                .await?;
+            let cache = self
+                .context
+                .runtime_env()
+                .cache_manager
+                .get_file_metadata_cache();
+            let (metadata, _) =
+                fetch_footer(self.store.as_ref(), &file.object_meta, Some(cache)).await?;
             let groups = metadata.row_groups();
             let rows: Vec<u64> = groups
                 .iter()
@@ -1088,10 +1086,11 @@ async fn read_position_deletes(
     wanted: &HashMap<String, String>,
     gathered: &mut HashMap<String, Gathered>,
 ) -> Result<bool> {
-    let mut reader =
-        ParquetObjectReader::new(Arc::clone(store), Path::from(file.location.as_str()))
-            .with_file_size(file.size);
-    let metadata = ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::new()).await?;
+    let recorded = file_at(&file.location, file.size)?.object_meta;
+    let (footer, meta) = fetch_footer(store.as_ref(), &recorded, None).await?;
+    let reader =
+        ParquetObjectReader::new(Arc::clone(store), meta.location).with_file_size(meta.size);
+    let metadata = ArrowReaderMetadata::try_new(footer, ArrowReaderOptions::new())?;
     let schema = Arc::clone(metadata.schema());
     let (Some(path_col), Some(pos_col)) = (
         column_index(&schema, FILE_PATH_ID, "file_path"),

@@ -32,6 +32,8 @@ use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 
 use super::exec::PositionDeleteFile;
+use crate::location::file_at;
+use crate::physical_plan::parquet_files::with_recorded_size_reader;
 
 /// Rows per batch of the delete side.
 const DELETE_BATCH_ROWS: usize = 1024;
@@ -50,9 +52,13 @@ pub(crate) fn sorted_deletes(
     ]));
     let group: Vec<PartitionedFile> = files
         .iter()
-        .map(|f| PartitionedFile::new(f.location.clone(), f.size))
-        .collect();
-    let source = ParquetSource::new(TableSchema::new(Arc::clone(&schema), vec![]));
+        .map(|f| file_at(&f.location, f.size))
+        .collect::<Result<_>>()?;
+    let source = with_recorded_size_reader(
+        ParquetSource::new(TableSchema::new(Arc::clone(&schema), vec![])),
+        context.runtime_env().as_ref(),
+        url,
+    )?;
     let config = FileScanConfigBuilder::new(url.clone(), Arc::new(source))
         .with_file_groups(vec![FileGroup::new(group)])
         .with_batch_size(Some(DELETE_BATCH_ROWS))

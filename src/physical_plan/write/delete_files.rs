@@ -14,13 +14,12 @@ use iceberg::table::Table;
 use iceberg::writer::base_writer::equality_delete_writer::{
     EqualityDeleteFileWriterBuilder, EqualityDeleteWriterConfig,
 };
-use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator,
-};
+use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 
+use super::locations::FileLocations;
 use super::writer::{align_batch, writer_properties};
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
@@ -161,7 +160,7 @@ async fn write_positions(
         ParquetWriterBuilder::new(writer_properties(metadata)?, Arc::clone(&schema)),
         NO_ROLLING,
         table.file_io().clone(),
-        DefaultLocationGenerator::new(metadata).df()?,
+        FileLocations::new(metadata)?,
         names("pos-deletes"),
     );
     let mut writer = rolling.build();
@@ -212,7 +211,7 @@ pub async fn write_equality_delete_file(
         ParquetWriterBuilder::new(writer_properties(metadata)?, delete_schema),
         NO_ROLLING,
         table.file_io().clone(),
-        DefaultLocationGenerator::new(metadata).df()?,
+        FileLocations::new(metadata)?,
         names("eq-deletes"),
     );
     let key = partition_key(table, spec_id, partition)?;

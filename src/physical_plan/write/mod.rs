@@ -4,6 +4,7 @@
 
 mod delete_files;
 mod exec;
+mod locations;
 mod sort_order;
 mod writer;
 

@@ -17,9 +17,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
-use iceberg::writer::file_writer::location_generator::{
-    DefaultFileNameGenerator, DefaultLocationGenerator, LocationGenerator,
-};
+use iceberg::writer::file_writer::location_generator::{DefaultFileNameGenerator, LocationGenerator};
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
@@ -29,6 +27,7 @@ use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::exec::WrittenFiles;
+use super::locations::FileLocations;
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
 
@@ -75,7 +74,7 @@ pub(crate) fn decode_data_files(
 /// Remembers every location handed out, so files of a failed write can be removed.
 #[derive(Clone)]
 struct RecordingLocations {
-    inner: DefaultLocationGenerator,
+    inner: FileLocations,
     written: WrittenFiles,
 }
 
@@ -195,7 +194,7 @@ pub(crate) async fn write_partition(
 
     let parquet = ParquetWriterBuilder::new(writer_properties(metadata)?, schema.clone());
     let locations = RecordingLocations {
-        inner: DefaultLocationGenerator::new(metadata).df()?,
+        inner: FileLocations::new(metadata)?,
         written,
     };
     let names = DefaultFileNameGenerator::new(

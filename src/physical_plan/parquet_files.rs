@@ -1,0 +1,230 @@
+//! Parquet footers read by the size the manifest records, and once more by the object's real
+//! size when that read fails.
+//!
+//! Readers locate a parquet footer from the end of the file, and the end is the
+//! `file_size_in_bytes` of the file's manifest entry (no request is spent asking the store).
+//! Some writers record a wrong size; the footer read then fails ("metadata requires N bytes,
+//! but could only read M"). Java and DuckDB ask the store for the size and read such files:
+//! here, a footer read that fails asks the store for the object's size, and when it differs
+//! from the recorded one, warns and reads the footer again by the real size.
+//!
+//! One case stays an error: a file recorded smaller than it is and split by DataFusion into
+//! byte ranges of the recorded size. Row groups past the recorded end belong to no range, so
+//! reading on would silently skip rows.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use datafusion::catalog::Session;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::metadata::DFParquetMetadata;
+use datafusion::datasource::physical_plan::parquet::CachedParquetFileReaderFactory;
+use datafusion::datasource::physical_plan::{
+    FileScanConfig, FileScanConfigBuilder, ParquetFileReaderFactory, ParquetSource,
+};
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::cache::cache_manager::FileMetadataCache;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::file::metadata::ParquetMetaData;
+
+/// The object's metadata with its real size, when the store reports a size other than the
+/// recorded one (`None` when they agree: the failed read had another cause).
+async fn real_size(store: &dyn ObjectStore, recorded: &ObjectMeta) -> Result<Option<ObjectMeta>> {
+    let head = store.head(&recorded.location).await?;
+    if head.size == recorded.size {
+        return Ok(None);
+    }
+    log::warn!(
+        "data file {} is {} bytes but its manifest records {}: reading it by its real size",
+        recorded.location,
+        head.size,
+        recorded.size
+    );
+    Ok(Some(ObjectMeta {
+        size: head.size,
+        ..recorded.clone()
+    }))
+}
+
+/// Refuses to read on when a split file is larger than recorded (see the module docs).
+fn check_split(file: &PartitionedFile, real: &ObjectMeta) -> Result<()> {
+    if file.range.is_some() && real.size > file.object_meta.size {
+        return Err(DataFusionError::Execution(format!(
+            "data file {} is {} bytes but its manifest records {}, and it was split into byte \
+             ranges by the recorded size (rows past it would be missed): read it whole with \
+             SET datafusion.optimizer.repartition_file_scans = false",
+            real.location, real.size, file.object_meta.size
+        )));
+    }
+    Ok(())
+}
+
+/// The footer of the object `meta` describes, read through DataFusion's metadata cache; by the
+/// object's real size when reading by the recorded one fails and the sizes differ. Returns the
+/// metadata and the object's metadata as read (with the real size when it was corrected).
+pub(crate) async fn fetch_footer(
+    store: &dyn ObjectStore,
+    meta: &ObjectMeta,
+    cache: Option<Arc<dyn FileMetadataCache>>,
+) -> Result<(Arc<ParquetMetaData>, ObjectMeta)> {
+    let first = DFParquetMetadata::new(store, meta)
+        .with_file_metadata_cache(cache.clone())
+        .fetch_metadata()
+        .await;
+    match first {
+        Ok(footer) => Ok((footer, meta.clone())),
+        Err(e) => {
+            let Some(real) = real_size(store, meta).await? else {
+                return Err(e);
+            };
+            let footer = DFParquetMetadata::new(store, &real)
+                .with_file_metadata_cache(cache)
+                .fetch_metadata()
+                .await?;
+            Ok((footer, real))
+        }
+    }
+}
+
+/// DataFusion's cached parquet reader factory, with readers that retry a failed footer read
+/// by the object's real size.
+#[derive(Debug)]
+pub(crate) struct RecordedSizeReaderFactory {
+    inner: CachedParquetFileReaderFactory,
+    store: Arc<dyn ObjectStore>,
+    cache: Arc<dyn FileMetadataCache>,
+}
+
+impl RecordedSizeReaderFactory {
+    /// Readers of `store`'s objects, footers cached in `cache`.
+    pub(crate) fn new(store: Arc<dyn ObjectStore>, cache: Arc<dyn FileMetadataCache>) -> Self {
+        Self {
+            inner: CachedParquetFileReaderFactory::new(Arc::clone(&store), Arc::clone(&cache)),
+            store,
+            cache,
+        }
+    }
+}
+
+impl ParquetFileReaderFactory for RecordedSizeReaderFactory {
+    fn create_reader(
+        &self,
+        partition_index: usize,
+        partitioned_file: PartitionedFile,
+        metadata_size_hint: Option<usize>,
+        metrics: &ExecutionPlanMetricsSet,
+    ) -> Result<Box<dyn AsyncFileReader + Send>> {
+        let inner = self.inner.create_reader(
+            partition_index,
+            partitioned_file.clone(),
+            metadata_size_hint,
+            metrics,
+        )?;
+        Ok(Box::new(RecordedSizeReader {
+            inner,
+            store: Arc::clone(&self.store),
+            cache: Arc::clone(&self.cache),
+            file: partitioned_file,
+        }))
+    }
+}
+
+/// A parquet reader whose footer read is retried by the object's real size.
+struct RecordedSizeReader {
+    inner: Box<dyn AsyncFileReader + Send>,
+    store: Arc<dyn ObjectStore>,
+    cache: Arc<dyn FileMetadataCache>,
+    file: PartitionedFile,
+}
+
+impl AsyncFileReader for RecordedSizeReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        self.inner.get_bytes(range)
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        self.inner.get_byte_ranges(ranges)
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let first = self.inner.get_metadata(options).await;
+            let Err(e) = first else {
+                return first;
+            };
+            let retry = async {
+                let Some(real) = real_size(self.store.as_ref(), &self.file.object_meta).await?
+                else {
+                    return Ok(None);
+                };
+                check_split(&self.file, &real)?;
+                let footer = DFParquetMetadata::new(self.store.as_ref(), &real)
+                    .with_file_metadata_cache(Some(Arc::clone(&self.cache)))
+                    .fetch_metadata()
+                    .await?;
+                Ok::<_, DataFusionError>(Some(footer))
+            };
+            match retry.await {
+                Ok(Some(footer)) => Ok(footer),
+                Ok(None) => Err(e),
+                Err(retry) => Err(parquet::errors::ParquetError::External(Box::new(retry))),
+            }
+        }
+        .boxed()
+    }
+}
+
+/// `source` reading through [`RecordedSizeReaderFactory`] over the store of `url`.
+pub(crate) fn with_recorded_size_reader(
+    source: ParquetSource,
+    runtime: &RuntimeEnv,
+    url: &ObjectStoreUrl,
+) -> Result<ParquetSource> {
+    let store = runtime.object_store(url)?;
+    let cache = runtime.cache_manager.get_file_metadata_cache();
+    Ok(source.with_parquet_file_reader_factory(Arc::new(RecordedSizeReaderFactory::new(
+        store, cache,
+    ))))
+}
+
+/// The parquet scan `config` describes, with the session's parquet options, as
+/// `ParquetFormat` plans it but reading through [`RecordedSizeReaderFactory`].
+pub(crate) fn parquet_exec(
+    state: &dyn Session,
+    config: FileScanConfig,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let source = config
+        .file_source()
+        .as_any()
+        .downcast_ref::<ParquetSource>()
+        .cloned()
+        .ok_or_else(|| DataFusionError::Internal("expected a ParquetSource".into()))?;
+    let options = state.table_options().parquet.clone();
+    let hint = options.global.metadata_size_hint;
+    let mut source = source.with_table_parquet_options(options);
+    if let Some(hint) = hint {
+        source = source.with_metadata_size_hint(hint);
+    }
+    let source =
+        with_recorded_size_reader(source, state.runtime_env(), &config.object_store_url)?;
+    let config = FileScanConfigBuilder::from(config)
+        .with_source(Arc::new(source))
+        .build();
+    Ok(DataSourceExec::from_data_source(config))
+}
