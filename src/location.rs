@@ -96,7 +96,10 @@ fn check_within(location: &str, rest: &str, under: &str) -> Result<()> {
 /// be found.
 ///
 /// [`PartitionedFile`]: datafusion::datasource::listing::PartitionedFile
-pub(crate) fn file_at(location: &str, size: u64) -> Result<datafusion::datasource::listing::PartitionedFile> {
+pub(crate) fn file_at(
+    location: &str,
+    size: u64,
+) -> Result<datafusion::datasource::listing::PartitionedFile> {
     Ok(object_store::ObjectMeta {
         location: parsed_object_path(location)?,
         last_modified: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
@@ -156,14 +159,8 @@ mod tests {
             m("./t/metadata/v1.json"),
             "/fixtures/iceberg/./t/metadata/v1.json"
         );
-        assert_eq!(
-            m("s3://bucket/wh/t/a.parquet"),
-            "/restore/wh/t/a.parquet"
-        );
-        assert_eq!(
-            m("s3://bucket/x.parquet"),
-            "/restore/other/x.parquet"
-        );
+        assert_eq!(m("s3://bucket/wh/t/a.parquet"), "/restore/wh/t/a.parquet");
+        assert_eq!(m("s3://bucket/x.parquet"), "/restore/other/x.parquet");
         assert_eq!(m("/abs/a.parquet"), "/abs/a.parquet");
         assert_eq!(m("file:///abs/a.parquet"), "file:///abs/a.parquet");
         assert_eq!(m("t/../u/a.parquet"), "/fixtures/iceberg/t/../u/a.parquet");

@@ -189,7 +189,10 @@ async fn traversal_names_and_locations_are_refused_through_sql() {
         .collect();
     assert_eq!(namespaces, ["b"]);
     assert!(!outside.exists());
-    assert_eq!(files_outside(&root, &[wh.clone(), elsewhere.clone()]), Vec::<String>::new());
+    assert_eq!(
+        files_outside(&root, &[wh.clone(), elsewhere.clone()]),
+        Vec::<String>::new()
+    );
     assert!(!files_under(&elsewhere).is_empty());
 }
 
@@ -221,7 +224,13 @@ async fn traversal_names_are_refused_through_the_rust_api() {
         .create_namespace(&ok, Default::default())
         .await
         .unwrap();
-    for levels in [vec![".."], vec!["ok", ".."], vec!["a/b"], vec!["a.b"], vec!["\0"]] {
+    for levels in [
+        vec![".."],
+        vec!["ok", ".."],
+        vec!["a/b"],
+        vec!["a.b"],
+        vec!["\0"],
+    ] {
         let ns = NamespaceIdent::from_strs(levels.clone()).unwrap();
         let e = catalog
             .create_namespace(&ns, Default::default())
@@ -258,7 +267,10 @@ async fn traversal_names_are_refused_through_the_rust_api() {
     assert!(e.contains("invalid table name"), "{e}");
 
     assert_eq!(table_names(&s, "ok").await, ["good"]);
-    assert_eq!(files_outside(&root, &[wh.clone()]), Vec::<String>::new());
+    assert_eq!(
+        files_outside(&root, std::slice::from_ref(&wh)),
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test]
@@ -300,7 +312,11 @@ async fn tables_read_by_path_stay_under_their_base_directory() {
         .to_string();
     std::fs::copy(base.join(&list), root.join("escaped.avro")).unwrap();
     let climbing = root.join("climbing.metadata.json");
-    std::fs::write(&climbing, text.replace(&list, "lineitem_iceberg/../../escaped.avro")).unwrap();
+    std::fs::write(
+        &climbing,
+        text.replace(&list, "lineitem_iceberg/../../escaped.avro"),
+    )
+    .unwrap();
     let e = sql(&s, &scan(&climbing)).await.unwrap_err().to_string();
     assert!(e.contains("climbs out of"), "{e}");
 }

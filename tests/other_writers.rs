@@ -174,8 +174,7 @@ fn null_counts_in_manifest_list(table_dir: &Path) -> usize {
     for path in lists {
         let (schema, meta, records) = read_avro(&path);
         // Make the count fields optional in the writer schema, as format v1 declares them.
-        let mut json: serde_json::Value =
-            serde_json::from_str(&schema.canonical_form()).unwrap();
+        let mut json: serde_json::Value = serde_json::from_str(&schema.canonical_form()).unwrap();
         let mut counts = vec![];
         for field in json["fields"].as_array_mut().unwrap() {
             let name = field["name"].as_str().unwrap().to_string();
@@ -265,7 +264,11 @@ async fn a_version_hint_naming_a_metadata_file_stem() {
         dir.path().join("ns/h").display()
     );
     // The hint names the middle version (one insert), not the newest.
-    std::fs::write(metadata.join("version-hint.text"), format!("{}\n", stems[1])).unwrap();
+    std::fs::write(
+        metadata.join("version-hint.text"),
+        format!("{}\n", stems[1]),
+    )
+    .unwrap();
     assert_eq!(rows(&s, &scan).await, ["2"]);
     std::fs::write(metadata.join("version-hint.text"), &stems[2]).unwrap();
     assert_eq!(rows(&s, &scan).await, ["3"]);
@@ -353,9 +356,12 @@ async fn a_file_recorded_smaller_than_it_is_is_not_read_in_ranges() {
     wrong_sizes_in_manifests(&dir.path().join("ns/big"), -4096 - 100, 0);
     let e = sql(&s, q).await.unwrap_err().to_string();
     assert!(e.contains("split into byte ranges"), "{e}");
-    sql(&s, "SET datafusion.optimizer.repartition_file_scans = false")
-        .await
-        .unwrap();
+    sql(
+        &s,
+        "SET datafusion.optimizer.repartition_file_scans = false",
+    )
+    .await
+    .unwrap();
     assert_eq!(rows(&s, q).await, ["100000|30000300000"]);
 }
 

@@ -211,9 +211,7 @@ fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
         }
         let formatter = ArrayFormatter::try_new(column.as_ref(), &options)?;
         let text: StringArray = (0..column.len())
-            .map(|i| {
-                (!column.is_null(i)).then(|| formatter.value(i).to_string())
-            })
+            .map(|i| (!column.is_null(i)).then(|| formatter.value(i).to_string()))
             .collect();
         fields.push(Arc::new(Field::new(
             field.name(),
@@ -222,7 +220,10 @@ fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
         )));
         columns.push(Arc::new(text));
     }
-    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
 }
 
 /// An interactive shell: statements end with ';'. History is kept in ~/.iceberg_exec_history.

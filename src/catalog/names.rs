@@ -78,7 +78,9 @@ pub(crate) fn check_location(what: &str, location: &str) -> Result<()> {
         None => location,
     };
     if !path.starts_with('/') {
-        return Err(bad("a location must be absolute (a path starting with '/')"));
+        return Err(bad(
+            "a location must be absolute (a path starting with '/')",
+        ));
     }
     if path.split(['/', '\\']).any(|s| s == "." || s == "..") {
         return Err(bad("a location must not contain '.' or '..' segments"));
@@ -94,11 +96,9 @@ pub(crate) fn check_location_is_free(location: &str) -> Result<()> {
     let Ok(entries) = std::fs::read_dir(&metadata) else {
         return Ok(());
     };
-    let taken = entries.flatten().any(|e| {
-        e.file_name()
-            .to_string_lossy()
-            .ends_with(".metadata.json")
-    });
+    let taken = entries
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().ends_with(".metadata.json"));
     if taken {
         return Err(DataFusionError::Plan(format!(
             "location '{location}' already holds an Iceberg table (metadata files in {}); \

@@ -39,8 +39,11 @@ pub struct SqlCatalogConfig {
 }
 
 /// Table properties that place a table's files somewhere other than under its location.
-const LOCATION_PROPERTIES: &[&str] =
-    &["write.data.path", "write.folder-storage.path", "write.metadata.path"];
+const LOCATION_PROPERTIES: &[&str] = &[
+    "write.data.path",
+    "write.folder-storage.path",
+    "write.metadata.path",
+];
 
 /// The namespace property pyiceberg writes to record that a namespace exists.
 const EXISTS_PROPERTY: &str = "exists";

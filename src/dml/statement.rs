@@ -255,7 +255,8 @@ async fn proven_files(
         let Some(spec) = metadata.partition_spec_by_id(manifest.partition_spec_id) else {
             continue;
         };
-        let loaded = crate::scan::load_manifest(manifest, table.metadata(), table.file_io()).await?;
+        let loaded =
+            crate::scan::load_manifest(manifest, table.metadata(), table.file_io()).await?;
         for entry in loaded.entries() {
             let file = entry.data_file();
             if entry.is_alive()

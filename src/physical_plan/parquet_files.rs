@@ -56,6 +56,14 @@ async fn real_size(store: &dyn ObjectStore, recorded: &ObjectMeta) -> Result<Opt
     }))
 }
 
+/// A failed read by the real size, naming the file and both sizes (a truncated file shows here).
+fn by_real_size(real: &ObjectMeta, recorded: u64, e: DataFusionError) -> DataFusionError {
+    DataFusionError::Execution(format!(
+        "file {} could not be read by its real size of {} bytes (its manifest records {recorded}): {e}",
+        real.location, real.size
+    ))
+}
+
 /// Refuses to read on when a split file is larger than recorded (see the module docs).
 fn check_split(file: &PartitionedFile, real: &ObjectMeta) -> Result<()> {
     if file.range.is_some() && real.size > file.object_meta.size {
@@ -90,7 +98,8 @@ pub(crate) async fn fetch_footer(
             let footer = DFParquetMetadata::new(store, &real)
                 .with_file_metadata_cache(cache)
                 .fetch_metadata()
-                .await?;
+                .await
+                .map_err(|e| by_real_size(&real, meta.size, e))?;
             Ok((footer, real))
         }
     }
@@ -177,7 +186,8 @@ impl AsyncFileReader for RecordedSizeReader {
                 let footer = DFParquetMetadata::new(self.store.as_ref(), &real)
                     .with_file_metadata_cache(Some(Arc::clone(&self.cache)))
                     .fetch_metadata()
-                    .await?;
+                    .await
+                    .map_err(|e| by_real_size(&real, self.file.object_meta.size, e))?;
                 Ok::<_, DataFusionError>(Some(footer))
             };
             match retry.await {
@@ -198,9 +208,8 @@ pub(crate) fn with_recorded_size_reader(
 ) -> Result<ParquetSource> {
     let store = runtime.object_store(url)?;
     let cache = runtime.cache_manager.get_file_metadata_cache();
-    Ok(source.with_parquet_file_reader_factory(Arc::new(RecordedSizeReaderFactory::new(
-        store, cache,
-    ))))
+    Ok(source
+        .with_parquet_file_reader_factory(Arc::new(RecordedSizeReaderFactory::new(store, cache))))
 }
 
 /// The parquet scan `config` describes, with the session's parquet options, as
@@ -221,8 +230,7 @@ pub(crate) fn parquet_exec(
     if let Some(hint) = hint {
         source = source.with_metadata_size_hint(hint);
     }
-    let source =
-        with_recorded_size_reader(source, state.runtime_env(), &config.object_store_url)?;
+    let source = with_recorded_size_reader(source, state.runtime_env(), &config.object_store_url)?;
     let config = FileScanConfigBuilder::from(config)
         .with_source(Arc::new(source))
         .build();

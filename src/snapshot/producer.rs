@@ -382,8 +382,7 @@ impl SnapshotProducer {
         summary: &mut SnapshotSummaryCollector,
         found: &mut HashSet<String>,
     ) -> Result<Option<ManifestFile>> {
-        let loaded =
-            crate::scan::load_manifest(manifest, base.metadata(), base.file_io()).await?;
+        let loaded = crate::scan::load_manifest(manifest, base.metadata(), base.file_io()).await?;
         let hits = loaded
             .entries()
             .iter()

@@ -36,10 +36,10 @@ use iceberg::table::Table;
 
 use crate::error::IcebergResultExt;
 use crate::location::{file_at, LocationMap};
-use crate::physical_plan::parquet_files::parquet_exec;
 use crate::physical_plan::equality_delete::{
     EqualityDeleteColumns, EqualityDeleteExec, FileGate, GLOBAL_SCOPE, NO_SCOPE,
 };
+use crate::physical_plan::parquet_files::parquet_exec;
 use crate::physical_plan::positional_delete::{
     FileDeletes, PositionDeleteFile, PositionalDeleteExec,
 };
@@ -283,7 +283,6 @@ pub(crate) async fn plan_scan(
     Ok(plan)
 }
 
-
 /// The index of the top-level column with field id `id` in `schema`.
 fn top_level_column(schema: &iceberg::spec::Schema, id: i32) -> Result<usize> {
     if let Some(i) = schema.as_struct().fields().iter().position(|f| f.id == id) {
@@ -380,11 +379,12 @@ async fn delete_scan(
     let mut groups: Vec<Vec<PartitionedFile>> = vec![vec![]; target];
     for (i, d) in deletes.iter().enumerate() {
         groups[i % target].push(
-            file_at(req.locations.object_path(&d.path)?.as_ref(), d.size)?
-                .with_partition_values(vec![
+            file_at(req.locations.object_path(&d.path)?.as_ref(), d.size)?.with_partition_values(
+                vec![
                     ScalarValue::Int64(Some(d.data_seq)),
                     ScalarValue::Int32(Some(eq.delete_scope(d))),
-                ]),
+                ],
+            ),
         );
     }
     let adapter = FieldIdAdapterFactory::new(&keys, req.table.metadata().properties());
