@@ -281,13 +281,16 @@ pub(crate) async fn manifest_list(
         }
         None => match table.manifest_list_reader(snapshot).load().await {
             Ok(list) => list.consume_entries().into_iter().collect(),
-            Err(e) => lenient_manifest_list(table, snapshot).await.map_err(|_| {
-                DataFusionError::Execution(format!(
-                    "manifest list {} of snapshot {} could not be read: {e}",
-                    snapshot.manifest_list(),
-                    snapshot.snapshot_id()
-                ))
-            })?,
+            Err(e) => lenient_manifest_list(table, snapshot)
+                .await
+                .map_err(|lenient| {
+                    log::debug!("lenient read of the manifest list failed too: {lenient}");
+                    DataFusionError::Execution(format!(
+                        "manifest list {} of snapshot {} could not be read: {e}",
+                        snapshot.manifest_list(),
+                        snapshot.snapshot_id()
+                    ))
+                })?,
         },
     };
     let list = Arc::new(list);
