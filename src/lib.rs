@@ -19,6 +19,7 @@
 //! # Ok(()) }
 //! ```
 
+mod arrow58;
 pub mod catalog;
 mod config;
 mod dml;

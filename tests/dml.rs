@@ -690,9 +690,23 @@ async fn merge_on_read_writes_position_deletes_per_file() {
     )
     .await
     .unwrap();
+    // A fixed layout of six data files (two writer partitions × three regions): without work
+    // stealing, each scan partition reads its own file group.
+    sql(
+        &s,
+        "SET datafusion.execution.enable_file_stream_work_stealing = false",
+    )
+    .await
+    .unwrap();
     sql(&s, "INSERT INTO ns.m SELECT * FROM ns.t")
         .await
         .unwrap();
+    sql(
+        &s,
+        "SET datafusion.execution.enable_file_stream_work_stealing = true",
+    )
+    .await
+    .unwrap();
     let m_rows = |s: &IcebergSession| {
         let s = s.clone();
         async move { rows(&s, "SELECT id, region, v FROM ns.m ORDER BY id, region").await }

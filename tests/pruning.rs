@@ -13,8 +13,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
 
 fn scanned_files(plan: &Arc<dyn ExecutionPlan>) -> usize {
-    if let Some(ds) = plan.as_any().downcast_ref::<DataSourceExec>() {
-        if let Some(conf) = ds.data_source().as_any().downcast_ref::<FileScanConfig>() {
+    if let Some(ds) = plan.downcast_ref::<DataSourceExec>() {
+        if let Some(conf) = ds.data_source().downcast_ref::<FileScanConfig>() {
             return conf.file_groups.iter().map(|g| g.len()).sum();
         }
     }

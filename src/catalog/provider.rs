@@ -2,7 +2,6 @@
 //! tables. DDL that DataFusion runs itself (`CREATE SCHEMA`, `CREATE TABLE`, `CREATE TABLE AS`,
 //! `DROP TABLE`, `DROP SCHEMA`) lands here and creates or drops Iceberg objects.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -42,10 +41,6 @@ impl IcebergCatalogProvider {
 }
 
 impl CatalogProvider for IcebergCatalogProvider {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn schema_names(&self) -> Vec<String> {
         let catalog = Arc::clone(&self.catalog);
         match io_runtime::block_on(async move { catalog.list_namespaces().await }) {
@@ -167,7 +162,13 @@ async fn fill(
     let state = ctx.state();
     let input = source.scan(&state, None, &[], None).await?;
     let has_rows = !matches!(
-        input.partition_statistics(None)?.num_rows.get_value(),
+        datafusion::physical_plan::StatisticsContext::new()
+            .compute(
+                input.as_ref(),
+                &datafusion::physical_plan::StatisticsArgs::new()
+            )?
+            .num_rows
+            .get_value(),
         Some(0)
     );
     if has_rows {
@@ -194,10 +195,6 @@ fn optimize(
 
 #[async_trait]
 impl SchemaProvider for IcebergSchemaProvider {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn table_names(&self) -> Vec<String> {
         let catalog = Arc::clone(&self.catalog);
         let ns = self.namespace.clone();
@@ -227,7 +224,7 @@ impl SchemaProvider for IcebergSchemaProvider {
         table: Arc<dyn TableProvider>,
     ) -> Result<Option<Arc<dyn TableProvider>>> {
         let ident = self.ident(&name);
-        if let Some(iceberg) = table.as_any().downcast_ref::<IcebergTableProvider>() {
+        if let Some(iceberg) = table.downcast_ref::<IcebergTableProvider>() {
             // Created by `CREATE EXTERNAL TABLE ... STORED AS ICEBERG`: already in the catalog.
             if iceberg.table().identifier() == &ident {
                 return Ok(None);

@@ -18,7 +18,6 @@
 //! An `UPDATE` removes no file whole: every file with a matching row is rewritten.
 //! Memory: pass 1 keeps one counter per matching file; pass 2 streams (the sort spills).
 
-use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -29,6 +28,7 @@ use arrow::datatypes::Int64Type;
 use arrow::datatypes::{DataType, SchemaRef, UInt16Type};
 use datafusion::catalog::Session;
 use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::DFSchema;
 use datafusion::datasource::physical_plan::FileScanConfig;
 use datafusion::datasource::source::DataSourceExec;
@@ -877,16 +877,14 @@ fn files_in_several_partitions(plan: &Arc<dyn ExecutionPlan>) -> Option<HashSet<
     let mut groups_of: HashMap<String, usize> = HashMap::new();
     let mut stack = vec![Arc::clone(plan)];
     while let Some(p) = stack.pop() {
-        if p.as_any()
-            .downcast_ref::<RepartitionExec>()
+        if p.downcast_ref::<RepartitionExec>()
             .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(n) if *n > 1))
         {
             return None;
         }
         if let Some(config) = p
-            .as_any()
             .downcast_ref::<DataSourceExec>()
-            .and_then(|s| s.data_source().as_any().downcast_ref::<FileScanConfig>())
+            .and_then(|s| s.data_source().downcast_ref::<FileScanConfig>())
         {
             for group in &config.file_groups {
                 let in_group: HashSet<String> = group
@@ -1142,8 +1140,11 @@ impl ExecutionPlan for DmlExec {
         }
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {

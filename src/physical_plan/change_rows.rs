@@ -1,7 +1,6 @@
 //! [`ChangeRowsExec`]: the row change of a copy-on-write `DELETE` or `UPDATE`, applied to the
 //! rows of the files it rewrites.
 
-use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,9 +10,11 @@ use arrow::compute::kernels::boolean::not;
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::{filter_record_batch, prep_null_mask_filter};
 use arrow::datatypes::DataType;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::apply_expression_roots;
 use datafusion::physical_plan::execution_plan::CardinalityEffect;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -135,8 +136,17 @@ impl ExecutionPlan for ChangeRowsExec {
         "ChangeRowsExec"
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let assigned = match &self.change {
+            RowChange::Delete => vec![],
+            RowChange::Update(a) | RowChange::UpdateSelected(a) => {
+                a.iter().map(|(_, e)| e).collect()
+            }
+        };
+        apply_expression_roots(std::iter::once(&self.condition).chain(assigned), f)
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {

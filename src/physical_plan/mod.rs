@@ -12,7 +12,45 @@ pub mod write;
 use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
+
+/// `context` running with `config` instead of its own session configuration.
+pub(crate) fn with_config(
+    context: &TaskContext,
+    config: datafusion::prelude::SessionConfig,
+) -> Arc<TaskContext> {
+    Arc::new(TaskContext::new(
+        context.task_id(),
+        context.session_id(),
+        config,
+        context.scalar_functions().clone(),
+        context.higher_order_functions().clone(),
+        context.aggregate_functions().clone(),
+        context.window_functions().clone(),
+        context.runtime_env(),
+    ))
+}
+
+/// `context` with DataFusion's file-stream work stealing off, so that partition `p` of a file
+/// scan reads exactly file group `p` (nodes that assign deletes or positions by file group need
+/// it; a sibling partition stealing a file would read it without them).
+pub(crate) fn without_work_stealing(context: Arc<TaskContext>) -> Arc<TaskContext> {
+    if !context
+        .session_config()
+        .options()
+        .execution
+        .enable_file_stream_work_stealing
+    {
+        return context;
+    }
+    let mut config = context.session_config().clone();
+    config
+        .options_mut()
+        .execution
+        .enable_file_stream_work_stealing = false;
+    with_config(&context, config)
+}
 
 /// The one child of a single-input node, for `with_new_children`.
 pub(crate) fn single_child(

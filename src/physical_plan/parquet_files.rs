@@ -83,7 +83,7 @@ fn check_split(file: &PartitionedFile, real: &ObjectMeta) -> Result<()> {
 pub(crate) async fn fetch_footer(
     store: &dyn ObjectStore,
     meta: &ObjectMeta,
-    cache: Option<Arc<dyn FileMetadataCache>>,
+    cache: Option<Arc<FileMetadataCache>>,
 ) -> Result<(Arc<ParquetMetaData>, ObjectMeta)> {
     let first = DFParquetMetadata::new(store, meta)
         .with_file_metadata_cache(cache.clone())
@@ -111,12 +111,12 @@ pub(crate) async fn fetch_footer(
 pub(crate) struct RecordedSizeReaderFactory {
     inner: CachedParquetFileReaderFactory,
     store: Arc<dyn ObjectStore>,
-    cache: Arc<dyn FileMetadataCache>,
+    cache: Arc<FileMetadataCache>,
 }
 
 impl RecordedSizeReaderFactory {
     /// Readers of `store`'s objects, footers cached in `cache`.
-    pub(crate) fn new(store: Arc<dyn ObjectStore>, cache: Arc<dyn FileMetadataCache>) -> Self {
+    pub(crate) fn new(store: Arc<dyn ObjectStore>, cache: Arc<FileMetadataCache>) -> Self {
         Self {
             inner: CachedParquetFileReaderFactory::new(Arc::clone(&store), Arc::clone(&cache)),
             store,
@@ -152,7 +152,7 @@ impl ParquetFileReaderFactory for RecordedSizeReaderFactory {
 struct RecordedSizeReader {
     inner: Box<dyn AsyncFileReader + Send>,
     store: Arc<dyn ObjectStore>,
-    cache: Arc<dyn FileMetadataCache>,
+    cache: Arc<FileMetadataCache>,
     file: PartitionedFile,
 }
 
@@ -220,7 +220,6 @@ pub(crate) fn parquet_exec(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let source = config
         .file_source()
-        .as_any()
         .downcast_ref::<ParquetSource>()
         .cloned()
         .ok_or_else(|| DataFusionError::Internal("expected a ParquetSource".into()))?;
@@ -235,4 +234,27 @@ pub(crate) fn parquet_exec(
         .with_source(Arc::new(source))
         .build();
     Ok(DataSourceExec::from_data_source(config))
+}
+
+/// A boxed reader as a sized one (what parquet's stream builder takes); reads pass through.
+pub(crate) struct BoxedReader(pub(crate) Box<dyn AsyncFileReader + Send>);
+
+impl AsyncFileReader for BoxedReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        self.0.get_bytes(range)
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        self.0.get_byte_ranges(ranges)
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        self.0.get_metadata(options)
+    }
 }

@@ -1,21 +1,22 @@
 //! Spill files in DataFusion's format (Arrow IPC streams in the runtime's temp directories),
 //! written incrementally and read back through DataFusion's `SpillManager`.
 
-use std::fs::File;
 use std::io::BufWriter;
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::Schema;
 use arrow::ipc::writer::StreamWriter;
-use datafusion::error::Result;
-use datafusion::execution::disk_manager::RefCountedTempFile;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::{SpillFile, SpillWriter as FileWriter};
 use datafusion::physical_plan::metrics::SpillMetrics;
 
-/// One spill file being written; counts into the operator's spill metrics.
+/// One spill file being written through the disk manager (which counts it against the disk
+/// limit); counts into the operator's spill metrics.
 pub(crate) struct SpillWriter {
-    file: RefCountedTempFile,
-    writer: StreamWriter<BufWriter<File>>,
+    file: Arc<dyn SpillFile>,
+    writer: StreamWriter<BufWriter<Box<dyn FileWriter>>>,
     metrics: SpillMetrics,
 }
 
@@ -28,7 +29,7 @@ impl SpillWriter {
         what: &str,
     ) -> Result<Self> {
         let file = env.disk_manager.create_tmp_file(what)?;
-        let writer = StreamWriter::try_new(BufWriter::new(File::create(file.path())?), schema)?;
+        let writer = StreamWriter::try_new(BufWriter::new(file.open_writer()?), schema)?;
         metrics.spill_file_count.add(1);
         Ok(Self {
             file,
@@ -45,13 +46,17 @@ impl SpillWriter {
     }
 
     /// Finishes the file; it is deleted when the last handle is dropped.
-    pub(crate) fn finish(mut self) -> Result<RefCountedTempFile> {
+    pub(crate) fn finish(mut self) -> Result<Arc<dyn SpillFile>> {
         self.writer.finish()?;
-        drop(self.writer);
-        self.file.update_disk_usage()?;
+        let mut inner = self
+            .writer
+            .into_inner()?
+            .into_inner()
+            .map_err(|e| DataFusionError::Execution(format!("spill file: {}", e.error())))?;
+        inner.finish()?;
         self.metrics
             .spilled_bytes
-            .add(self.file.current_disk_usage() as usize);
+            .add(self.file.size().unwrap_or(0) as usize);
         Ok(self.file)
     }
 }

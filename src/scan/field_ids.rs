@@ -227,7 +227,6 @@ impl PhysicalExprAdapter for FieldIdAdapter {
             false => {
                 expr.transform(|e| {
                     let value = e
-                        .as_any()
                         .downcast_ref::<Column>()
                         .and_then(|c| self.defaults.get(c.name()));
                     match value {
@@ -243,7 +242,7 @@ impl PhysicalExprAdapter for FieldIdAdapter {
         let rewritten = self.inner.rewrite(expr)?;
         rewritten
             .transform(|e| {
-                let Some(col) = e.as_any().downcast_ref::<Column>() else {
+                let Some(col) = e.downcast_ref::<Column>() else {
                     return Ok(Transformed::no(e));
                 };
                 match self.physical.fields().get(col.index()) {

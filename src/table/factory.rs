@@ -119,8 +119,16 @@ pub(crate) fn definition_from_command(cmd: &CreateExternalTable) -> Result<Table
         }
         def.properties.insert(k, v);
     }
-    if !cmd.location.trim().is_empty() {
-        def.location = Some(cmd.location.trim().to_string());
+    match cmd.locations.as_slice() {
+        [] => {}
+        [one] if one.trim().is_empty() => {}
+        [one] => def.location = Some(one.trim().to_string()),
+        several => {
+            return Err(DataFusionError::Plan(format!(
+                "an Iceberg table has one LOCATION, got {}",
+                several.len()
+            )))
+        }
     }
     Ok(def)
 }
@@ -150,7 +158,7 @@ impl TableProviderFactory for IcebergTableFactory {
         let provider = state.catalog_list().catalog(&catalog_name).ok_or_else(|| {
             DataFusionError::Plan(format!("catalog '{catalog_name}' does not exist"))
         })?;
-        let Some(iceberg) = provider.as_any().downcast_ref::<IcebergCatalogProvider>() else {
+        let Some(iceberg) = provider.downcast_ref::<IcebergCatalogProvider>() else {
             return Err(DataFusionError::Plan(format!(
                 "STORED AS ICEBERG creates tables in an Iceberg catalog; '{catalog_name}' is not one"
             )));

@@ -1,7 +1,6 @@
 //! [`IcebergTableProvider`]: reads a snapshot through DataFusion's parquet machinery and appends
 //! through [`DataFileWriterExec`] → [`CommitExec`].
 
-use std::any::Any;
 use std::sync::Arc;
 
 use arrow::datatypes::{Schema, SchemaRef};
@@ -56,7 +55,7 @@ fn snapshot_file_count(snapshot: &iceberg::spec::SnapshotRef) -> usize {
 
 /// The Arrow schema DataFusion sees for an Iceberg schema (no field-id metadata).
 pub(crate) fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
-    let with_ids = iceberg::arrow::schema_to_arrow_schema(schema).df()?;
+    let with_ids = crate::arrow58::iceberg_to_arrow(schema)?;
     let fields: Vec<_> = with_ids
         .fields()
         .iter()
@@ -207,10 +206,6 @@ impl IcebergTableProvider {
 
 #[async_trait]
 impl TableProvider for IcebergTableProvider {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }

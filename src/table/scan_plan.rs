@@ -177,7 +177,9 @@ pub(crate) async fn plan_scan(
         },
     )?;
     let hidden_columns = partition_columns.len();
-    let table_schema = TableSchema::new(Arc::clone(req.schema), partition_columns);
+    let table_schema = TableSchema::builder(Arc::clone(req.schema))
+        .with_table_partition_cols(partition_columns)
+        .build();
     let statistics = Statistics::new_unknown(table_schema.table_schema())
         .with_num_rows(rows)
         .with_total_byte_size(Precision::Inexact(bytes as usize));
@@ -388,7 +390,11 @@ async fn delete_scan(
         );
     }
     let adapter = FieldIdAdapterFactory::new(&keys, req.table.metadata().properties());
-    let source = ParquetSource::new(TableSchema::new(file_schema, partition_columns));
+    let source = ParquetSource::new(
+        TableSchema::builder(file_schema)
+            .with_table_partition_cols(partition_columns)
+            .build(),
+    );
     let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
         .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
         .with_expr_adapter(Some(Arc::new(adapter)))

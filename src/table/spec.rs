@@ -91,7 +91,8 @@ impl TableDefinition {
             .iter()
             .map(|f| normalise_field(f, self.format_version))
             .collect::<Result<_>>()?;
-        iceberg::arrow::arrow_schema_to_schema_auto_assign_ids(&ArrowSchema::new(fields)).df()
+        let fields = crate::arrow58::schema_to_58(&ArrowSchema::new(fields))?;
+        iceberg::arrow::arrow_schema_to_schema_auto_assign_ids(&fields).df()
     }
 
     /// The creation request for the iceberg crate's metadata builder.

@@ -14,7 +14,6 @@
 //! Keys compare in Arrow's row format: NULL equals NULL, NULL never equals a value, and types
 //! are the table's (both sides are read through the same schema).
 
-use std::any::Any;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -27,13 +26,15 @@ use arrow::buffer::BooleanBuffer;
 use arrow::compute::{cast, filter_record_batch, take_record_batch};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef, UInt32Type};
 use arrow::row::{RowConverter, Rows, SortField};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::Statistics;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::disk_manager::RefCountedTempFile;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::SpillFile;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics, Time,
@@ -251,8 +252,11 @@ impl ExecutionPlan for EqualityDeleteExec {
         "EqualityDeleteExec"
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
@@ -365,8 +369,12 @@ impl ExecutionPlan for EqualityDeleteExec {
         Some(self.metrics.clone_inner())
     }
 
-    fn partition_statistics(&self, _partition: Option<usize>) -> Result<Statistics> {
-        Ok(Statistics::new_unknown(&self.schema()))
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        _args: &datafusion::physical_plan::StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        Ok(Arc::new(Statistics::new_unknown(&self.schema())))
     }
 }
 
@@ -423,7 +431,7 @@ impl<'a> Partitioner<'a> {
         Ok(())
     }
 
-    fn finish(self) -> Result<Vec<Option<RefCountedTempFile>>> {
+    fn finish(self) -> Result<Vec<Option<Arc<dyn SpillFile>>>> {
         self.writers
             .into_iter()
             .map(|w| match w {
@@ -435,12 +443,27 @@ impl<'a> Partitioner<'a> {
 }
 
 /// Deleted keys once read (the whole build side, or one spilled partition of it).
-#[derive(Debug)]
 enum Loaded {
     /// Every key fits in memory, paid for by the reservation.
     Fits(KeyTable, MemoryReservation),
     /// Too large: the keys, partitioned by key hash into spill files (`None`: no key there).
-    Split(Vec<Option<RefCountedTempFile>>),
+    Split(Vec<Option<Arc<dyn SpillFile>>>),
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loaded::Fits(table, reservation) => f
+                .debug_tuple("Fits")
+                .field(table)
+                .field(reservation)
+                .finish(),
+            Loaded::Split(files) => {
+                let spilled = files.iter().filter(|f| f.is_some()).count();
+                write!(f, "Split({spilled} of {} partitions spilled)", files.len())
+            }
+        }
+    }
 }
 
 /// One partition's share of the join.
@@ -954,8 +977,8 @@ impl Joiner {
     /// build partition does not fit.
     fn join_partitions<'a>(
         &'a self,
-        build: Vec<Option<RefCountedTempFile>>,
-        probe: Vec<Option<RefCountedTempFile>>,
+        build: Vec<Option<Arc<dyn SpillFile>>>,
+        probe: Vec<Option<Arc<dyn SpillFile>>>,
         level: u32,
         tx: &'a Sender<Result<RecordBatch>>,
     ) -> BoxFuture<'a, Result<()>> {
@@ -1002,7 +1025,7 @@ impl Joiner {
     }
 
     /// Loads one spilled build partition, or splits it at `level` when the pool refuses it.
-    async fn load(&self, file: RefCountedTempFile, level: u32) -> Result<Loaded> {
+    async fn load(&self, file: Arc<dyn SpillFile>, level: u32) -> Result<Loaded> {
         if level > MAX_LEVEL {
             return Err(DataFusionError::ResourcesExhausted(format!(
                 "equality deletes: a key partition still exceeds the memory pool after {MAX_LEVEL} rounds of partitioning (partition {})",

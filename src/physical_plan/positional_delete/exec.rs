@@ -25,7 +25,6 @@
 //! a range reads the groups whose first page starts inside it, and numbers rows from the first
 //! of them.
 
-use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
@@ -35,9 +34,12 @@ use arrow::array::{Array, AsArray};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::Statistics;
 use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::DefaultParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::parquet::{ParquetAccessPlan, RowGroupAccess};
+use datafusion::datasource::physical_plan::ParquetFileReaderFactory;
 use datafusion::datasource::physical_plan::{
     FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
 };
@@ -62,13 +64,12 @@ use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
 };
-use parquet::arrow::async_reader::ParquetObjectReader;
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::statistics::Statistics as ParquetStatistics;
 
 use crate::location::file_at;
-use crate::physical_plan::parquet_files::fetch_footer;
-use crate::physical_plan::single_child;
+use crate::physical_plan::parquet_files::{fetch_footer, BoxedReader};
+use crate::physical_plan::{single_child, without_work_stealing};
 
 /// Field id of a position delete file's `file_path` column (Iceberg spec, reserved ids).
 const FILE_PATH_ID: i32 = 2147483546;
@@ -168,9 +169,8 @@ impl PositionalDeleteExec {
 
 /// The file scan configuration of a parquet `DataSourceExec`.
 fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> Result<&FileScanConfig> {
-    plan.as_any()
-        .downcast_ref::<DataSourceExec>()
-        .and_then(|d| d.data_source().as_any().downcast_ref::<FileScanConfig>())
+    plan.downcast_ref::<DataSourceExec>()
+        .and_then(|d| d.data_source().downcast_ref::<FileScanConfig>())
         .ok_or_else(|| {
             DataFusionError::Internal(format!(
                 "PositionalDeleteExec needs a file scan as its input, got {}",
@@ -201,8 +201,11 @@ impl ExecutionPlan for PositionalDeleteExec {
         "PositionalDeleteExec"
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
@@ -262,7 +265,9 @@ impl ExecutionPlan for PositionalDeleteExec {
                 .iter()
                 .any(|f| self.deletes.contains_key(f.object_meta.location.as_ref()))
         {
-            return self.input.execute(partition, context);
+            return self
+                .input
+                .execute(partition, without_work_stealing(context));
         }
         let store = context
             .runtime_env()
@@ -343,15 +348,26 @@ impl ExecutionPlan for PositionalDeleteExec {
         Some(self.metrics.clone_inner())
     }
 
-    fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
+    fn child_stats_requests(
+        &self,
+        partition: Option<usize>,
+    ) -> Vec<datafusion::physical_plan::ChildStats> {
+        vec![datafusion::physical_plan::ChildStats::At(partition)]
+    }
+
+    fn statistics_from_inputs(
+        &self,
+        input_stats: &[Arc<Statistics>],
+        _args: &datafusion::physical_plan::StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
         // Deleted rows make every count an upper bound.
-        let mut stats = self.input.partition_statistics(partition)?.to_inexact();
+        let mut stats = input_stats[0].as_ref().clone().to_inexact();
         if self.positions.is_some() {
             stats
                 .column_statistics
                 .push(datafusion::common::ColumnStatistics::new_unknown());
         }
-        Ok(stats)
+        Ok(Arc::new(stats))
     }
 
     fn gather_filters_for_pushdown(
@@ -740,7 +756,7 @@ impl FileOpener {
                 self.removed.add(removed as usize);
                 plan
             };
-            file = file.with_extensions(Arc::new(plan));
+            file = file.with_extension(plan);
         }
         // The position of the first row read.
         let first = spans.first().map_or(0, |s| s.0);
@@ -841,15 +857,12 @@ fn without_predicate(config: &FileScanConfig) -> Result<FileScanConfig> {
     if source.filter().is_none() {
         return Ok(config.clone());
     }
-    let parquet = source
-        .as_any()
-        .downcast_ref::<ParquetSource>()
-        .ok_or_else(|| {
-            DataFusionError::Internal(format!(
-                "PositionalDeleteExec reads parquet, got a {} source",
-                source.file_type()
-            ))
-        })?;
+    let parquet = source.downcast_ref::<ParquetSource>().ok_or_else(|| {
+        DataFusionError::Internal(format!(
+            "PositionalDeleteExec reads parquet, got a {} source",
+            source.file_type()
+        ))
+    })?;
     let always: Arc<dyn PhysicalExpr> =
         Arc::new(datafusion::physical_expr::expressions::Literal::new(
             datafusion::common::ScalarValue::Boolean(Some(true)),
@@ -1088,8 +1101,14 @@ async fn read_position_deletes(
 ) -> Result<bool> {
     let recorded = file_at(&file.location, file.size)?.object_meta;
     let (footer, meta) = fetch_footer(store.as_ref(), &recorded, None).await?;
-    let reader =
-        ParquetObjectReader::new(Arc::clone(store), meta.location).with_file_size(meta.size);
+    let reader = BoxedReader(
+        DefaultParquetFileReaderFactory::new(Arc::clone(store)).create_reader(
+            0,
+            meta.into(),
+            None,
+            &ExecutionPlanMetricsSet::new(),
+        )?,
+    );
     let metadata = ArrowReaderMetadata::try_new(footer, ArrowReaderOptions::new())?;
     let schema = Arc::clone(metadata.schema());
     let (Some(path_col), Some(pos_col)) = (

@@ -55,7 +55,7 @@ pub(crate) fn sorted_deletes(
         .map(|f| file_at(&f.location, f.size))
         .collect::<Result<_>>()?;
     let source = with_recorded_size_reader(
-        ParquetSource::new(TableSchema::new(Arc::clone(&schema), vec![])),
+        ParquetSource::new(TableSchema::from(Arc::clone(&schema))),
         context.runtime_env().as_ref(),
         url,
     )?;
@@ -89,15 +89,7 @@ pub(crate) fn sorted_deletes(
     // a small pool.
     let config = context.session_config().clone();
     let batch_size = config.batch_size().min(DELETE_BATCH_ROWS);
-    let context = Arc::new(TaskContext::new(
-        context.task_id(),
-        context.session_id(),
-        config.with_batch_size(batch_size),
-        context.scalar_functions().clone(),
-        context.aggregate_functions().clone(),
-        context.window_functions().clone(),
-        context.runtime_env(),
-    ));
+    let context = crate::physical_plan::with_config(&context, config.with_batch_size(batch_size));
     let stream = sort.execute(0, context)?;
     Ok((sort, stream))
 }
@@ -247,10 +239,6 @@ impl std::fmt::Display for PathIndex {
 }
 
 impl PhysicalExpr for PathIndex {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     fn data_type(&self, _input_schema: &Schema) -> Result<DataType> {
         Ok(DataType::UInt32)
     }

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::array::RecordBatch;
+use arrow_array58::{ArrayRef, Int64Array, StringArray};
 use datafusion::error::{DataFusionError, Result};
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::spec::{
@@ -21,6 +22,7 @@ use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 
 use super::locations::FileLocations;
 use super::writer::{align_batch, writer_properties};
+use crate::arrow58::{batch_to_58, schema_from_58, RecordBatch58};
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
 
@@ -165,10 +167,11 @@ async fn write_positions(
     );
     let mut writer = rolling.build();
     for (paths, pos) in chunks {
-        let batch = RecordBatch::try_new(
+        let batch = RecordBatch58::try_new(
             Arc::clone(&arrow_schema),
             vec![Arc::new(paths) as ArrayRef, Arc::new(pos)],
-        )?;
+        )
+        .map_err(|e| DataFusionError::Internal(format!("position delete batch: {e}")))?;
         writer.write(&key, &batch).await.df()?;
     }
     let mut built = writer.close().await.df()?;
@@ -203,7 +206,8 @@ pub async fn write_equality_delete_file(
 ) -> Result<NewFile> {
     let metadata = table.metadata();
     let schema = metadata.current_schema().clone();
-    let target = Arc::new(schema_to_arrow_schema(&schema).df()?);
+    let target58 = Arc::new(schema_to_arrow_schema(&schema).df()?);
+    let target = Arc::new(schema_from_58(&target58)?);
     let config = EqualityDeleteWriterConfig::new(equality_ids, schema.clone()).df()?;
     let delete_schema =
         Arc::new(iceberg::arrow::arrow_schema_to_schema(config.projected_arrow_schema_ref()).df()?);
@@ -220,7 +224,8 @@ pub async fn write_equality_delete_file(
         .await
         .df()?;
     for batch in batches {
-        writer.write(align_batch(batch, &target)?).await.df()?;
+        let aligned = align_batch(batch, &target)?;
+        writer.write(batch_to_58(&aligned, &target58)?).await.df()?;
     }
     let files = writer.close().await.df()?;
     let [file] = <[_; 1]>::try_from(files).map_err(|v| {

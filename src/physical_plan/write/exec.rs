@@ -1,13 +1,14 @@
 //! [`DataFileWriterExec`]: the plan node that writes Iceberg data files.
 
-use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
 
 use crate::physical_plan::single_child;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::{
     Distribution, EquivalenceProperties, LexRequirement, OrderingRequirements,
 };
@@ -167,8 +168,11 @@ impl ExecutionPlan for DataFileWriterExec {
         "DataFileWriterExec"
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {

@@ -25,11 +25,12 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use parquet::basic::{Compression, GzipLevel, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet58::basic::{Compression, GzipLevel, ZstdLevel};
+use parquet58::file::properties::WriterProperties;
 
 use super::exec::WrittenFiles;
 use super::locations::FileLocations;
+use crate::arrow58::{batch_to_58, schema_from_58};
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
 
@@ -88,6 +89,10 @@ impl LocationGenerator for RecordingLocations {
     }
 }
 
+fn bad_level(e: parquet58::errors::ParquetError) -> DataFusionError {
+    DataFusionError::Configuration(format!("write.parquet.compression-level: {e}"))
+}
+
 /// Parquet writer properties from the table's `write.parquet.*` properties.
 pub(super) fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
     let props = metadata.properties();
@@ -106,8 +111,10 @@ pub(super) fn writer_properties(metadata: &TableMetadata) -> Result<WriterProper
         })
         .transpose()?;
     let compression = match codec.as_str() {
-        "zstd" => Compression::ZSTD(ZstdLevel::try_new(level.unwrap_or(3))?),
-        "gzip" => Compression::GZIP(GzipLevel::try_new(level.unwrap_or(6) as u32)?),
+        "zstd" => Compression::ZSTD(ZstdLevel::try_new(level.unwrap_or(3)).map_err(bad_level)?),
+        "gzip" => {
+            Compression::GZIP(GzipLevel::try_new(level.unwrap_or(6) as u32).map_err(bad_level)?)
+        }
         "snappy" => Compression::SNAPPY,
         "lz4" => Compression::LZ4_RAW,
         "uncompressed" | "none" => Compression::UNCOMPRESSED,
@@ -188,7 +195,8 @@ pub(crate) async fn write_partition(
     let metadata = table.metadata();
     let schema = metadata.current_schema().clone();
     let spec = metadata.default_partition_spec().clone();
-    let target = Arc::new(schema_to_arrow_schema(&schema).df()?);
+    let target58 = Arc::new(schema_to_arrow_schema(&schema).df()?);
+    let target = Arc::new(schema_from_58(&target58)?);
     let target_file_size = metadata
         .table_properties()
         .df()?
@@ -218,7 +226,7 @@ pub(crate) async fn write_partition(
         while let Some(batch) = input.next().await {
             let batch = align_batch(&batch?, &target)?;
             counters.rows.add(batch.num_rows());
-            writer.write(batch).await.df()?;
+            writer.write(batch_to_58(&batch, &target58)?).await.df()?;
         }
         writer.close().await.df()?
     } else {
@@ -231,7 +239,7 @@ pub(crate) async fn write_partition(
         while let Some(batch) = input.next().await {
             let batch = align_batch(&batch?, &target)?;
             counters.rows.add(batch.num_rows());
-            for (key, part) in splitter.split(&batch).df()? {
+            for (key, part) in splitter.split(&batch_to_58(&batch, &target58)?).df()? {
                 writer.write(key, part).await.df()?;
             }
         }
