@@ -77,6 +77,29 @@ fn check_split(file: &PartitionedFile, real: &ObjectMeta) -> Result<()> {
     Ok(())
 }
 
+/// After a failed footer read by the recorded size: the footer read by the object's real size
+/// with it (`None` when the sizes agree, so the failure had another cause). `split` is the file
+/// being scanned, when it may be a byte range of one (see [`check_split`]).
+async fn footer_by_real_size(
+    store: &dyn ObjectStore,
+    recorded: &ObjectMeta,
+    cache: Option<Arc<FileMetadataCache>>,
+    split: Option<&PartitionedFile>,
+) -> Result<Option<(Arc<ParquetMetaData>, ObjectMeta)>> {
+    let Some(real) = real_size(store, recorded).await? else {
+        return Ok(None);
+    };
+    if let Some(file) = split {
+        check_split(file, &real)?;
+    }
+    let footer = DFParquetMetadata::new(store, &real)
+        .with_file_metadata_cache(cache)
+        .fetch_metadata()
+        .await
+        .map_err(|e| by_real_size(&real, recorded.size, e))?;
+    Ok(Some((footer, real)))
+}
+
 /// The footer of the object `meta` describes, read through DataFusion's metadata cache; by the
 /// object's real size when reading by the recorded one fails and the sizes differ. Returns the
 /// metadata and the object's metadata as read (with the real size when it was corrected).
@@ -91,17 +114,9 @@ pub(crate) async fn fetch_footer(
         .await;
     match first {
         Ok(footer) => Ok((footer, meta.clone())),
-        Err(e) => {
-            let Some(real) = real_size(store, meta).await? else {
-                return Err(e);
-            };
-            let footer = DFParquetMetadata::new(store, &real)
-                .with_file_metadata_cache(cache)
-                .fetch_metadata()
-                .await
-                .map_err(|e| by_real_size(&real, meta.size, e))?;
-            Ok((footer, real))
-        }
+        Err(e) => footer_by_real_size(store, meta, cache, None)
+            .await?
+            .ok_or(e),
     }
 }
 
@@ -177,21 +192,14 @@ impl AsyncFileReader for RecordedSizeReader {
             let Err(e) = first else {
                 return first;
             };
-            let retry = async {
-                let Some(real) = real_size(self.store.as_ref(), &self.file.object_meta).await?
-                else {
-                    return Ok(None);
-                };
-                check_split(&self.file, &real)?;
-                let footer = DFParquetMetadata::new(self.store.as_ref(), &real)
-                    .with_file_metadata_cache(Some(Arc::clone(&self.cache)))
-                    .fetch_metadata()
-                    .await
-                    .map_err(|e| by_real_size(&real, self.file.object_meta.size, e))?;
-                Ok::<_, DataFusionError>(Some(footer))
-            };
+            let retry = footer_by_real_size(
+                self.store.as_ref(),
+                &self.file.object_meta,
+                Some(Arc::clone(&self.cache)),
+                Some(&self.file),
+            );
             match retry.await {
-                Ok(Some(footer)) => Ok(footer),
+                Ok(Some((footer, _))) => Ok(footer),
                 Ok(None) => Err(e),
                 Err(retry) => Err(parquet::errors::ParquetError::External(Box::new(retry))),
             }
