@@ -1011,3 +1011,48 @@ async fn passes_that_disagree_abort_the_statement() {
     assert_eq!(files_under(&dir.path().join("ns/t/data")), files);
     assert_eq!(table_rows(&s).await, render_rows(&oracle));
 }
+
+/// DataFusion lets idle scan partitions steal files from their siblings. A partition of the
+/// position-delete operator whose files have no deletes hands its scan through; if that scan
+/// stole a sibling's file with deletes, it would read it without them (rows back from the dead,
+/// and read twice). Only one of eight files has deletes here, so most partitions are idle early.
+#[tokio::test]
+async fn partitions_without_deletes_never_read_a_file_with_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    for q in [
+        "CREATE SCHEMA ns".to_string(),
+        "CREATE EXTERNAL TABLE ns.w (id BIGINT, v BIGINT) STORED AS ICEBERG LOCATION '' \
+         OPTIONS ('write.delete.mode' 'merge-on-read')"
+            .to_string(),
+    ] {
+        sql(&s, &q).await.unwrap();
+    }
+    for f in 0..8 {
+        sql(
+            &s,
+            &format!(
+                "INSERT INTO ns.w SELECT value AS id, value AS v FROM generate_series({}, {})",
+                f * 10_000,
+                f * 10_000 + 9_999
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    // Every other row of the first file.
+    assert_eq!(
+        rows(&s, "DELETE FROM ns.w WHERE id < 10000 AND id % 2 = 0").await,
+        ["5000"]
+    );
+    sql(&s, "SET datafusion.execution.target_partitions = 4")
+        .await
+        .unwrap();
+    let live: i64 = (0..80_000).filter(|i| *i >= 10_000 || i % 2 == 1).sum();
+    for _ in 0..10 {
+        assert_eq!(
+            rows(&s, "SELECT count(*), sum(v), count(DISTINCT id) FROM ns.w").await,
+            [format!("75000|{live}|75000")]
+        );
+    }
+}
