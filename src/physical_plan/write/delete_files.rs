@@ -21,8 +21,8 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 
 use super::locations::FileLocations;
-use super::writer::{align_batch, writer_properties};
-use crate::arrow58::{batch_to_58, schema_from_58, RecordBatch58};
+use super::writer::{writer_properties, WriteSchema};
+use crate::arrow58::RecordBatch58;
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
 
@@ -206,8 +206,7 @@ pub async fn write_equality_delete_file(
 ) -> Result<NewFile> {
     let metadata = table.metadata();
     let schema = metadata.current_schema().clone();
-    let target58 = Arc::new(schema_to_arrow_schema(&schema).df()?);
-    let target = Arc::new(schema_from_58(&target58)?);
+    let target = WriteSchema::of(&schema)?;
     let config = EqualityDeleteWriterConfig::new(equality_ids, schema.clone()).df()?;
     let delete_schema =
         Arc::new(iceberg::arrow::arrow_schema_to_schema(config.projected_arrow_schema_ref()).df()?);
@@ -224,8 +223,7 @@ pub async fn write_equality_delete_file(
         .await
         .df()?;
     for batch in batches {
-        let aligned = align_batch(batch, &target)?;
-        writer.write(batch_to_58(&aligned, &target58)?).await.df()?;
+        writer.write(target.align(batch)?).await.df()?;
     }
     let files = writer.close().await.df()?;
     let [file] = <[_; 1]>::try_from(files).map_err(|v| {

@@ -30,7 +30,7 @@ use parquet58::file::properties::WriterProperties;
 
 use super::exec::WrittenFiles;
 use super::locations::FileLocations;
-use crate::arrow58::{batch_to_58, schema_from_58};
+use crate::arrow58::{batch_to_58, schema_from_58, RecordBatch58, SchemaRef58};
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
 
@@ -144,8 +144,29 @@ pub(super) fn writer_properties(metadata: &TableMetadata) -> Result<WriterProper
         .build())
 }
 
+/// A table's row layout in both Arrow versions: DataFusion's batches are cast onto it on
+/// Arrow 59, then handed to the iceberg crate's writers on Arrow 58 (without copies).
+pub(super) struct WriteSchema {
+    arrow: SchemaRef,
+    arrow58: SchemaRef58,
+}
+
+impl WriteSchema {
+    /// The layout of `schema`, with field ids, as the iceberg crate maps it.
+    pub(super) fn of(schema: &iceberg::spec::Schema) -> Result<Self> {
+        let arrow58 = Arc::new(schema_to_arrow_schema(schema).df()?);
+        let arrow = Arc::new(schema_from_58(&arrow58)?);
+        Ok(Self { arrow, arrow58 })
+    }
+
+    /// `batch` cast onto the layout (see [`align_batch`]), as the iceberg writers take it.
+    pub(super) fn align(&self, batch: &RecordBatch) -> Result<RecordBatch58> {
+        batch_to_58(&align_batch(batch, &self.arrow)?, &self.arrow58)
+    }
+}
+
 /// Casts `batch` onto the table's Arrow schema (with field ids), checking required columns.
-pub(super) fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
     if batch.num_columns() != target.fields().len() {
         return Err(DataFusionError::Plan(format!(
             "INSERT gives {} columns, the table has {}",
@@ -195,8 +216,7 @@ pub(crate) async fn write_partition(
     let metadata = table.metadata();
     let schema = metadata.current_schema().clone();
     let spec = metadata.default_partition_spec().clone();
-    let target58 = Arc::new(schema_to_arrow_schema(&schema).df()?);
-    let target = Arc::new(schema_from_58(&target58)?);
+    let target = WriteSchema::of(&schema)?;
     let target_file_size = metadata
         .table_properties()
         .df()?
@@ -224,9 +244,9 @@ pub(crate) async fn write_partition(
     let files: Vec<DataFile> = if spec.is_unpartitioned() {
         let mut writer = builder.build(None).await.df()?;
         while let Some(batch) = input.next().await {
-            let batch = align_batch(&batch?, &target)?;
+            let batch = target.align(&batch?)?;
             counters.rows.add(batch.num_rows());
-            writer.write(batch_to_58(&batch, &target58)?).await.df()?;
+            writer.write(batch).await.df()?;
         }
         writer.close().await.df()?
     } else {
@@ -237,9 +257,9 @@ pub(crate) async fn write_partition(
         .df()?;
         let mut writer = FanoutWriter::new(builder);
         while let Some(batch) = input.next().await {
-            let batch = align_batch(&batch?, &target)?;
+            let batch = target.align(&batch?)?;
             counters.rows.add(batch.num_rows());
-            for (key, part) in splitter.split(&batch_to_58(&batch, &target58)?).df()? {
+            for (key, part) in splitter.split(&batch).df()? {
                 writer.write(key, part).await.df()?;
             }
         }
