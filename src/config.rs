@@ -27,6 +27,9 @@ extensions_options! {
         /// How `UPDATE` changes rows: `copy-on-write` or `merge-on-read`; empty means the
         /// table's `write.update.mode` (copy-on-write when unset).
         pub update_mode: String, default = String::new()
+        /// How `MERGE` changes rows: `copy-on-write` or `merge-on-read`; empty means the
+        /// table's `write.merge.mode` (copy-on-write when unset).
+        pub merge_mode: String, default = String::new()
     }
 }
 

@@ -12,6 +12,7 @@
 //!
 //! [`TableProvider::delete_from`]: datafusion::datasource::TableProvider::delete_from
 
+pub(crate) mod merge;
 pub(crate) mod statement;
 
 use std::collections::HashMap;

@@ -108,13 +108,24 @@ impl WriteMode {
                 "iceberg.update_mode",
             ),
         };
+        Self::from_setting(metadata, session, property, option)
+    }
+
+    /// The mode a session option (`option`, its value `session`; empty: unset) or else a table
+    /// property (`property`) gives; copy-on-write when neither is set.
+    pub(crate) fn from_setting(
+        metadata: &TableMetadata,
+        session: &str,
+        property: &str,
+        option: &str,
+    ) -> Result<Self> {
         let (value, source) = if session.is_empty() {
             match metadata.properties().get(property) {
                 Some(v) => (v.as_str(), format!("table property {property}")),
                 None => return Ok(Self::CopyOnWrite),
             }
         } else {
-            (session.as_str(), option.to_string())
+            (session, option.to_string())
         };
         match value.to_ascii_lowercase().as_str() {
             "copy-on-write" => Ok(Self::CopyOnWrite),
@@ -125,7 +136,7 @@ impl WriteMode {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::CopyOnWrite => "copy-on-write",
             Self::MergeOnRead => "merge-on-read",
@@ -745,37 +756,15 @@ async fn run_once(
         }
     }
 
-    // Position deletes written for exactly one removed file go with it.
-    let removed_paths: HashSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
-    let mut removed_files: HashSet<String> = removed_paths.iter().map(|p| p.to_string()).collect();
-    let mut delete_files_removed = 0;
-    for f in &removed {
-        for d in &f.position_deletes {
-            if d.referenced_data_file.as_deref() == Some(f.path.as_str())
-                && removed_files.insert(d.path.clone())
-            {
-                delete_files_removed += 1;
-            }
-        }
-    }
-    // Delete files that applied to removed files and may apply to no file that stays go too.
-    // (Files this commit adds are newer than every existing delete: none applies to them.)
-    let mut candidates: Vec<Arc<DeleteFileRef>> = job.checked.equality_deletes.clone();
-    for f in &removed {
-        candidates.extend(
-            f.position_deletes
-                .iter()
-                .filter(|d| d.referenced_data_file.is_none())
-                .cloned(),
-        );
-    }
-    if !removed.is_empty() && !candidates.is_empty() {
-        for path in orphan_deletes(&job, &removed_paths, &candidates).await? {
-            if removed_files.insert(path) {
-                delete_files_removed += 1;
-            }
-        }
-    }
+    let threshold = IcebergOptions::from_config(job.state.config_options()).planning_threshold;
+    let (removed_files, delete_files_removed) = removed_with_deletes(
+        &job.table,
+        &job.locations,
+        threshold,
+        &removed,
+        &job.checked.equality_deletes,
+    )
+    .await?;
     let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
     let (filters, columns) = (job.filters.clone(), job.columns.clone());
     let may_match: crate::snapshot::MayMatch =
@@ -824,26 +813,78 @@ async fn run_once(
     Ok(deleted)
 }
 
+/// Every file a commit removing the data files `removed` removes: those, the position delete
+/// files that reference exactly one of them, and the delete files (`equality_deletes` of the
+/// scan, partition-scoped position deletes of removed files) that may apply to no data file
+/// that stays. Also returns how many delete files go. (Files the commit adds are newer than
+/// every existing delete: none applies to them.)
+pub(crate) async fn removed_with_deletes(
+    table: &Table,
+    locations: &LocationMap,
+    planning_threshold: u64,
+    removed: &[&PlannedFile],
+    equality_deletes: &[Arc<DeleteFileRef>],
+) -> Result<(HashSet<String>, usize)> {
+    let removed_paths: HashSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
+    let mut removed_files: HashSet<String> = removed_paths.iter().map(|p| p.to_string()).collect();
+    let mut delete_files_removed = 0;
+    for f in removed {
+        for d in &f.position_deletes {
+            if d.referenced_data_file.as_deref() == Some(f.path.as_str())
+                && removed_files.insert(d.path.clone())
+            {
+                delete_files_removed += 1;
+            }
+        }
+    }
+    let mut candidates: Vec<Arc<DeleteFileRef>> = equality_deletes.to_vec();
+    for f in removed {
+        candidates.extend(
+            f.position_deletes
+                .iter()
+                .filter(|d| d.referenced_data_file.is_none())
+                .cloned(),
+        );
+    }
+    if !removed.is_empty() && !candidates.is_empty() {
+        for path in orphan_deletes(
+            table,
+            locations,
+            planning_threshold,
+            &removed_paths,
+            &candidates,
+        )
+        .await?
+        {
+            if removed_files.insert(path) {
+                delete_files_removed += 1;
+            }
+        }
+    }
+    Ok((removed_files, delete_files_removed))
+}
+
 /// Those of `deletes` that may apply to no data file of the base snapshot except `removed` ones
 /// (by scope and sequence number: a position delete file without `referenced_data_file` is
 /// kept while any file of its partition may still be its target).
 async fn orphan_deletes(
-    job: &DmlJob,
+    table: &Table,
+    locations: &LocationMap,
+    planning_threshold: u64,
     removed: &HashSet<&str>,
     deletes: &[Arc<DeleteFileRef>],
 ) -> Result<Vec<String>> {
-    let Some(snapshot) = job.table.metadata().current_snapshot() else {
+    let Some(snapshot) = table.metadata().current_snapshot() else {
         return Ok(vec![]);
     };
     // Only the data files are needed: above the planning threshold the delete manifests stream
     // past them, as in the statement's own planning.
-    let threshold = IcebergOptions::from_config(job.state.config_options()).planning_threshold;
     let remaining: Vec<PlannedFile> = plan_files_pruned(
-        &job.table,
-        &job.locations,
+        table,
+        locations,
         snapshot,
         &FileFilter::default(),
-        threshold,
+        planning_threshold,
     )
     .await?
     .files

@@ -6,7 +6,7 @@ pub mod equality_delete;
 pub(crate) mod parquet_files;
 pub mod positional_delete;
 pub mod scan;
-mod spill;
+pub(crate) mod spill;
 pub mod write;
 
 use std::sync::Arc;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::common::DFSchemaRef;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::dml::{InsertOp, MergeIntoClause};
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_expr::LexRequirement;
 use datafusion::physical_plan::empty::EmptyExec;
@@ -309,6 +310,18 @@ impl TableProvider for IcebergTableProvider {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let target = self.dml_target("UPDATE")?;
         crate::dml::statement::plan_dml(target, state, DmlOp::Update(assignments), filters).await
+    }
+
+    async fn merge_into(
+        &self,
+        state: &dyn Session,
+        source: Arc<dyn ExecutionPlan>,
+        merge_schema: DFSchemaRef,
+        on: Expr,
+        clauses: Vec<MergeIntoClause>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = self.dml_target("MERGE")?;
+        crate::dml::merge::plan_merge(target, state, source, merge_schema, on, clauses).await
     }
 
     async fn insert_into(

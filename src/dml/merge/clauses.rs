@@ -1,0 +1,712 @@
+//! The `WHEN` clauses of a `MERGE`, checked and compiled against the rows of the join, and
+//! [`MergeRowsExec`], which applies them: the first clause whose kind and condition fit a row
+//! decides what happens to it.
+//!
+//! ```text
+//!   join row (source…, __merge_source_row, target…, _file, _pos)
+//!     matched        (both sides)      ─► WHEN MATCHED [AND c]             UPDATE | DELETE
+//!     source only    (no target row)   ─► WHEN NOT MATCHED [AND c]         INSERT
+//!     target only    (no source row)   ─► WHEN NOT MATCHED BY SOURCE [AND c] UPDATE | DELETE
+//!   output: the new rows (updated and inserted) in the table's schema; the (_file, _pos) of
+//!           every target row updated or deleted go to the shared MergePositions
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{
+    new_null_array, Array, ArrayRef, AsArray, BooleanArray, BooleanBufferBuilder, RecordBatch,
+};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::kernels::boolean::{and, and_not};
+use arrow::compute::{cast, concat_batches, filter_record_batch};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::{Column, DFSchema};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::SessionState;
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::dml::{MergeIntoAction, MergeIntoClause, MergeIntoClauseKind};
+use datafusion::logical_expr::{Expr, ExprSchemable};
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::CardinalityEffect;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    apply_expression_roots, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::StreamExt;
+
+use super::positions::{FilePositions, MergePositions};
+use crate::physical_plan::single_child;
+
+/// Which rows a clause applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClauseKind {
+    /// A target row and a source row the `ON` condition pairs.
+    Matched,
+    /// A source row no target row matches.
+    NotMatchedByTarget,
+    /// A target row no source row matches.
+    NotMatchedBySource,
+}
+
+impl ClauseKind {
+    fn of(kind: MergeIntoClauseKind) -> Self {
+        match kind.canonical() {
+            MergeIntoClauseKind::Matched => Self::Matched,
+            MergeIntoClauseKind::NotMatchedBySource => Self::NotMatchedBySource,
+            _ => Self::NotMatchedByTarget,
+        }
+    }
+
+    fn sql(self) -> &'static str {
+        match self {
+            Self::Matched => "WHEN MATCHED",
+            Self::NotMatchedByTarget => "WHEN NOT MATCHED",
+            Self::NotMatchedBySource => "WHEN NOT MATCHED BY SOURCE",
+        }
+    }
+}
+
+/// A clause's action, compiled.
+#[derive(Debug, Clone)]
+pub(crate) enum ClauseAction {
+    /// The target row's new version: (table column, value) pairs; other columns keep theirs.
+    Update(Vec<(usize, Arc<dyn PhysicalExpr>)>),
+    /// The target row goes.
+    Delete,
+    /// A new row: one value per table column (`None`: NULL).
+    Insert(Vec<Option<Arc<dyn PhysicalExpr>>>),
+}
+
+/// One compiled `WHEN` clause.
+#[derive(Debug, Clone)]
+pub(crate) struct Clause {
+    pub kind: ClauseKind,
+    pub predicate: Option<Arc<dyn PhysicalExpr>>,
+    pub action: ClauseAction,
+    /// The clause as written (for EXPLAIN).
+    pub text: String,
+}
+
+/// Where the parts of a join row are. The join's left side is the source (its columns, then a
+/// marker column that is NULL on rows without a source row); the right side is the target (the
+/// table columns read, then each row's file and position, NULL on rows without a target row).
+#[derive(Debug, Clone)]
+pub(crate) struct RowLayout {
+    /// Columns of the source.
+    pub source_columns: usize,
+    /// Table columns read from the target, in join order (indices into the table schema).
+    pub target_columns: Vec<usize>,
+    /// The join rows' schema, with the qualifiers of the statement.
+    pub schema: Arc<DFSchema>,
+}
+
+impl RowLayout {
+    /// The marker column: TRUE on rows with a source row.
+    pub fn source_marker(&self) -> usize {
+        self.source_columns
+    }
+
+    /// The first target column.
+    pub fn target_start(&self) -> usize {
+        self.source_columns + 1
+    }
+
+    /// The file column of the target rows.
+    pub fn file(&self) -> usize {
+        self.target_start() + self.target_columns.len()
+    }
+
+    /// The position column of the target rows.
+    pub fn pos(&self) -> usize {
+        self.file() + 1
+    }
+
+    /// The join column of table column `c`, when read.
+    fn target_column(&self, c: usize) -> Option<usize> {
+        self.target_columns
+            .iter()
+            .position(|&t| t == c)
+            .map(|k| self.target_start() + k)
+    }
+}
+
+/// Which side of the statement a column belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Side {
+    Target,
+    Source,
+}
+
+/// Resolves columns of the statement's expressions: the first `target_fields` fields of
+/// `merge_schema` are the target's, the rest the source's.
+pub(crate) struct Sides<'a> {
+    pub merge_schema: &'a DFSchema,
+    pub target_fields: usize,
+}
+
+impl Sides<'_> {
+    /// The side and index (in `merge_schema`) of `column`.
+    pub fn of(&self, column: &Column) -> Result<(Side, usize)> {
+        let i = self.merge_schema.index_of_column(column)?;
+        Ok(match i < self.target_fields {
+            true => (Side::Target, i),
+            false => (Side::Source, i - self.target_fields),
+        })
+    }
+
+    /// The sides `e` names columns of, and the table columns it reads.
+    pub fn used(&self, e: &Expr, table_columns: &mut HashSet<usize>) -> Result<HashSet<Side>> {
+        let mut sides = HashSet::new();
+        for c in e.column_refs() {
+            let (side, i) = self.of(c)?;
+            if side == Side::Target {
+                table_columns.insert(i);
+            }
+            sides.insert(side);
+        }
+        Ok(sides)
+    }
+}
+
+/// Errors on expressions the statement cannot evaluate row by row.
+pub(crate) fn check_expression(e: &Expr, what: &str) -> Result<()> {
+    let mut bad = None;
+    e.apply(|x| {
+        if matches!(
+            x,
+            Expr::Exists(_)
+                | Expr::InSubquery(_)
+                | Expr::ScalarSubquery(_)
+                | Expr::SetComparison(_)
+                | Expr::OuterReferenceColumn(..)
+        ) {
+            bad = Some("a subquery");
+        } else if matches!(x, Expr::AggregateFunction(_) | Expr::WindowFunction(_)) {
+            bad = Some("an aggregate or window function");
+        }
+        Ok(match bad {
+            Some(_) => TreeNodeRecursion::Stop,
+            None => TreeNodeRecursion::Continue,
+        })
+    })?;
+    match bad {
+        Some(b) => Err(DataFusionError::Plan(format!(
+            "MERGE {what} with {b} is not supported ({e}); nothing was changed"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The table columns the clauses read, and whether any clause updates (then every column is
+/// read: the new version of a row is the whole row).
+pub(crate) fn clause_columns(
+    clauses: &[MergeIntoClause],
+    sides: &Sides<'_>,
+    table_schema: &SchemaRef,
+) -> Result<(HashSet<usize>, bool)> {
+    let mut columns = HashSet::new();
+    let mut updates = false;
+    for clause in clauses {
+        let kind = ClauseKind::of(clause.kind);
+        let mut sides_used = HashSet::new();
+        if let Some(p) = &clause.predicate {
+            check_expression(p, &format!("{} condition", kind.sql()))?;
+            sides_used.extend(sides.used(p, &mut columns)?);
+        }
+        match (&clause.action, kind) {
+            (
+                MergeIntoAction::Insert { .. },
+                ClauseKind::Matched | ClauseKind::NotMatchedBySource,
+            ) => {
+                return Err(DataFusionError::Plan(format!(
+                    "MERGE {} cannot INSERT (only WHEN NOT MATCHED inserts); nothing was changed",
+                    kind.sql()
+                )))
+            }
+            (
+                MergeIntoAction::Update(_) | MergeIntoAction::Delete,
+                ClauseKind::NotMatchedByTarget,
+            ) => {
+                return Err(DataFusionError::Plan(
+                    "MERGE WHEN NOT MATCHED can only INSERT (there is no target row to update or \
+                     delete); nothing was changed"
+                        .into(),
+                ))
+            }
+            (MergeIntoAction::Update(assignments), _) => {
+                updates = true;
+                for (column, value) in assignments {
+                    table_schema.index_of(column).map_err(|_| {
+                        DataFusionError::Plan(format!(
+                            "MERGE UPDATE of unknown column '{column}'; nothing was changed"
+                        ))
+                    })?;
+                    check_expression(value, "UPDATE value")?;
+                    sides_used.extend(sides.used(value, &mut columns)?);
+                }
+            }
+            (MergeIntoAction::Insert { values, .. }, _) => {
+                for value in values {
+                    check_expression(value, "INSERT value")?;
+                    sides_used.extend(sides.used(value, &mut columns)?);
+                }
+            }
+            (MergeIntoAction::Delete, _) => {}
+        }
+        let forbidden = match kind {
+            ClauseKind::Matched => None,
+            ClauseKind::NotMatchedByTarget => Some((Side::Target, "target", "no target row")),
+            ClauseKind::NotMatchedBySource => Some((Side::Source, "source", "no source row")),
+        };
+        if let Some((side, name, why)) = forbidden {
+            if sides_used.contains(&side) {
+                return Err(DataFusionError::Plan(format!(
+                    "MERGE {} may not name {name} columns (its rows have {why}); nothing was \
+                     changed",
+                    kind.sql()
+                )));
+            }
+        }
+    }
+    Ok((columns, updates))
+}
+
+/// Compiles `clauses` against the join rows of `layout`. `table_schema` is the table's Arrow
+/// schema (the output of the new rows).
+pub(crate) fn compile(
+    clauses: &[MergeIntoClause],
+    layout: &RowLayout,
+    table_schema: &SchemaRef,
+    state: &SessionState,
+) -> Result<Vec<Clause>> {
+    let physical = |e: &Expr, ty: Option<&DataType>| -> Result<Arc<dyn PhysicalExpr>> {
+        let e = match ty {
+            Some(ty) if &e.get_type(&layout.schema)? != ty => {
+                e.clone().cast_to(ty, &layout.schema)?
+            }
+            _ => e.clone(),
+        };
+        state.create_physical_expr(e, &layout.schema)
+    };
+    let mut out = vec![];
+    for clause in clauses {
+        let kind = ClauseKind::of(clause.kind);
+        let predicate = match &clause.predicate {
+            Some(p) => {
+                let ty = p.get_type(&layout.schema)?;
+                if ty != DataType::Boolean && ty != DataType::Null {
+                    return Err(DataFusionError::Plan(format!(
+                        "a MERGE {} condition must be boolean, got {ty} for {p}",
+                        kind.sql()
+                    )));
+                }
+                Some(physical(p, Some(&DataType::Boolean))?)
+            }
+            None => None,
+        };
+        let (action, text) = match &clause.action {
+            MergeIntoAction::Update(assignments) => {
+                let mut compiled = vec![];
+                let mut set = vec![];
+                for (column, value) in assignments {
+                    let i = table_schema.index_of(column)?;
+                    compiled.push((i, physical(value, Some(table_schema.field(i).data_type()))?));
+                    set.push(format!("{column} = {value}"));
+                }
+                (
+                    ClauseAction::Update(compiled),
+                    format!("UPDATE SET {}", set.join(", ")),
+                )
+            }
+            MergeIntoAction::Delete => (ClauseAction::Delete, "DELETE".to_string()),
+            MergeIntoAction::Insert { columns, values } => {
+                let names: Vec<String> = match columns.is_empty() {
+                    true => table_schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().clone())
+                        .collect(),
+                    false => columns.clone(),
+                };
+                if names.len() != values.len() {
+                    return Err(DataFusionError::Plan(format!(
+                        "MERGE INSERT names {} column(s) but gives {} value(s)",
+                        names.len(),
+                        values.len()
+                    )));
+                }
+                let mut compiled: Vec<Option<Arc<dyn PhysicalExpr>>> =
+                    vec![None; table_schema.fields().len()];
+                for (name, value) in names.iter().zip(values) {
+                    let i = table_schema.index_of(name)?;
+                    compiled[i] = Some(physical(value, Some(table_schema.field(i).data_type()))?);
+                }
+                for (field, value) in table_schema.fields().iter().zip(&compiled) {
+                    if value.is_none() && !field.is_nullable() {
+                        return Err(DataFusionError::Plan(format!(
+                            "MERGE INSERT must give a value for required column '{}'; nothing \
+                             was changed",
+                            field.name()
+                        )));
+                    }
+                }
+                let values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+                (
+                    ClauseAction::Insert(compiled),
+                    format!(
+                        "INSERT ({}) VALUES ({})",
+                        names.join(", "),
+                        values.join(", ")
+                    ),
+                )
+            }
+        };
+        let text = match &clause.predicate {
+            Some(p) => format!("{} AND {p} THEN {text}", kind.sql()),
+            None => format!("{} THEN {text}", kind.sql()),
+        };
+        out.push(Clause {
+            kind,
+            predicate,
+            action,
+            text,
+        });
+    }
+    Ok(out)
+}
+
+/// Applies the compiled clauses to the join rows (its child): outputs the new rows, and records
+/// the positions of the target rows they update or delete in the shared [`MergePositions`]
+/// (which also errors on a target row matched twice).
+#[derive(Debug)]
+pub(crate) struct MergeRowsExec {
+    input: Arc<dyn ExecutionPlan>,
+    clauses: Arc<[Clause]>,
+    layout: Arc<RowLayout>,
+    table_schema: SchemaRef,
+    positions: Arc<MergePositions>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl MergeRowsExec {
+    pub(crate) fn new(
+        input: Arc<dyn ExecutionPlan>,
+        clauses: Arc<[Clause]>,
+        layout: Arc<RowLayout>,
+        table_schema: SchemaRef,
+        positions: Arc<MergePositions>,
+    ) -> Self {
+        let properties = Arc::new(
+            input
+                .properties()
+                .as_ref()
+                .clone()
+                .with_eq_properties(EquivalenceProperties::new(Arc::clone(&table_schema))),
+        );
+        Self {
+            input,
+            clauses,
+            layout,
+            table_schema,
+            positions,
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for MergeRowsExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let clauses: Vec<&str> = self.clauses.iter().map(|c| c.text.as_str()).collect();
+        write!(f, "MergeRowsExec: [{}]", clauses.join("; "))
+    }
+}
+
+impl ExecutionPlan for MergeRowsExec {
+    fn name(&self) -> &str {
+        "MergeRowsExec"
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        let mut exprs: Vec<&Arc<dyn PhysicalExpr>> = vec![];
+        for c in self.clauses.iter() {
+            exprs.extend(c.predicate.iter());
+            match &c.action {
+                ClauseAction::Update(a) => exprs.extend(a.iter().map(|(_, e)| e)),
+                ClauseAction::Insert(v) => exprs.extend(v.iter().flatten()),
+                ClauseAction::Delete => {}
+            }
+        }
+        apply_expression_roots(exprs, f)
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn cardinality_effect(&self) -> CardinalityEffect {
+        CardinalityEffect::LowerEqual
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Self::new(
+            single_child("MergeRowsExec", children)?,
+            Arc::clone(&self.clauses),
+            Arc::clone(&self.layout),
+            Arc::clone(&self.table_schema),
+            Arc::clone(&self.positions),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let counter =
+            |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, partition);
+        let apply = Apply {
+            clauses: Arc::clone(&self.clauses),
+            layout: Arc::clone(&self.layout),
+            table_schema: Arc::clone(&self.table_schema),
+            positions: Arc::clone(&self.positions),
+            cardinality: self.clauses.iter().any(|c| c.kind == ClauseKind::Matched),
+            rows_read: counter("join_rows"),
+            rows_matched: counter("rows_matched"),
+        };
+        let stream = input
+            .map(move |batch| apply.batch(&batch?))
+            .filter_map(|r| async move {
+                match r {
+                    Ok(Some(b)) => Some(Ok(b)),
+                    Ok(None) => None,
+                    Err(e) => Some(Err(e)),
+                }
+            });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.table_schema),
+            stream,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// One partition's application of the clauses.
+struct Apply {
+    clauses: Arc<[Clause]>,
+    layout: Arc<RowLayout>,
+    table_schema: SchemaRef,
+    positions: Arc<MergePositions>,
+    /// Whether a target row matched twice is an error (the statement has WHEN MATCHED
+    /// clauses).
+    cardinality: bool,
+    rows_read: datafusion::physical_plan::metrics::Count,
+    rows_matched: datafusion::physical_plan::metrics::Count,
+}
+
+impl Apply {
+    fn batch(&self, batch: &RecordBatch) -> Result<Option<RecordBatch>> {
+        let n = batch.num_rows();
+        self.rows_read.add(n);
+        if n == 0 {
+            return Ok(None);
+        }
+        let layout = &self.layout;
+        let has_source = present(batch.column(layout.source_marker()));
+        let has_target = present(batch.column(layout.file()));
+        let matched = and(&has_source, &has_target)?;
+        let source_only = and_not(&has_source, &has_target)?;
+        let target_only = and_not(&has_target, &has_source)?;
+        if matched.true_count() > 0 {
+            self.rows_matched.add(matched.true_count());
+            if self.cardinality {
+                let rows = filter_record_batch(batch, &matched)?;
+                self.positions.matched(&file_positions(&rows, layout)?)?;
+            }
+        }
+        let mut undecided = BooleanArray::from(vec![true; n]);
+        let mut out = vec![];
+        for clause in self.clauses.iter() {
+            let kind = match clause.kind {
+                ClauseKind::Matched => &matched,
+                ClauseKind::NotMatchedByTarget => &source_only,
+                ClauseKind::NotMatchedBySource => &target_only,
+            };
+            let candidates = and(kind, &undecided)?;
+            if candidates.true_count() == 0 {
+                continue;
+            }
+            let fires = match &clause.predicate {
+                None => candidates,
+                Some(p) => selected_by(batch, &candidates, p)?,
+            };
+            if fires.true_count() == 0 {
+                continue;
+            }
+            undecided = and_not(&undecided, &fires)?;
+            let rows = filter_record_batch(batch, &fires)?;
+            match &clause.action {
+                ClauseAction::Update(assignments) => {
+                    self.positions
+                        .changed(&file_positions(&rows, layout)?, Change::Update)?;
+                    out.push(self.updated(&rows, assignments)?);
+                }
+                ClauseAction::Delete => {
+                    self.positions
+                        .changed(&file_positions(&rows, layout)?, Change::Delete)?;
+                }
+                ClauseAction::Insert(values) => {
+                    self.positions.inserted(rows.num_rows() as u64);
+                    out.push(self.inserted(&rows, values)?);
+                }
+            }
+        }
+        match out.len() {
+            0 => Ok(None),
+            1 => Ok(out.pop()),
+            _ => Ok(Some(concat_batches(&self.table_schema, &out)?)),
+        }
+    }
+
+    /// The new versions of the target rows in `rows`.
+    fn updated(
+        &self,
+        rows: &RecordBatch,
+        assignments: &[(usize, Arc<dyn PhysicalExpr>)],
+    ) -> Result<RecordBatch> {
+        let mut columns = vec![];
+        for c in 0..self.table_schema.fields().len() {
+            let at = self.layout.target_column(c).ok_or_else(|| {
+                DataFusionError::Internal(format!("MERGE UPDATE did not read column {c}"))
+            })?;
+            columns.push(Arc::clone(rows.column(at)));
+        }
+        for (c, value) in assignments {
+            columns[*c] = value.evaluate(rows)?.into_array(rows.num_rows())?;
+        }
+        self.output(columns, "UPDATE")
+    }
+
+    /// The rows an INSERT clause makes of the source rows in `rows`.
+    fn inserted(
+        &self,
+        rows: &RecordBatch,
+        values: &[Option<Arc<dyn PhysicalExpr>>],
+    ) -> Result<RecordBatch> {
+        let columns = values
+            .iter()
+            .zip(self.table_schema.fields())
+            .map(|(value, field)| match value {
+                Some(v) => v.evaluate(rows)?.into_array(rows.num_rows()),
+                None => Ok(new_null_array(field.data_type(), rows.num_rows())),
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        self.output(columns, "INSERT")
+    }
+
+    fn output(&self, columns: Vec<ArrayRef>, action: &str) -> Result<RecordBatch> {
+        let mut cast_columns = vec![];
+        for (array, field) in columns.into_iter().zip(self.table_schema.fields()) {
+            if !field.is_nullable() && array.null_count() > 0 {
+                return Err(DataFusionError::Execution(format!(
+                    "MERGE {action} would write NULL into required column '{}'; nothing was \
+                     changed",
+                    field.name()
+                )));
+            }
+            cast_columns.push(match array.data_type() == field.data_type() {
+                true => array,
+                false => cast(&array, field.data_type())?,
+            });
+        }
+        Ok(RecordBatch::try_new(
+            Arc::clone(&self.table_schema),
+            cast_columns,
+        )?)
+    }
+}
+
+/// What a clause does to a target row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    Update,
+    Delete,
+}
+
+/// The rows among `candidates` for which `predicate` is TRUE, evaluated on those rows only (a
+/// condition meant for matched rows never sees the NULLs of unmatched ones).
+fn selected_by(
+    batch: &RecordBatch,
+    candidates: &BooleanArray,
+    predicate: &Arc<dyn PhysicalExpr>,
+) -> Result<BooleanArray> {
+    let rows = filter_record_batch(batch, candidates)?;
+    let value = predicate.evaluate(&rows)?.into_array(rows.num_rows())?;
+    let value = value
+        .as_boolean_opt()
+        .ok_or_else(|| DataFusionError::Internal("MERGE condition is not boolean".into()))?;
+    let mut bits = BooleanBufferBuilder::new(batch.num_rows());
+    bits.append_n(batch.num_rows(), false);
+    let mut k = 0;
+    for i in 0..batch.num_rows() {
+        if candidates.value(i) && candidates.is_valid(i) {
+            if value.is_valid(k) && value.value(k) {
+                bits.set_bit(i, true);
+            }
+            k += 1;
+        }
+    }
+    Ok(BooleanArray::new(bits.finish(), None))
+}
+
+/// Which rows of `array` are not NULL, as a mask without offset. (Arrow's `is_not_null` hands
+/// back the array's own null buffer, at its offset; the join's output can carry buffers at
+/// offsets that arrow 59's `and_not` then reads out of bounds.)
+fn present(array: &ArrayRef) -> BooleanArray {
+    let n = array.len();
+    match array.logical_nulls() {
+        None => BooleanArray::new(BooleanBuffer::new_set(n), None),
+        Some(nulls) => {
+            BooleanArray::new(BooleanBuffer::collect_bool(n, |i| nulls.is_valid(i)), None)
+        }
+    }
+}
+
+/// The (file, position) of each row of `rows` (all with a target row).
+fn file_positions(rows: &RecordBatch, layout: &RowLayout) -> Result<FilePositions> {
+    let files = cast(rows.column(layout.file()), &DataType::Utf8)?;
+    let files = files.as_string::<i32>();
+    let positions = rows
+        .column(layout.pos())
+        .as_primitive_opt::<Int64Type>()
+        .ok_or_else(|| DataFusionError::Internal("position column is not Int64".into()))?;
+    let mut out = FilePositions::default();
+    for i in 0..rows.num_rows() {
+        out.add(files.value(i), positions.value(i) as u64);
+    }
+    Ok(out)
+}

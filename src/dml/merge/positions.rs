@@ -1,0 +1,314 @@
+//! The target rows a `MERGE` changes, by file and position: what merge-on-read writes as position
+//! deletes and copy-on-write leaves out of the files it rewrites ([`DropPositionsExec`]). The
+//! same structure holds every matched position to enforce the SQL cardinality rule (a target
+//! row matched by two source rows is an error). Positions are roaring bitmaps, reserved from the
+//! memory pool.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow::array::BooleanArray;
+use arrow::array::{AsArray, BooleanBufferBuilder, RecordBatch};
+use arrow::compute::{cast, filter_record_batch};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::CardinalityEffect;
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use roaring::RoaringTreemap;
+
+use super::clauses::Change;
+use crate::physical_plan::single_child;
+
+/// Positions of one batch, grouped by file.
+#[derive(Debug, Default)]
+pub(crate) struct FilePositions(HashMap<String, Vec<u64>>);
+
+impl FilePositions {
+    pub(crate) fn add(&mut self, file: &str, pos: u64) {
+        match self.0.get_mut(file) {
+            Some(v) => v.push(pos),
+            None => {
+                self.0.insert(file.to_string(), vec![pos]);
+            }
+        }
+    }
+
+    fn len(&self) -> u64 {
+        self.0.values().map(|v| v.len() as u64).sum()
+    }
+}
+
+/// Positions by data file.
+pub(crate) type PositionMap = HashMap<String, RoaringTreemap>;
+
+#[derive(Debug, Default)]
+struct Held {
+    matched: PositionMap,
+    changed: PositionMap,
+    /// Bytes the bitmaps take (as serialized; close to their size in memory).
+    bytes: usize,
+}
+
+/// The positions a statement's join found, shared by its partitions.
+#[derive(Debug)]
+pub(crate) struct MergePositions {
+    held: Mutex<Held>,
+    reservation: MemoryReservation,
+    /// Rows updated, deleted, inserted.
+    pub updated: AtomicU64,
+    pub deleted: AtomicU64,
+    pub inserted: AtomicU64,
+}
+
+impl MergePositions {
+    pub(crate) fn new(reservation: MemoryReservation) -> Self {
+        Self {
+            held: Mutex::new(Held::default()),
+            reservation,
+            updated: AtomicU64::new(0),
+            deleted: AtomicU64::new(0),
+            inserted: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Held>> {
+        self.held
+            .lock()
+            .map_err(|_| DataFusionError::Internal("MERGE positions lock poisoned".into()))
+    }
+
+    /// Records target rows a source row matched; errors when one was matched before.
+    pub(crate) fn matched(&self, rows: &FilePositions) -> Result<()> {
+        let mut held = self.lock()?;
+        let held = &mut *held;
+        for (file, positions) in &rows.0 {
+            let bitmap = held.matched.entry(file.clone()).or_default();
+            let before = bitmap.serialized_size();
+            for &p in positions {
+                if !bitmap.insert(p) {
+                    return Err(DataFusionError::Execution(format!(
+                        "MERGE matched a target row more than once (row {p} of {file}): each \
+                         target row may match at most one source row; nothing was changed"
+                    )));
+                }
+            }
+            held.bytes = held.bytes + bitmap.serialized_size() - before;
+        }
+        self.reserve(held.bytes)
+    }
+
+    /// Records target rows a clause updates or deletes.
+    pub(crate) fn changed(&self, rows: &FilePositions, change: Change) -> Result<()> {
+        let mut held = self.lock()?;
+        let held = &mut *held;
+        for (file, positions) in &rows.0 {
+            let bitmap = held.changed.entry(file.clone()).or_default();
+            let before = bitmap.serialized_size();
+            for &p in positions {
+                if !bitmap.insert(p) {
+                    return Err(DataFusionError::Internal(format!(
+                        "MERGE changed row {p} of {file} twice"
+                    )));
+                }
+            }
+            held.bytes = held.bytes + bitmap.serialized_size() - before;
+        }
+        let counter = match change {
+            Change::Update => &self.updated,
+            Change::Delete => &self.deleted,
+        };
+        counter.fetch_add(rows.len(), Ordering::Relaxed);
+        self.reserve(held.bytes)
+    }
+
+    /// Counts rows inserted.
+    pub(crate) fn inserted(&self, n: u64) {
+        self.inserted.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn reserve(&self, bytes: usize) -> Result<()> {
+        self.reservation.try_resize(bytes).map_err(|e| {
+            e.context(
+                "MERGE holds the positions of the target rows it matches and changes as bitmaps",
+            )
+        })
+    }
+
+    /// The changed positions by file (the matched ones are dropped with their memory).
+    pub(crate) fn take_changed(&self) -> Result<PositionMap> {
+        let mut held = self.lock()?;
+        held.matched = HashMap::new();
+        Ok(std::mem::take(&mut held.changed))
+    }
+
+    /// (updated, deleted, inserted) rows.
+    pub(crate) fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.updated.load(Ordering::Relaxed),
+            self.deleted.load(Ordering::Relaxed),
+            self.inserted.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Rows read and dropped by a [`DropPositionsExec`], over its partitions.
+#[derive(Debug, Default)]
+pub(crate) struct DropCounts {
+    pub read: AtomicU64,
+    pub dropped: AtomicU64,
+}
+
+/// Copy-on-write's second pass: the rows of the rewritten files (its child reads them with
+/// their file and position as the last two columns) without those at `positions`; the output
+/// is the table's columns.
+#[derive(Debug)]
+pub(crate) struct DropPositionsExec {
+    input: Arc<dyn ExecutionPlan>,
+    positions: Arc<PositionMap>,
+    schema: SchemaRef,
+    counts: Arc<DropCounts>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl DropPositionsExec {
+    pub(crate) fn new(
+        input: Arc<dyn ExecutionPlan>,
+        positions: Arc<PositionMap>,
+        schema: SchemaRef,
+        counts: Arc<DropCounts>,
+    ) -> Self {
+        let properties = Arc::new(
+            input
+                .properties()
+                .as_ref()
+                .clone()
+                .with_eq_properties(EquivalenceProperties::new(Arc::clone(&schema))),
+        );
+        Self {
+            input,
+            positions,
+            schema,
+            counts,
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for DropPositionsExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let rows: u64 = self.positions.values().map(|b| b.len()).sum();
+        write!(
+            f,
+            "DropPositionsExec: files={}, rows={rows}",
+            self.positions.len()
+        )
+    }
+}
+
+impl ExecutionPlan for DropPositionsExec {
+    fn name(&self) -> &str {
+        "DropPositionsExec"
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn cardinality_effect(&self) -> CardinalityEffect {
+        CardinalityEffect::LowerEqual
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Self::new(
+            single_child("DropPositionsExec", children)?,
+            Arc::clone(&self.positions),
+            Arc::clone(&self.schema),
+            Arc::clone(&self.counts),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let positions = Arc::clone(&self.positions);
+        let schema = Arc::clone(&self.schema);
+        let counts = Arc::clone(&self.counts);
+        let dropped = MetricBuilder::new(&self.metrics).counter("rows_dropped", partition);
+        let columns = schema.fields().len();
+        let out_schema = Arc::clone(&schema);
+        let stream = input.map(move |batch| {
+            let batch = batch?;
+            let n = batch.num_rows();
+            let files = cast(batch.column(columns), &DataType::Utf8)?;
+            let files = files.as_string::<i32>();
+            let pos = batch
+                .column(columns + 1)
+                .as_primitive_opt::<Int64Type>()
+                .ok_or_else(|| DataFusionError::Internal("position column is not Int64".into()))?;
+            let mut keep = BooleanBufferBuilder::new(n);
+            let mut current: Option<(&str, Option<&RoaringTreemap>)> = None;
+            let mut gone = 0;
+            for i in 0..n {
+                let file = files.value(i);
+                let bitmap = match current {
+                    Some((f, b)) if f == file => b,
+                    _ => {
+                        let b = positions.get(file);
+                        current = Some((file, b));
+                        b
+                    }
+                };
+                let drop = bitmap.is_some_and(|b| b.contains(pos.value(i) as u64));
+                gone += drop as usize;
+                keep.append(!drop);
+            }
+            counts.read.fetch_add(n as u64, Ordering::Relaxed);
+            counts.dropped.fetch_add(gone as u64, Ordering::Relaxed);
+            dropped.add(gone);
+            let kept = filter_record_batch(&batch, &BooleanArray::new(keep.finish(), None))?;
+            Ok(RecordBatch::try_new(
+                Arc::clone(&schema),
+                kept.columns()[..columns].to_vec(),
+            )?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(out_schema, stream)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
