@@ -706,3 +706,134 @@ fn dml_on_pyiceberg_tables(mode: &str) {
     mine.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
     assert_eq!(mine, events);
 }
+
+#[test]
+fn copy_on_write_merge_on_a_pyiceberg_table_reads_the_same_in_pyiceberg_and_duckdb() {
+    merge_into_pyiceberg_table("copy-on-write");
+}
+
+#[test]
+fn merge_on_read_merge_on_a_pyiceberg_table_reads_the_same_in_pyiceberg_and_duckdb() {
+    merge_into_pyiceberg_table("merge-on-read");
+}
+
+/// A MERGE of a change set (updates, deletes, inserts, NULL keys) through our CLI in `mode`
+/// into pyns.events (4 pyiceberg appends, NULLs; partitioned by day(ts) and bucket(4, id));
+/// pyiceberg, DuckDB and we then read exactly the oracle's rows. A change set matching a row
+/// twice fails and changes nothing.
+fn merge_into_pyiceberg_table(mode: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    let created = tool(&["create-warehouse", "--warehouse", &whs]);
+    // events: [id, name, ts, amount, day]
+    let mut events: Vec<Vec<Value>> = normalise(
+        created["tables"]["pyns.events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().clone())
+            .collect(),
+    );
+    let id_of = |r: &Vec<Value>| r[0].as_f64().unwrap() as i64;
+    // (id, name, amount, op): 'u' updates name and amount (an amount of NULL too), 'd' deletes,
+    // a new id is inserted, a NULL id matches nothing and is not inserted.
+    let changes: Vec<(Option<i64>, &str, Option<f64>, &str)> = vec![
+        (Some(2), "upd-2", Some(2.5), "u"),
+        (Some(3), "upd-3", None, "u"),
+        (Some(25), "upd-25", Some(7.0), "u"),
+        (Some(4), "x", None, "d"),
+        (Some(9), "x", None, "d"),
+        (Some(5000), "new-5000", Some(50.0), "u"),
+        (Some(5001), "new-5001", None, "d"),
+        (None, "null-key", Some(1.0), "u"),
+    ];
+    let values: Vec<String> = changes
+        .iter()
+        .map(|(id, name, amount, op)| {
+            let id = id.map_or("CAST(NULL AS BIGINT)".to_string(), |i| i.to_string());
+            let amount = amount.map_or("CAST(NULL AS DOUBLE)".to_string(), |a| format!("{a:?}"));
+            format!("({id}, '{name}', {amount}, '{op}')")
+        })
+        .collect();
+    let statement = format!(
+        "SET iceberg.merge_mode = '{mode}'; \
+         MERGE INTO pyns.events AS t USING (VALUES {}) AS s(id, name, amount, op) ON t.id = s.id \
+         WHEN MATCHED AND s.op = 'd' THEN DELETE \
+         WHEN MATCHED THEN UPDATE SET name = s.name, amount = s.amount \
+         WHEN NOT MATCHED AND s.id IS NOT NULL AND s.op = 'u' THEN \
+           INSERT (id, name, ts, amount, day) VALUES (s.id, s.name, NULL, s.amount, DATE '2024-03-01')",
+        values.join(", ")
+    );
+    let out = ours(&wh, &statement);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let mut want = 0u64;
+    for (id, name, amount, op) in &changes {
+        let Some(id) = id else { continue };
+        let amount = amount.map_or(Value::Null, |a| serde_json::json!(a));
+        match events.iter().position(|r| id_of(r) == *id) {
+            Some(i) if *op == "d" => {
+                events.remove(i);
+                want += 1;
+            }
+            Some(i) => {
+                events[i][1] = Value::from(*name);
+                events[i][3] = amount;
+                want += 1;
+            }
+            None if *op == "u" => {
+                events.push(vec![
+                    serde_json::json!(*id as f64),
+                    Value::from(*name),
+                    Value::Null,
+                    amount,
+                    Value::from("2024-03-01"),
+                ]);
+                want += 1;
+            }
+            None => {}
+        }
+    }
+    assert_eq!(out[0]["count"].as_u64().unwrap(), want);
+    events.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+
+    let check = |what: &str| {
+        let theirs = tool(&["read", "--warehouse", &whs, "--table", "pyns.events"]);
+        assert_eq!(
+            tool_rows(&theirs),
+            events,
+            "pyiceberg reads pyns.events {what}"
+        );
+        let metadata = theirs["metadata_location"].as_str().unwrap().to_string();
+        let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+        assert_eq!(tool_rows(&duck), events, "DuckDB reads pyns.events {what}");
+        let mine = ours(&wh, "SELECT id, name, ts, amount, day FROM pyns.events");
+        let mut mine = normalise(as_lists(&mine, &["id", "name", "ts", "amount", "day"]));
+        mine.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+        assert_eq!(mine, events, "we read pyns.events {what}");
+        metadata
+    };
+    let after_merge = check("after the MERGE");
+
+    // Two source rows for target row 2: an error, and the table as it was.
+    let failed = Command::new(env!("CARGO_BIN_EXE_iceberg-exec"))
+        .arg("--warehouse")
+        .arg(&wh)
+        .args([
+            "sql",
+            &format!(
+                "SET iceberg.merge_mode = '{mode}'; MERGE INTO pyns.events USING \
+                 (VALUES (2, 'a'), (2, 'b')) AS s(id, name) ON pyns.events.id = s.id \
+                 WHEN MATCHED THEN UPDATE SET name = s.name"
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains("MERGE matched a target row more than once"),
+        "{stderr}"
+    );
+    assert_eq!(check("after the failed MERGE"), after_merge);
+}

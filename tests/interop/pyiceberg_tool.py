@@ -134,8 +134,8 @@ def arrow_to_rows(table) -> tuple[list[str], list[list]]:
 # ---------------------------------------------------------------------------
 # deterministic test data
 
-EVENTS_BATCH_SIZE = 50
-EVENTS_BATCHES = 2
+EVENTS_BATCH_SIZE = 25
+EVENTS_BATCHES = 4
 SIMPLE_ROWS = 10
 BASE_TS = dt.datetime(2024, 1, 1, 0, 0, 0)
 BASE_DAY = dt.date(2024, 1, 1)
