@@ -721,7 +721,9 @@ async fn changes(
         m.grace_partitions.add(n);
     }
     let positions = Arc::new(MergePositions::new(
-        MemoryConsumer::new("MergePositions").register(context.memory_pool()),
+        MemoryConsumer::new("MergePositions")
+            .with_can_spill(true)
+            .register(context.memory_pool()),
     ));
     let rows: Arc<dyn ExecutionPlan> = Arc::new(MergeRowsExec::new(
         join,

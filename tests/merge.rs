@@ -1,0 +1,454 @@
+//! SQL `MERGE INTO` against an in-memory oracle: random targets carrying position and equality
+//! deletes, random change sets and clause lists, both write modes, an unlimited pool and a
+//! 4 MiB one (where the source outgrows memory and the join runs as a Grace hash join, spilling).
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::{files_under, rows, session, session_with_limit, sql};
+use datafusion::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
+use iceberg::spec::{Literal, Operation, Struct};
+use iceberg::TableIdent;
+use iceberg_exec::catalog::MetadataStore;
+use iceberg_exec::physical_plan::write::write_equality_delete_file;
+use iceberg_exec::snapshot::{commit, SnapshotChanges};
+use iceberg_exec::IcebergSession;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A live row: (id, part, v).
+type Row = (Option<i64>, i32, i64);
+
+/// Creates `ns.t (id BIGINT, part INT, v BIGINT)` partitioned by part, fills it with four
+/// INSERTs of `n` rows each, then deletes some rows by position (a merge-on-read DELETE) and
+/// some by equality (a delete file of ids per partition). Returns the live rows, as read.
+async fn random_target(s: &IcebergSession, rng: &mut StdRng, n: i64) -> Vec<Row> {
+    sql(s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT, part INT, v BIGINT) STORED AS ICEBERG \
+         LOCATION '' PARTITIONED BY (part)",
+    )
+    .await
+    .unwrap();
+    for batch in 0..4 {
+        // Ids repeat across batches now and then; every 53rd is NULL.
+        let offset = batch * n - rng.random_range(0..n / 4);
+        sql(
+            s,
+            &format!(
+                "INSERT INTO ns.t SELECT CASE WHEN value % 53 = 0 THEN NULL ELSE value + {offset} \
+                 END, CAST(value % 3 AS INT), value * 7 % 1000 FROM generate_series(0, {})",
+                n - 1
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    sql(s, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    sql(
+        s,
+        &format!(
+            "DELETE FROM ns.t WHERE id % {} = 1",
+            rng.random_range(5..11)
+        ),
+    )
+    .await
+    .unwrap();
+    sql(s, "SET iceberg.delete_mode = ''").await.unwrap();
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let metadata = table.metadata();
+    let id_field = metadata.current_schema().field_by_name("id").unwrap().id;
+    let spec_id = metadata.default_partition_spec_id();
+    let mut files = vec![];
+    for part in 0..3 {
+        let ids: Vec<i64> = (0..20).map(|_| rng.random_range(0..4 * n)).collect();
+        let k = ids.len();
+        let batch = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+            (
+                "part",
+                Arc::new(Int32Array::from(vec![part; k])) as ArrayRef,
+            ),
+            ("v", Arc::new(Int64Array::from(vec![0i64; k])) as ArrayRef),
+        ])
+        .unwrap();
+        let partition = Struct::from_iter([Some(Literal::int(part))]);
+        files.push(
+            write_equality_delete_file(&table, vec![id_field], spec_id, partition, &[batch])
+                .await
+                .unwrap(),
+        );
+    }
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let changes = SnapshotChanges {
+        operation: Operation::Delete,
+        added_delete_files: files,
+        ..Default::default()
+    };
+    commit(store, &ident, changes).await.unwrap();
+    live_rows(s).await
+}
+
+async fn live_rows(s: &IcebergSession) -> Vec<Row> {
+    let mut out: Vec<Row> = rows(s, "SELECT id, part, v FROM ns.t")
+        .await
+        .iter()
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').collect();
+            (
+                cells[0].parse().ok(),
+                cells[1].parse().unwrap(),
+                cells[2].parse().unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// A change set: source rows (id, part, v, op) with unique ids (and a few NULL ids).
+struct Changes {
+    rows: Vec<(Option<i64>, i32, i64, char)>,
+}
+
+impl Changes {
+    fn random(rng: &mut StdRng, target: &[Row], size: usize, id_range: i64) -> Self {
+        let mut ids: Vec<i64> = target.iter().filter_map(|r| r.0).collect();
+        ids.sort();
+        ids.dedup();
+        let mut chosen = std::collections::BTreeSet::new();
+        while chosen.len() < size {
+            // Half existing ids, half anything (new ones mostly).
+            let id = match rng.random_bool(0.5) && !ids.is_empty() {
+                true => ids[rng.random_range(0..ids.len())],
+                false => rng.random_range(0..id_range),
+            };
+            chosen.insert(id);
+        }
+        let mut rows: Vec<(Option<i64>, i32, i64, char)> = chosen
+            .into_iter()
+            .map(|id| {
+                let op = ['u', 'u', 'd', 'i'][rng.random_range(0..4)];
+                (
+                    Some(id),
+                    rng.random_range(0..3),
+                    rng.random_range(0..1000),
+                    op,
+                )
+            })
+            .collect();
+        for _ in 0..3 {
+            rows.push((None, 0, rng.random_range(0..1000), 'u'));
+        }
+        Self { rows }
+    }
+
+    /// The source as SQL: a VALUES list for small sets, else a new Iceberg table `ns.src<n>`.
+    async fn source(&self, s: &IcebergSession) -> String {
+        let values: Vec<String> = self
+            .rows
+            .iter()
+            .map(|(id, part, v, op)| {
+                let id = id.map_or("CAST(NULL AS BIGINT)".into(), |i| i.to_string());
+                format!("({id}, {part}, {v}, '{op}')")
+            })
+            .collect();
+        if self.rows.len() <= 200 {
+            return format!("(VALUES {}) AS s(id, part, v, op)", values.join(", "));
+        }
+        static SOURCES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let name = format!(
+            "ns.src{}",
+            SOURCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        sql(
+            s,
+            &format!(
+                "CREATE EXTERNAL TABLE {name} (id BIGINT, part INT, v BIGINT, op VARCHAR) \
+                 STORED AS ICEBERG LOCATION ''"
+            ),
+        )
+        .await
+        .unwrap();
+        for chunk in values.chunks(5000) {
+            sql(
+                s,
+                &format!("INSERT INTO {name} VALUES {}", chunk.join(", ")),
+            )
+            .await
+            .unwrap();
+        }
+        format!("{name} AS s")
+    }
+}
+
+/// The clauses of one statement, and what they do to the oracle.
+#[derive(Clone, Copy, Debug)]
+struct Clauses {
+    /// `WHEN NOT MATCHED BY SOURCE AND t.v < 100 THEN UPDATE SET v = t.v + 1` (else none).
+    by_source: bool,
+    /// `WHEN MATCHED AND s.op = 'd' THEN DELETE` before the update.
+    delete_first: bool,
+}
+
+impl Clauses {
+    fn sql(&self) -> String {
+        let mut c = vec![];
+        if self.delete_first {
+            c.push("WHEN MATCHED AND s.op = 'd' THEN DELETE");
+        }
+        c.push("WHEN MATCHED AND s.v > t.v THEN UPDATE SET v = s.v, part = s.part");
+        c.push(
+            "WHEN NOT MATCHED AND s.id IS NOT NULL AND s.op <> 'd' THEN INSERT VALUES (s.id, \
+             s.part, s.v)",
+        );
+        if self.by_source {
+            c.push("WHEN NOT MATCHED BY SOURCE AND t.v < 100 THEN UPDATE SET v = t.v + 1");
+        }
+        c.join(" ")
+    }
+
+    /// The oracle: the table after the statement, and the rows it counts.
+    fn apply(&self, target: &[Row], changes: &Changes) -> (Vec<Row>, u64) {
+        let by_id: HashMap<i64, (i32, i64, char)> = changes
+            .rows
+            .iter()
+            .filter_map(|(id, p, v, op)| id.map(|id| (id, (*p, *v, *op))))
+            .collect();
+        let mut out = vec![];
+        let mut count = 0;
+        let mut matched_ids = std::collections::HashSet::new();
+        for &(id, part, v) in target {
+            let source = id.and_then(|id| by_id.get(&id));
+            match source {
+                Some(&(sp, sv, op)) => {
+                    matched_ids.insert(id.unwrap());
+                    if self.delete_first && op == 'd' {
+                        count += 1;
+                    } else if sv > v {
+                        count += 1;
+                        out.push((id, sp, sv));
+                    } else {
+                        out.push((id, part, v));
+                    }
+                }
+                None if self.by_source && v < 100 => {
+                    count += 1;
+                    out.push((id, part, v + 1));
+                }
+                None => out.push((id, part, v)),
+            }
+        }
+        for (id, p, v, op) in &changes.rows {
+            if let Some(id) = id {
+                if !matched_ids.contains(id) && *op != 'd' {
+                    count += 1;
+                    out.push((Some(*id), *p, *v));
+                }
+            }
+        }
+        out.sort();
+        (out, count)
+    }
+}
+
+/// Runs `rounds` random MERGEs on a random target, each checked against the oracle.
+async fn merges_match_the_oracle(s: &IcebergSession, seed: u64, n: i64, source: usize) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut target = random_target(s, &mut rng, n).await;
+    for round in 0..4 {
+        let mode = ["copy-on-write", "merge-on-read"][round % 2];
+        let clauses = Clauses {
+            by_source: rng.random_bool(0.4),
+            delete_first: rng.random_bool(0.7),
+        };
+        let changes = Changes::random(&mut rng, &target, source, 5 * n);
+        let using = changes.source(s).await;
+        let statement = format!(
+            "MERGE INTO ns.t AS t USING {using} ON t.id = s.id {}",
+            clauses.sql()
+        );
+        sql(s, &format!("SET iceberg.merge_mode = '{mode}'"))
+            .await
+            .unwrap();
+        let out = rows(s, &statement).await;
+        let (expected, count) = clauses.apply(&target, &changes);
+        let context = format!("seed {seed}, round {round}, {mode}, {clauses:?}");
+        assert_eq!(out, vec![count.to_string()], "{context}: count");
+        target = live_rows(s).await;
+        assert_eq!(target.len(), expected.len(), "{context}: rows");
+        assert!(
+            target == expected,
+            "{context}: table differs from the oracle"
+        );
+    }
+}
+
+#[tokio::test]
+async fn random_merges_match_an_oracle() {
+    for seed in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(dir.path()).await;
+        merges_match_the_oracle(&s, seed, 300, 120).await;
+    }
+}
+
+#[tokio::test]
+async fn random_merges_match_an_oracle_under_a_4_mib_pool_spilling_the_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_with_limit(dir.path(), 4 << 20).await;
+    merges_match_the_oracle(&s, 7, 15_000, 50_000).await;
+    assert_eq!(s.memory_pool().reserved(), 0);
+
+    // The same size of change set, now shown: the source outgrew a quarter of the pool, so the
+    // join ran as a Grace hash join, which spilled.
+    let mut rng = StdRng::seed_from_u64(8);
+    let target = live_rows(&s).await;
+    let changes = Changes::random(&mut rng, &target, 50_000, 100_000);
+    let using = changes.source(&s).await;
+    let clauses = Clauses {
+        by_source: false,
+        delete_first: true,
+    };
+    let plan = rows(
+        &s,
+        &format!(
+            "EXPLAIN ANALYZE MERGE INTO ns.t AS t USING {using} ON t.id = s.id {}",
+            clauses.sql()
+        ),
+    )
+    .await
+    .join("\n");
+    let metric = |name: &str| -> u64 {
+        let at = plan
+            .find(&format!("{name}="))
+            .unwrap_or_else(|| panic!("no {name} in {plan}"));
+        plan[at + name.len() + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .unwrap()
+    };
+    assert!(metric("grace_partitions") >= 2, "{plan}");
+    assert!(metric("spill_count") >= 1, "{plan}");
+    let (expected, _) = clauses.apply(&target, &changes);
+    assert!(
+        live_rows(&s).await == expected,
+        "the explained MERGE differs"
+    );
+    assert_eq!(s.memory_pool().reserved(), 0);
+}
+
+#[tokio::test]
+async fn merge_on_read_writes_one_position_delete_file_per_changed_data_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT, part INT, v BIGINT) STORED AS ICEBERG \
+         LOCATION '' PARTITIONED BY (part)",
+    )
+    .await
+    .unwrap();
+    // Three INSERTs of three partitions: nine data files.
+    for b in 0..3 {
+        sql(
+            &s,
+            &format!(
+                "INSERT INTO ns.t SELECT value + {}, CAST(value % 3 AS INT), 0 FROM \
+                 generate_series(0, 99)",
+                b * 100
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    // Rows of files in partitions 0 and 1 of the first two INSERTs change: four files.
+    sql(&s, "SET iceberg.merge_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    let out = rows(
+        &s,
+        "MERGE INTO ns.t USING (SELECT value AS id \
+         FROM generate_series(0, 199) WHERE value % 3 <> 2) AS s ON ns.t.id = s.id \
+         WHEN MATCHED AND s.id % 2 = 0 THEN DELETE WHEN MATCHED THEN UPDATE SET v = 1",
+    )
+    .await;
+    assert_eq!(out, vec!["134"]);
+    let t = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let summary = &t.metadata().current_snapshot().unwrap().summary();
+    assert_eq!(summary.operation, Operation::Overwrite);
+    let props = &summary.additional_properties;
+    assert_eq!(props["added-position-delete-files"], "4", "{props:?}");
+    assert_eq!(props["added-position-deletes"], "134", "{props:?}");
+    assert_eq!(props["added-records"], "67", "{props:?}");
+    assert_eq!(
+        rows(&s, "SELECT count(*), sum(v) FROM ns.t").await,
+        vec!["233|67"]
+    );
+}
+
+#[tokio::test]
+async fn a_failing_merge_leaves_no_file_and_no_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, v BIGINT) STORED AS ICEBERG LOCATION ''",
+    )
+    .await
+    .unwrap();
+    sql(
+        &s,
+        "INSERT INTO ns.t SELECT value, value * 2 FROM generate_series(0, 9999)",
+    )
+    .await
+    .unwrap();
+    let before = files_under(dir.path());
+    let snapshot = common::current_snapshot(&s, "ns", "t").await;
+    for mode in ["copy-on-write", "merge-on-read"] {
+        // Inserts are written before the duplicate match shows (the last source rows): the
+        // files written by then must go.
+        sql(&s, &format!("SET iceberg.merge_mode = '{mode}'"))
+            .await
+            .unwrap();
+        let e = sql(
+            &s,
+            "MERGE INTO ns.t USING (SELECT value + 5000 \
+                 AS id FROM generate_series(0, 9999) UNION ALL SELECT 6000 AS id) AS s \
+                 ON ns.t.id = s.id WHEN MATCHED THEN UPDATE SET v = -1 \
+                 WHEN NOT MATCHED THEN INSERT VALUES (s.id, 0)",
+        )
+        .await;
+        let e = e.expect_err("a row matched twice");
+        assert!(
+            e.to_string()
+                .contains("MERGE matched a target row more than once"),
+            "{e}"
+        );
+        // A NULL into a required column, found while writing.
+        let e = sql(
+            &s,
+            "MERGE INTO ns.t USING (SELECT CAST(NULL AS BIGINT) AS id) AS s ON ns.t.id = s.id \
+             WHEN NOT MATCHED THEN INSERT VALUES (s.id, 1)",
+        )
+        .await
+        .expect_err("NULL id");
+        assert!(e.to_string().contains("required column 'id'"), "{e}");
+    }
+    assert_eq!(files_under(dir.path()), before);
+    assert_eq!(common::current_snapshot(&s, "ns", "t").await, snapshot);
+}
