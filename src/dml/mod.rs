@@ -12,6 +12,7 @@
 //!
 //! [`TableProvider::delete_from`]: datafusion::datasource::TableProvider::delete_from
 
+mod core;
 pub(crate) mod merge;
 pub(crate) mod statement;
 

@@ -38,9 +38,8 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReser
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::utils::{conjunction, expr_to_columns};
 use datafusion::logical_expr::{Expr, ExprSchemable};
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::expressions::Column;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -53,10 +52,11 @@ use datafusion::physical_plan::{
     SendableRecordBatchStream,
 };
 use futures::StreamExt;
-use iceberg::spec::{DataContentType, Operation, SnapshotRef, TableMetadata};
+use iceberg::spec::{Operation, SnapshotRef, TableMetadata};
 use iceberg::table::Table;
 use roaring::RoaringTreemap;
 
+use super::core::{commit_or_clean_up, removed_with_deletes};
 use super::{dml_checked, unchecked_dml_error};
 use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
@@ -69,12 +69,8 @@ use crate::physical_plan::write::{
     WrittenFiles,
 };
 use crate::scan::strict::FileStats;
-use crate::scan::{
-    plan_files_pruned, unprunable_columns, DeleteFileRef, FileFilter, PlannedFile, ScanFiles,
-};
-use crate::snapshot::{
-    commit, is_commit_state_unknown, is_concurrent_change, NewFile, SnapshotChanges, Validation,
-};
+use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
+use crate::snapshot::{is_concurrent_change, NewFile, SnapshotChanges, Validation};
 use crate::table::provider::arrow_schema;
 use crate::table::scan_plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::IcebergOptions;
@@ -394,11 +390,8 @@ impl DmlJob {
     }
 
     /// `plan` through the physical optimizer rules of the session.
-    fn optimized(&self, mut plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        for rule in self.state.physical_optimizers() {
-            plan = rule.optimize(plan, self.state.config_options())?;
-        }
-        Ok(plan)
+    fn optimized(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        super::core::optimized(&self.state, plan)
     }
 
     fn condition(&self) -> Option<Expr> {
@@ -530,12 +523,7 @@ impl DmlExec {
     }
 
     fn with_job(pass1: Option<Arc<dyn ExecutionPlan>>, job: Arc<DmlJob>) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(count_schema()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
+        let properties = super::core::count_properties();
         Self {
             pass1,
             job,
@@ -792,18 +780,8 @@ async fn run_once(
     };
     let files_written = changes.added_data_files.len();
     let delete_files_written = changes.added_delete_files.len();
-    match commit(Arc::clone(&job.store), job.table.identifier(), changes).await {
-        Ok(outcome) => {
-            written.take();
-            m.commit_attempts.add(outcome.attempts as usize);
-        }
-        Err(e) => {
-            if !is_commit_state_unknown(&e) {
-                written.remove_all(job.table.file_io()).await;
-            }
-            return Err(e);
-        }
-    }
+    let outcome = commit_or_clean_up(&job.store, &job.table, changes, &written).await?;
+    m.commit_attempts.add(outcome.attempts as usize);
     m.rows_deleted.add(deleted as usize);
     m.files_removed.add(job.removed_whole.len());
     m.files_rewritten.add(if mor { 0 } else { touched.len() });
@@ -811,101 +789,6 @@ async fn run_once(
     m.delete_files_written.add(delete_files_written);
     m.delete_files_removed.add(delete_files_removed);
     Ok(deleted)
-}
-
-/// Every file a commit removing the data files `removed` removes: those, the position delete
-/// files that reference exactly one of them, and the delete files (`equality_deletes` of the
-/// scan, partition-scoped position deletes of removed files) that may apply to no data file
-/// that stays. Also returns how many delete files go. (Files the commit adds are newer than
-/// every existing delete: none applies to them.)
-pub(crate) async fn removed_with_deletes(
-    table: &Table,
-    locations: &LocationMap,
-    planning_threshold: u64,
-    removed: &[&PlannedFile],
-    equality_deletes: &[Arc<DeleteFileRef>],
-) -> Result<(HashSet<String>, usize)> {
-    let removed_paths: HashSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
-    let mut removed_files: HashSet<String> = removed_paths.iter().map(|p| p.to_string()).collect();
-    let mut delete_files_removed = 0;
-    for f in removed {
-        for d in &f.position_deletes {
-            if d.referenced_data_file.as_deref() == Some(f.path.as_str())
-                && removed_files.insert(d.path.clone())
-            {
-                delete_files_removed += 1;
-            }
-        }
-    }
-    let mut candidates: Vec<Arc<DeleteFileRef>> = equality_deletes.to_vec();
-    for f in removed {
-        candidates.extend(
-            f.position_deletes
-                .iter()
-                .filter(|d| d.referenced_data_file.is_none())
-                .cloned(),
-        );
-    }
-    if !removed.is_empty() && !candidates.is_empty() {
-        for path in orphan_deletes(
-            table,
-            locations,
-            planning_threshold,
-            &removed_paths,
-            &candidates,
-        )
-        .await?
-        {
-            if removed_files.insert(path) {
-                delete_files_removed += 1;
-            }
-        }
-    }
-    Ok((removed_files, delete_files_removed))
-}
-
-/// Those of `deletes` that may apply to no data file of the base snapshot except `removed` ones
-/// (by scope and sequence number: a position delete file without `referenced_data_file` is
-/// kept while any file of its partition may still be its target).
-async fn orphan_deletes(
-    table: &Table,
-    locations: &LocationMap,
-    planning_threshold: u64,
-    removed: &HashSet<&str>,
-    deletes: &[Arc<DeleteFileRef>],
-) -> Result<Vec<String>> {
-    let Some(snapshot) = table.metadata().current_snapshot() else {
-        return Ok(vec![]);
-    };
-    // Only the data files are needed: above the planning threshold the delete manifests stream
-    // past them, as in the statement's own planning.
-    let remaining: Vec<PlannedFile> = plan_files_pruned(
-        table,
-        locations,
-        snapshot,
-        &FileFilter::default(),
-        planning_threshold,
-    )
-    .await?
-    .files
-    .into_iter()
-    .filter(|f| !removed.contains(f.path.as_str()))
-    .collect();
-    let mut out: Vec<String> = vec![];
-    for d in deletes {
-        let used = remaining.iter().any(|f| {
-            let newer = match d.content {
-                DataContentType::EqualityDeletes => f.data_seq < d.data_seq,
-                _ => f.data_seq <= d.data_seq,
-            };
-            newer
-                && (d.spec_unpartitioned || (d.spec_id == f.spec_id && d.partition == f.partition))
-        });
-        if !used && !out.contains(&d.path) {
-            out.push(d.path.clone());
-        }
-    }
-    Ok(out)
 }
 
 /// The object paths of the files whose rows reach several partitions of `plan`: files split

@@ -41,12 +41,9 @@ use datafusion::execution::TaskContext;
 use datafusion::logical_expr::dml::MergeIntoClause;
 use datafusion::logical_expr::utils::expr_to_columns;
 use datafusion::logical_expr::{col, lit, Expr};
-use datafusion::physical_expr::{
-    EquivalenceProperties, LexOrdering, PhysicalExpr, PhysicalSortExpr,
-};
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::expressions::{self, Column};
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics,
@@ -56,7 +53,7 @@ use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
-    Partitioning, PlanProperties, SendableRecordBatchStream,
+    PlanProperties, SendableRecordBatchStream,
 };
 use futures::StreamExt;
 use iceberg::spec::{Operation, TableMetadata};
@@ -65,7 +62,8 @@ use iceberg::table::Table;
 use self::clauses::{clause_columns, compile, Clause, ClauseKind, MergeRowsExec, RowLayout, Sides};
 use self::join::{join_plan, read_source, split_on, JoinMode, JoinSpec, KeyBounds};
 use self::positions::{DropCounts, DropPositionsExec, MergePositions, PositionMap};
-use super::statement::{removed_with_deletes, DmlTarget, WriteMode};
+use super::core::{commit_or_clean_up, removed_with_deletes};
+use super::statement::{DmlTarget, WriteMode};
 use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
@@ -78,9 +76,7 @@ use crate::physical_plan::write::{
 };
 use crate::scan::strict::FileStats;
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
-use crate::snapshot::{
-    commit, is_commit_state_unknown, is_concurrent_change, NewFile, SnapshotChanges, Validation,
-};
+use crate::snapshot::{is_concurrent_change, NewFile, SnapshotChanges, Validation};
 use crate::table::provider::arrow_schema;
 use crate::table::scan_plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::IcebergOptions;
@@ -315,11 +311,8 @@ impl MergeJob {
     }
 
     /// `plan` through the session's physical optimizer rules.
-    fn optimized(&self, mut plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        for rule in self.state.physical_optimizers() {
-            plan = rule.optimize(plan, self.state.config_options())?;
-        }
-        Ok(plan)
+    fn optimized(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        super::core::optimized(&self.state, plan)
     }
 
     /// A scan of `files` (`projection` of the table's columns, or all) ending with each row's
@@ -444,12 +437,7 @@ pub struct MergeExec {
 
 impl MergeExec {
     fn new(source: Arc<dyn ExecutionPlan>, job: Arc<MergeJob>) -> Self {
-        let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(count_schema()),
-            Partitioning::UnknownPartitioning(1),
-            EmissionType::Final,
-            Boundedness::Bounded,
-        ));
+        let properties = super::core::count_properties();
         Self {
             source,
             job,
@@ -663,18 +651,8 @@ async fn run_once(
     };
     let files_written = changes.added_data_files.len();
     let delete_files_written = changes.added_delete_files.len();
-    match commit(Arc::clone(&job.store), job.table.identifier(), changes).await {
-        Ok(outcome) => {
-            written.take();
-            m.commit_attempts.add(outcome.attempts as usize);
-        }
-        Err(e) => {
-            if !is_commit_state_unknown(&e) {
-                written.remove_all(job.table.file_io()).await;
-            }
-            return Err(e);
-        }
-    }
+    let outcome = commit_or_clean_up(&job.store, &job.table, changes, &written).await?;
+    m.commit_attempts.add(outcome.attempts as usize);
     let (updated, deleted, inserted, rewritten, delete_files_removed) = counts;
     m.rows_updated.add(updated as usize);
     m.rows_deleted.add(deleted as usize);
