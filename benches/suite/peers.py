@@ -192,6 +192,54 @@ def cmd_delta_append(a) -> dict:
     return {"seconds": time.perf_counter() - start, "answer": []}
 
 
+def change_set(rows: int, changes: int):
+    """The MERGE scenarios' change set: row v (0-based) updates id v * 19 % rows when v is even
+    (distinct ids spread over the table) and inserts id rows + v when odd; value = v % 1000."""
+    import numpy as np
+    import pyarrow as pa
+
+    v = np.arange(changes, dtype=np.int64)
+    ids = np.where(v % 2 == 0, v * 19 % rows, rows + v)
+    return pa.table({"id": pa.array(ids, pa.int64()), "value": pa.array(v % 1000, pa.int64())})
+
+
+MERGE_SQL = (
+    "MERGE INTO t USING src AS s ON t.id = s.id "
+    "WHEN MATCHED THEN UPDATE SET value = s.value "
+    "WHEN NOT MATCHED THEN INSERT (id, k, value, s) VALUES (s.id, s.id, s.value, 'new')"
+)
+
+
+def cmd_delta_merge(a) -> dict:
+    from deltalake import DeltaTable
+
+    src = change_set(a.rows, a.changes)
+    start = time.perf_counter()
+    (
+        DeltaTable(a.path)
+        .merge(source=src, predicate="t.id = s.id", source_alias="s", target_alias="t")
+        .when_matched_update(updates={"value": "s.value"})
+        .when_not_matched_insert(updates={"id": "s.id", "k": "s.id", "value": "s.value", "s": "'new'"})
+        .execute()
+    )
+    return {"seconds": time.perf_counter() - start, "answer": []}
+
+
+def cmd_duckdb_merge(a) -> dict:
+    """DuckDB's MERGE into its own native table loaded from the same data files (loading is not
+    timed): DuckDB 1.5.5 cannot write Iceberg tables outside a REST catalog."""
+    con = duckdb_connection()
+    files = [line for line in open(a.files).read().splitlines() if line]
+    con.execute("CREATE TABLE t AS SELECT * FROM read_parquet(?)", [files])
+    src = change_set(a.rows, a.changes)
+    con.register("src", src)
+    start = time.perf_counter()
+    con.execute(MERGE_SQL)
+    seconds = time.perf_counter() - start
+    row = con.execute("SELECT count(*), sum(value) FROM t").fetchone()
+    return {"seconds": seconds, "answer": [text(v) for v in row]}
+
+
 def cmd_chart(a) -> dict:
     """One panel per scenario: each engine's median time (log scale); capped and failed runs
     are marked, not drawn as numbers."""
@@ -277,6 +325,14 @@ def main() -> int:
     c.add_argument("--path", required=True)
     c.add_argument("--rows", type=int, required=True)
     c.add_argument("--sort-by")
+    c = sub.add_parser("delta-merge")
+    c.add_argument("--path", required=True)
+    c.add_argument("--rows", type=int, required=True)
+    c.add_argument("--changes", type=int, required=True)
+    c = sub.add_parser("duckdb-merge")
+    c.add_argument("--files", required=True)
+    c.add_argument("--rows", type=int, required=True)
+    c.add_argument("--changes", type=int, required=True)
     c = sub.add_parser("chart")
     c.add_argument("--report", required=True)
     c.add_argument("--out", required=True)
