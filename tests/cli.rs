@@ -262,3 +262,47 @@ fn nested_values_in_every_output_format() {
         "{\"s\":{\"a\":1,\"b\":\"x\"},\"l\":[1,2,null],\"m\":{\"k\":1}}\n"
     );
 }
+
+#[test]
+fn the_demo_tours_deletes_dml_merge_time_travel_and_spilling_plans() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli(dir.path(), &["demo", "--rows", "60000"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for n in 1..=8 {
+        assert!(
+            text.contains(&format!("\n== {n}. ")),
+            "step {n} missing:\n{text}"
+        );
+    }
+    // 60000 / 997 ids are equality-deleted: 60 rows.
+    assert!(text.contains("commits them: 60 ids"), "{text}");
+    assert!(text.contains("| 59940      |"), "{text}");
+    // Time travel reads the table as built.
+    let then = text
+        .lines()
+        .skip_while(|l| !l.starts_with("| trips_then"))
+        .nth(2)
+        .unwrap_or_default()
+        .to_string();
+    assert!(then.starts_with("| 60000 "), "{then}\n{text}");
+    // The scan's plan shows both kinds of deletes at work.
+    assert!(text.contains("equality_deleted_rows=60"), "{text}");
+    assert!(
+        text.contains("PositionalDeleteExec position_deleted_rows="),
+        "{text}"
+    );
+    assert!(text.contains("SortExec output_rows="), "{text}");
+    // A second run goes on from the table's state.
+    let again = cli(dir.path(), &["demo", "--rows", "60000"]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert!(String::from_utf8_lossy(&again.stdout).contains("demo.trips exists"));
+}

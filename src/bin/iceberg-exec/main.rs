@@ -1,6 +1,6 @@
 //! The `iceberg-exec` command line: SQL on an Iceberg warehouse, an interactive shell, a demo.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,6 +11,8 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::parser::DFParser;
 use iceberg_exec::{parse_size, IcebergSession, WarehouseConfig};
+
+mod demo;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -46,7 +48,8 @@ enum Command {
         /// The statements, e.g. "CREATE SCHEMA ns; SELECT 1".
         statements: Option<String>,
     },
-    /// Build a sample warehouse (a partitioned, sorted table) and run a few timed queries.
+    /// A tour of the engine on a sample table: deletes other engines write, merge-on-read
+    /// DELETE/UPDATE, MERGE, time travel, and plans under a small memory limit.
     Demo {
         /// Rows in the sample table.
         #[arg(long, default_value_t = 3_000_000)]
@@ -55,7 +58,7 @@ enum Command {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-enum Format {
+pub(crate) enum Format {
     /// Aligned text table.
     Table,
     /// Header line, then one line per row.
@@ -122,7 +125,7 @@ async fn run(cli: Cli) -> Result<()> {
             statements: Some(sql),
         }) => run_statements(&session, &sql, cli.format).await,
         Some(Command::Sql { statements: None }) | None => shell(&session, cli.format).await,
-        Some(Command::Demo { rows }) => demo(&session, rows).await,
+        Some(Command::Demo { rows }) => demo::tour(&session, rows).await,
     }
 }
 
@@ -143,7 +146,7 @@ async fn run_statements(session: &IcebergSession, sql: &str, format: Format) -> 
     Ok(())
 }
 
-fn print_batches(
+pub(crate) fn print_batches(
     schema: &datafusion::arrow::datatypes::SchemaRef,
     batches: &[RecordBatch],
     format: Format,
@@ -271,87 +274,6 @@ async fn shell(session: &IcebergSession, format: Format) -> Result<()> {
     }
     if let Some(h) = &history {
         let _ = editor.save_history(h);
-    }
-    Ok(())
-}
-
-/// Builds `demo.trips` (partitioned by day and region, sorted by pickup time) and runs queries.
-async fn demo(session: &IcebergSession, rows: u64) -> Result<()> {
-    let ctx = session.context();
-    let ident = iceberg::TableIdent::from_strs(["demo", "trips"])
-        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let exists = session.catalog().table_exists(&ident).await?;
-    if !exists {
-        println!(
-            "Building demo.trips with {rows} rows in {} ...",
-            session.catalog().warehouse()
-        );
-        ctx.sql("CREATE SCHEMA IF NOT EXISTS demo")
-            .await?
-            .collect()
-            .await?;
-        ctx.sql(
-            "CREATE EXTERNAL TABLE demo.trips (
-                id BIGINT NOT NULL, pickup_ts TIMESTAMP, region VARCHAR,
-                fare DOUBLE, distance_km DOUBLE, passengers INT)
-             STORED AS ICEBERG LOCATION ''
-             PARTITIONED BY (region)
-             OPTIONS ('partitioning' 'month(pickup_ts)', 'sort-order' 'pickup_ts ASC NULLS LAST')",
-        )
-        .await?
-        .collect()
-        .await?;
-        let chunks = rows.div_ceil(500_000).max(1);
-        let bar = if std::io::stderr().is_terminal() {
-            let b = indicatif::ProgressBar::new(rows);
-            b.set_style(
-                indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} rows  {elapsed}")
-                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            Some(b)
-        } else {
-            None
-        };
-        let started = Instant::now();
-        for chunk in 0..chunks {
-            let lo = chunk * rows / chunks + 1;
-            let hi = (chunk + 1) * rows / chunks;
-            let sql = format!(
-                "INSERT INTO demo.trips
-                 SELECT value AS id,
-                        to_timestamp_seconds(1735689600 + value * 7919 % 31536000) AS pickup_ts,
-                        CASE value % 4 WHEN 0 THEN 'north' WHEN 1 THEN 'south' WHEN 2 THEN 'east' ELSE 'west' END AS region,
-                        CAST(value * 37 % 9000 AS DOUBLE) / 100.0 + 3.0 AS fare,
-                        CAST(value * 13 % 4000 AS DOUBLE) / 100.0 AS distance_km,
-                        CAST(value % 4 + 1 AS INT) AS passengers
-                 FROM generate_series({lo}, {hi})"
-            );
-            ctx.sql(&sql).await?.collect().await?;
-            if let Some(b) = &bar {
-                b.set_position(hi);
-            }
-        }
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        println!("built in {:.2}s", started.elapsed().as_secs_f64());
-    } else {
-        println!("demo.trips exists; running queries on it");
-    }
-    let queries = [
-        "SELECT count(*) AS trips FROM demo.trips",
-        "SELECT region, count(*) AS trips, round(avg(fare), 2) AS avg_fare FROM demo.trips GROUP BY region ORDER BY region",
-        "SELECT date_trunc('month', pickup_ts) AS month, round(sum(fare), 2) AS revenue FROM demo.trips GROUP BY 1 ORDER BY 1 LIMIT 3",
-        "SELECT id, pickup_ts, fare FROM demo.trips WHERE region = 'east' AND fare > 92.9 ORDER BY fare DESC, id LIMIT 5",
-    ];
-    for q in queries {
-        println!("\n{q}");
-        let started = Instant::now();
-        let df = ctx.sql(q).await?;
-        let schema = df.schema().inner().clone();
-        let batches = df.collect().await?;
-        print_batches(&schema, &batches, Format::Table)?;
-        println!("({:.3}s)", started.elapsed().as_secs_f64());
     }
     Ok(())
 }
