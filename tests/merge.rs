@@ -452,3 +452,59 @@ async fn a_failing_merge_leaves_no_file_and_no_snapshot() {
     assert_eq!(files_under(dir.path()), before);
     assert_eq!(common::current_snapshot(&s, "ns", "t").await, snapshot);
 }
+
+#[tokio::test]
+async fn a_merge_planned_before_concurrent_commits_runs_again_on_the_new_state() {
+    for mode in ["copy-on-write", "merge-on-read"] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(dir.path()).await;
+        sql(&s, "CREATE SCHEMA ns").await.unwrap();
+        sql(&s, "CREATE TABLE ns.t (id BIGINT NOT NULL, w BIGINT) ")
+            .await
+            .unwrap();
+        sql(
+            &s,
+            "INSERT INTO ns.t SELECT value, 0 FROM generate_series(0, 59)",
+        )
+        .await
+        .unwrap();
+        sql(&s, &format!("SET iceberg.merge_mode = '{mode}'"))
+            .await
+            .unwrap();
+        let ctx = s.context();
+        // Planned while id 5 exists and id 70 does not ...
+        let plan = ctx
+            .sql(
+                "MERGE INTO ns.t USING (VALUES (5, 100), (70, 1)) AS s(id, w) ON ns.t.id = s.id \
+                 WHEN MATCHED THEN UPDATE SET w = s.w WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.w)",
+            )
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        // ... then another writer deletes id 5 and inserts id 70.
+        let other = session(dir.path()).await;
+        sql(&other, "DELETE FROM ns.t WHERE id = 5").await.unwrap();
+        sql(&other, "INSERT INTO ns.t VALUES (70, 9)")
+            .await
+            .unwrap();
+        // Run as planned, the MERGE would update a row that is gone and insert a second id
+        // 70: it sees the conflict, runs again, inserts 5 (no longer there) and updates the 70
+        // that now is.
+        let out = datafusion::physical_plan::collect(plan, ctx.task_ctx())
+            .await
+            .unwrap();
+        assert_eq!(common::render(&out), ["2"], "{mode}");
+        assert_eq!(
+            rows(&s, "SELECT count(*), count(DISTINCT id), sum(w) FROM ns.t").await,
+            ["61|61|101"],
+            "{mode}"
+        );
+        assert_eq!(
+            rows(&s, "SELECT id, w FROM ns.t WHERE id IN (5, 70) ORDER BY id").await,
+            ["5|100", "70|1"],
+            "{mode}"
+        );
+    }
+}
