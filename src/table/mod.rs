@@ -5,7 +5,6 @@ mod by_path;
 mod factory;
 mod function;
 pub(crate) mod provider;
-pub(crate) mod scan_plan;
 mod snapshots;
 pub(crate) mod spec;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::DFSchemaRef;
@@ -17,14 +17,13 @@ use datafusion::physical_plan::ExecutionPlan;
 use iceberg::table::Table;
 
 use crate::catalog::MetadataStore;
-use crate::dml::statement::DmlOp;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
+use crate::physical_plan::scan::plan::{arrow_schema, plan_scan, ScanRequest};
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter};
-use crate::table::scan_plan::{plan_scan, ScanRequest};
 use crate::IcebergOptions;
 
 /// An Iceberg table as a DataFusion [`TableProvider`].
@@ -52,47 +51,6 @@ fn snapshot_file_count(snapshot: &iceberg::spec::SnapshotRef) -> usize {
         .get("total-data-files")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
-}
-
-/// The Arrow schema DataFusion sees for an Iceberg schema (no field-id metadata).
-pub(crate) fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
-    let with_ids = crate::arrow58::iceberg_to_arrow(schema)?;
-    let fields: Vec<_> = with_ids
-        .fields()
-        .iter()
-        .map(|f| {
-            let f = strip_field_metadata(f);
-            // Top-level strings are string views, as DataFusion reads parquet strings by default
-            // (`schema_force_view_types`): the parquet reader then decodes into views directly.
-            match f.data_type() {
-                arrow::datatypes::DataType::Utf8 => {
-                    f.with_data_type(arrow::datatypes::DataType::Utf8View)
-                }
-                _ => f,
-            }
-        })
-        .collect();
-    Ok(Arc::new(Schema::new(fields)))
-}
-
-fn strip_field_metadata(f: &arrow::datatypes::Field) -> arrow::datatypes::Field {
-    use arrow::datatypes::{DataType, Field};
-    let data_type = match f.data_type() {
-        DataType::Struct(children) => DataType::Struct(
-            children
-                .iter()
-                .map(|c| Arc::new(strip_field_metadata(c)))
-                .collect(),
-        ),
-        DataType::List(c) => DataType::List(Arc::new(strip_field_metadata(c))),
-        DataType::LargeList(c) => DataType::LargeList(Arc::new(strip_field_metadata(c))),
-        DataType::FixedSizeList(c, n) => {
-            DataType::FixedSizeList(Arc::new(strip_field_metadata(c)), *n)
-        }
-        DataType::Map(c, sorted) => DataType::Map(Arc::new(strip_field_metadata(c)), *sorted),
-        other => other.clone(),
-    };
-    Field::new(f.name(), data_type, f.is_nullable())
 }
 
 impl IcebergTableProvider {
@@ -188,7 +146,7 @@ impl IcebergTableProvider {
     }
 
     /// The table a `DELETE`/`UPDATE` changes (an error when the provider is read-only).
-    fn dml_target(&self, op: &str) -> Result<crate::dml::statement::DmlTarget<'_>> {
+    fn dml_target(&self, op: &str) -> Result<crate::dml::DmlTarget<'_>> {
         let Some(store) = &self.store else {
             return Err(DataFusionError::Plan(format!(
                 "{op} on table '{}' is not possible: it is read-only here (opened by path or at a \
@@ -197,7 +155,7 @@ impl IcebergTableProvider {
             )));
         };
         crate::snapshot::metadata_file::refuse_inline_manifests(self.table.metadata())?;
-        Ok(crate::dml::statement::DmlTarget {
+        Ok(crate::dml::DmlTarget {
             table: &self.table,
             store: Arc::clone(store),
             locations: &self.locations,
@@ -299,7 +257,7 @@ impl TableProvider for IcebergTableProvider {
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let target = self.dml_target("DELETE")?;
-        crate::dml::statement::plan_dml(target, state, DmlOp::Delete, filters).await
+        crate::dml::delete::plan_delete(target, state, filters).await
     }
 
     async fn update(
@@ -309,7 +267,7 @@ impl TableProvider for IcebergTableProvider {
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let target = self.dml_target("UPDATE")?;
-        crate::dml::statement::plan_dml(target, state, DmlOp::Update(assignments), filters).await
+        crate::dml::update::plan_update(target, state, assignments, filters).await
     }
 
     async fn merge_into(

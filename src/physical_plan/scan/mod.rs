@@ -1,6 +1,8 @@
-//! [`IcebergScanExec`]: names the Iceberg scan in plans (table, snapshot, files kept by pruning,
+//! The physical plan of a scan ([`plan`]: data files with their deletes applied) and
+//! [`IcebergScanExec`], which names the Iceberg scan in plans (table, snapshot, files kept by pruning,
 //! predicate used) above the DataFusion parquet scan that reads the files.
 
 mod exec;
+pub(crate) mod plan;
 
 pub use exec::{IcebergScanExec, ScanSummary};

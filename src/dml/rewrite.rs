@@ -1,5 +1,6 @@
-//! `DELETE FROM t WHERE c` and `UPDATE t SET .. WHERE c`: metadata-only deletes where the
-//! manifests prove every row of a file matches, copy-on-write elsewhere.
+//! The two-pass core of `DELETE FROM t WHERE c` and `UPDATE t SET .. WHERE c`: metadata-only
+//! deletes where the manifests prove every row of a file matches, a rewrite or position deletes
+//! elsewhere ([`super::mor_pass`] writes those).
 //!
 //! ```text
 //!  planning (no side effects; EXPLAIN stops here)
@@ -22,19 +23,13 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::AsArray;
-use arrow::array::{Array, ArrayRef, DictionaryArray, RecordBatch, StringArray, UInt64Array};
-use arrow::datatypes::Int64Type;
+use arrow::array::{Array, DictionaryArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, SchemaRef, UInt16Type};
 use datafusion::catalog::Session;
-use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::DFSchema;
-use datafusion::datasource::physical_plan::FileScanConfig;
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::utils::{conjunction, expr_to_columns};
 use datafusion::logical_expr::{Expr, ExprSchemable};
@@ -44,101 +39,33 @@ use datafusion::physical_plan::expressions::Column;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::projection::ProjectionExec;
-use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::physical_plan::{
-    execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
     SendableRecordBatchStream,
 };
 use futures::StreamExt;
 use iceberg::spec::{Operation, SnapshotRef, TableMetadata};
 use iceberg::table::Table;
-use roaring::RoaringTreemap;
 
 use super::core::{commit_or_clean_up, removed_with_deletes};
-use super::{dml_checked, unchecked_dml_error};
+use super::guard::{dml_checked, unchecked_dml_error};
 use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
-use crate::physical_plan::commit::count_schema;
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
+use crate::physical_plan::scan::plan::arrow_schema;
+use crate::physical_plan::scan::plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
-    decode_data_files, sort_requirement, write_file_position_deletes, DataFileWriterExec,
-    WrittenFiles,
+    decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
 use crate::scan::strict::FileStats;
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
 use crate::snapshot::{is_concurrent_change, NewFile, SnapshotChanges, Validation};
-use crate::table::provider::arrow_schema;
-use crate::table::scan_plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::IcebergOptions;
 
-/// How a `DELETE` or `UPDATE` changes rows in files it does not drop whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WriteMode {
-    /// Rewrite the files without the deleted rows.
-    CopyOnWrite,
-    /// Write position delete files.
-    MergeOnRead,
-}
-
-impl WriteMode {
-    /// The mode of `op` in effect: the session's `iceberg.delete_mode` / `iceberg.update_mode`,
-    /// else the table's `write.delete.mode` / `write.update.mode`, else copy-on-write.
-    pub(crate) fn of(
-        metadata: &TableMetadata,
-        options: &IcebergOptions,
-        op: &DmlOp,
-    ) -> Result<Self> {
-        let (session, property, option) = match op {
-            DmlOp::Delete => (
-                &options.delete_mode,
-                "write.delete.mode",
-                "iceberg.delete_mode",
-            ),
-            DmlOp::Update(_) => (
-                &options.update_mode,
-                "write.update.mode",
-                "iceberg.update_mode",
-            ),
-        };
-        Self::from_setting(metadata, session, property, option)
-    }
-
-    /// The mode a session option (`option`, its value `session`; empty: unset) or else a table
-    /// property (`property`) gives; copy-on-write when neither is set.
-    pub(crate) fn from_setting(
-        metadata: &TableMetadata,
-        session: &str,
-        property: &str,
-        option: &str,
-    ) -> Result<Self> {
-        let (value, source) = if session.is_empty() {
-            match metadata.properties().get(property) {
-                Some(v) => (v.as_str(), format!("table property {property}")),
-                None => return Ok(Self::CopyOnWrite),
-            }
-        } else {
-            (session, option.to_string())
-        };
-        match value.to_ascii_lowercase().as_str() {
-            "copy-on-write" => Ok(Self::CopyOnWrite),
-            "merge-on-read" => Ok(Self::MergeOnRead),
-            other => Err(DataFusionError::Configuration(format!(
-                "{source} must be 'copy-on-write' or 'merge-on-read', got '{other}'"
-            ))),
-        }
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Self::CopyOnWrite => "copy-on-write",
-            Self::MergeOnRead => "merge-on-read",
-        }
-    }
-}
+use super::core::{DmlTarget, WriteMode};
+use super::mor_pass::write_position_deletes;
 
 /// What a statement does to the rows its condition selects.
 #[derive(Debug, Clone)]
@@ -158,16 +85,30 @@ impl DmlOp {
     }
 }
 
-/// The table a statement changes, as the provider holds it.
-pub(crate) struct DmlTarget<'a> {
-    pub table: &'a Table,
-    pub store: Arc<dyn MetadataStore>,
-    pub locations: &'a LocationMap,
+/// The mode of a `DELETE` or `UPDATE`.
+pub(crate) fn mode_of(
+    metadata: &TableMetadata,
+    options: &IcebergOptions,
+    op: &DmlOp,
+) -> Result<WriteMode> {
+    let (session, property, option) = match op {
+        DmlOp::Delete => (
+            &options.delete_mode,
+            "write.delete.mode",
+            "iceberg.delete_mode",
+        ),
+        DmlOp::Update(_) => (
+            &options.update_mode,
+            "write.update.mode",
+            "iceberg.update_mode",
+        ),
+    };
+    WriteMode::from_setting(metadata, session, property, option)
 }
 
 /// Plans `DELETE FROM target WHERE filters` or `UPDATE target SET .. WHERE filters` (filters
 /// AND-ed; none: every row).
-pub(crate) async fn plan_dml(
+pub(crate) async fn plan(
     target: DmlTarget<'_>,
     state: &dyn Session,
     op: DmlOp,
@@ -192,7 +133,7 @@ pub(crate) async fn plan_dml(
     let mode = match &op {
         // `SET c = c` changes nothing: it only counts the matching rows.
         DmlOp::Update(a) if a.is_empty() => WriteMode::CopyOnWrite,
-        _ => WriteMode::of(metadata, &options, &op)?,
+        _ => mode_of(metadata, &options, &op)?,
     };
     let schema = arrow_schema(metadata.current_schema())?;
     let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
@@ -279,25 +220,25 @@ async fn proven_files(
 
 /// Everything a `DELETE` or `UPDATE` decided at planning time.
 #[derive(Debug)]
-struct DmlJob {
-    table: Table,
-    store: Arc<dyn MetadataStore>,
+pub(super) struct DmlJob {
+    pub(super) table: Table,
+    pub(super) store: Arc<dyn MetadataStore>,
     /// The planning session: pass 2 is planned with it once pass 1 has run.
-    state: SessionState,
-    schema: SchemaRef,
-    locations: LocationMap,
-    filters: Vec<Expr>,
+    pub(super) state: SessionState,
+    pub(super) schema: SchemaRef,
+    pub(super) locations: LocationMap,
+    pub(super) filters: Vec<Expr>,
     /// Columns the condition names.
-    columns: Vec<String>,
-    op: DmlOp,
-    mode: WriteMode,
-    base_snapshot_id: Option<i64>,
+    pub(super) columns: Vec<String>,
+    pub(super) op: DmlOp,
+    pub(super) mode: WriteMode,
+    pub(super) base_snapshot_id: Option<i64>,
     /// Files removed whole.
-    removed_whole: Vec<PlannedFile>,
+    pub(super) removed_whole: Vec<PlannedFile>,
     /// Rows of the files removed whole that no delete applies to.
-    rows_removed_whole: u64,
+    pub(super) rows_removed_whole: u64,
     /// Files pass 1 reads.
-    checked: ScanFiles,
+    pub(super) checked: ScanFiles,
 }
 
 impl DmlJob {
@@ -791,271 +732,6 @@ async fn run_once(
     Ok(deleted)
 }
 
-/// The object paths of the files whose rows reach several partitions of `plan`: files split
-/// into byte ranges over several partitions' file groups (a repartitioned scan gives every file
-/// a range, also one read whole by one partition: only files in more than one group count).
-/// `None` when every file's rows may: the plan deals batches round-robin over partitions
-/// (DataFusion adds that above a scan of fewer partitions than it wants, e.g. a few small
-/// files).
-fn files_in_several_partitions(plan: &Arc<dyn ExecutionPlan>) -> Option<HashSet<String>> {
-    let mut groups_of: HashMap<String, usize> = HashMap::new();
-    let mut stack = vec![Arc::clone(plan)];
-    while let Some(p) = stack.pop() {
-        if p.downcast_ref::<RepartitionExec>()
-            .is_some_and(|r| matches!(r.partitioning(), Partitioning::RoundRobinBatch(n) if *n > 1))
-        {
-            return None;
-        }
-        if let Some(config) = p
-            .downcast_ref::<DataSourceExec>()
-            .and_then(|s| s.data_source().downcast_ref::<FileScanConfig>())
-        {
-            for group in &config.file_groups {
-                let in_group: HashSet<String> = group
-                    .files()
-                    .iter()
-                    .filter(|f| f.range.is_some())
-                    .map(|f| f.object_meta.location.to_string())
-                    .collect();
-                for path in in_group {
-                    *groups_of.entry(path).or_default() += 1;
-                }
-            }
-        }
-        stack.extend(p.children().into_iter().cloned());
-    }
-    Some(
-        groups_of
-            .into_iter()
-            .filter(|(_, groups)| *groups > 1)
-            .map(|(path, _)| path)
-            .collect(),
-    )
-}
-
-/// One partition's positions of one data file.
-type Positions = (String, RoaringTreemap);
-
-/// What one partition of merge-on-read pass 1 found.
-#[derive(Default)]
-struct PartitionPositions {
-    /// Matching rows per data file.
-    counts: HashMap<String, u64>,
-    /// Delete files written.
-    written: Vec<NewFile>,
-    /// Positions in files split over several partitions, held to be written as one file, and
-    /// the memory they take.
-    held: Vec<Positions>,
-    held_memory: Option<MemoryReservation>,
-}
-
-/// Merge-on-read pass 1: runs `plan` (rows `(_file, _pos)`) partition by partition, each on its
-/// own task, and writes one position delete file per data file with matching rows. A partition
-/// reads a data file's positions in order, so one bitmap per partition is held at a time
-/// (reserved from the pool). A file DataFusion split into byte ranges, or whose batches it
-/// deals round-robin, reaches several partitions: their bitmaps are held (reserved) and merged
-/// into its one delete file at the end; when the pool refuses that memory, each is written as
-/// it completes (several delete files for one data file, as valid, only less tidy). Returns
-/// the matching rows per data file and the files. Files the statement removes whole are
-/// counted, not written for.
-async fn write_position_deletes(
-    job: &DmlJob,
-    plan: Arc<dyn ExecutionPlan>,
-    context: &Arc<TaskContext>,
-    written: &WrittenFiles,
-) -> Result<(HashMap<String, u64>, Vec<NewFile>)> {
-    // Files removed whole are only counted.
-    let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
-    let spread = files_in_several_partitions(&plan);
-    let mut files: HashMap<String, FileTarget> = HashMap::new();
-    for f in &job.checked.files {
-        let split = match &spread {
-            None => true,
-            Some(spread) => {
-                !spread.is_empty()
-                    && spread.contains(&job.locations.object_path(&f.path)?.to_string())
-            }
-        };
-        let target = FileTarget {
-            spec_id: f.spec_id,
-            partition: f.partition.clone(),
-            write: !whole.contains(f.path.as_str()),
-            split,
-        };
-        files.insert(f.path.clone(), target);
-    }
-    let files = Arc::new(files);
-    let partitions = plan.output_partitioning().partition_count();
-    let mut tasks = vec![];
-    for i in 0..partitions {
-        let stream = plan.execute(i, Arc::clone(context))?;
-        let pass = PositionsPass {
-            files: Arc::clone(&files),
-            table: job.table.clone(),
-            written: written.clone(),
-            pool: Arc::clone(context.memory_pool()),
-            partition: i,
-        };
-        tasks.push(SpawnedTask::spawn(pass.run(stream)));
-    }
-    let mut counts: HashMap<String, u64> = HashMap::new();
-    let mut out = vec![];
-    let mut held: HashMap<String, RoaringTreemap> = HashMap::new();
-    let mut held_memory = vec![];
-    let mut failure = None;
-    for task in tasks {
-        match task.join_unwind().await {
-            Ok(Ok(found)) => {
-                for (path, n) in found.counts {
-                    *counts.entry(path).or_default() += n;
-                }
-                out.extend(found.written);
-                for (path, positions) in found.held {
-                    *held.entry(path).or_default() |= positions;
-                }
-                held_memory.extend(found.held_memory);
-            }
-            Ok(Err(e)) => failure = failure.or(Some(e)),
-            Err(e) => failure = failure.or(Some(DataFusionError::ExecutionJoin(Box::new(e)))),
-        }
-    }
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    let mut held: Vec<Positions> = held.into_iter().collect();
-    held.sort_by(|a, b| a.0.cmp(&b.0));
-    for positions in held {
-        out.push(write_positions(&job.table, &files, written, positions).await?);
-    }
-    drop(held_memory);
-    Ok((counts, out))
-}
-
-/// Writes the position delete file of one data file's positions and records it.
-async fn write_positions(
-    table: &Table,
-    files: &HashMap<String, FileTarget>,
-    written: &WrittenFiles,
-    (path, bitmap): Positions,
-) -> Result<NewFile> {
-    let target = target_of(files, &path)?;
-    let file = write_file_position_deletes(
-        table,
-        target.spec_id,
-        target.partition.clone(),
-        &path,
-        &bitmap,
-    )
-    .await?;
-    written.record(file.file.file_path().to_string());
-    Ok(file)
-}
-
-fn target_of<'a>(files: &'a HashMap<String, FileTarget>, path: &str) -> Result<&'a FileTarget> {
-    files
-        .get(path)
-        .ok_or_else(|| DataFusionError::Internal(format!("{path} was not planned")))
-}
-
-/// Where a data file's position deletes go.
-struct FileTarget {
-    spec_id: i32,
-    partition: iceberg::spec::Struct,
-    /// False for files the statement removes whole.
-    write: bool,
-    /// Whether several partitions read it.
-    split: bool,
-}
-
-/// One partition's task of merge-on-read pass 1.
-struct PositionsPass {
-    files: Arc<HashMap<String, FileTarget>>,
-    table: Table,
-    written: WrittenFiles,
-    pool: Arc<dyn MemoryPool>,
-    partition: usize,
-}
-
-impl PositionsPass {
-    async fn run(self, mut stream: SendableRecordBatchStream) -> Result<PartitionPositions> {
-        let reservation = MemoryConsumer::new(format!("MergeOnReadDelete[{}]", self.partition))
-            .register(&self.pool);
-        let mut found = PartitionPositions::default();
-        let mut current: Option<Positions> = None;
-        while let Some(batch) = stream.next().await {
-            let batch = batch?;
-            let paths = arrow::compute::cast(batch.column(0), &DataType::Utf8)?;
-            let paths = paths.as_string::<i32>();
-            let positions = batch.column(1).as_primitive::<Int64Type>();
-            for row in 0..batch.num_rows() {
-                let path = paths.value(row);
-                if current.as_ref().is_none_or(|(p, _)| p != path) {
-                    if let Some(done) = current.take() {
-                        self.finish(done, &mut found).await?;
-                    }
-                    current = Some((path.to_string(), RoaringTreemap::new()));
-                }
-                if let Some((_, bitmap)) = current.as_mut() {
-                    bitmap.insert(positions.value(row) as u64);
-                }
-            }
-            let size = current.as_ref().map_or(0, |(_, b)| b.serialized_size());
-            if reservation.try_resize(size).is_err() {
-                // Held positions give way to the file being read: written now, they free
-                // their memory (their files then get more than one delete file).
-                self.write_held(&mut found).await?;
-                reservation.try_resize(size)?;
-            }
-        }
-        if let Some(done) = current.take() {
-            self.finish(done, &mut found).await?;
-        }
-        Ok(found)
-    }
-
-    /// Writes the positions this partition holds and frees their memory.
-    async fn write_held(&self, found: &mut PartitionPositions) -> Result<()> {
-        for positions in std::mem::take(&mut found.held) {
-            let file = write_positions(&self.table, &self.files, &self.written, positions).await?;
-            found.written.push(file);
-        }
-        if let Some(memory) = &found.held_memory {
-            memory.free();
-        }
-        Ok(())
-    }
-
-    /// Counts a file's positions found here, and writes them, or holds them when other
-    /// partitions read the same file (and the pool grants the memory).
-    async fn finish(
-        &self,
-        (path, bitmap): Positions,
-        found: &mut PartitionPositions,
-    ) -> Result<()> {
-        *found.counts.entry(path.clone()).or_default() += bitmap.len();
-        let target = target_of(&self.files, &path)?;
-        if !target.write {
-            return Ok(());
-        }
-        if target.split {
-            let memory = found.held_memory.get_or_insert_with(|| {
-                MemoryConsumer::new(format!(
-                    "MergeOnReadDelete[{}, split files]",
-                    self.partition
-                ))
-                .register(&self.pool)
-            });
-            if memory.try_grow(bitmap.serialized_size()).is_ok() {
-                found.held.push((path, bitmap));
-                return Ok(());
-            }
-        }
-        let file = write_positions(&self.table, &self.files, &self.written, (path, bitmap)).await?;
-        found.written.push(file);
-        Ok(())
-    }
-}
-
 impl ExecutionPlan for DmlExec {
     fn name(&self) -> &str {
         match self.job.op {
@@ -1103,11 +779,7 @@ impl ExecutionPlan for DmlExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        if partition != 0 {
-            return Err(DataFusionError::Internal(format!(
-                "DmlExec has one partition, asked for {partition}"
-            )));
-        }
+        crate::dml::core::only_partition("DmlExec", partition)?;
         let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);
         let m = Counters {
             rows_deleted: counter("rows_deleted"),
@@ -1121,66 +793,10 @@ impl ExecutionPlan for DmlExec {
             statement_attempts: counter("statement_attempts"),
         };
         let fut = run(Arc::clone(&self.job), self.pass1.clone(), context, m);
-        let stream = futures::stream::once(async move {
-            let n = fut.await?;
-            let array = Arc::new(UInt64Array::from(vec![n])) as ArrayRef;
-            Ok(RecordBatch::try_new(count_schema(), vec![array])?)
-        });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            count_schema(),
-            stream,
-        )))
+        Ok(crate::dml::core::count_stream(fut))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use arrow::datatypes::{Field, Schema};
-    use datafusion::datasource::listing::PartitionedFile;
-    use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
-    use datafusion::execution::object_store::ObjectStoreUrl;
-
-    use super::*;
-
-    #[test]
-    fn only_files_in_several_groups_are_split() {
-        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
-        let file = |path: &str, range: Option<(i64, i64)>| {
-            let f = PartitionedFile::new(path.to_string(), 1000);
-            match range {
-                Some((start, end)) => f.with_range(start, end),
-                None => f,
-            }
-        };
-        // `a` is split over groups 0 and 1; `b` has a range but is read whole by group 1; `c`
-        // has no range.
-        let groups = vec![
-            FileGroup::new(vec![file("a", Some((0, 600)))]),
-            FileGroup::new(vec![
-                file("a", Some((600, 1000))),
-                file("b", Some((0, 1000))),
-            ]),
-            FileGroup::new(vec![file("c", None)]),
-        ];
-        let config = FileScanConfigBuilder::new(
-            ObjectStoreUrl::local_filesystem(),
-            Arc::new(ParquetSource::new(schema)),
-        )
-        .with_file_groups(groups)
-        .build();
-        let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
-        let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(Arc::clone(&scan)));
-        assert_eq!(
-            files_in_several_partitions(&plan),
-            Some(HashSet::from(["a".to_string()]))
-        );
-        let dealt: Arc<dyn ExecutionPlan> = Arc::new(
-            RepartitionExec::try_new(Arc::clone(&scan), Partitioning::RoundRobinBatch(4)).unwrap(),
-        );
-        assert_eq!(files_in_several_partitions(&dealt), None);
     }
 }

@@ -44,7 +44,6 @@ use crate::physical_plan::positional_delete::{
     FileDeletes, PositionDeleteFile, PositionalDeleteExec,
 };
 use crate::scan::{group_files, DeleteFileRef, FieldIdAdapterFactory, ScanFiles};
-use crate::table::provider::arrow_schema;
 use crate::IcebergOptions;
 
 /// Hidden per-file column: the index of the data file's [`FileGate`] (sequence number and
@@ -400,4 +399,45 @@ async fn delete_scan(
         .with_expr_adapter(Some(Arc::new(adapter)))
         .build();
     parquet_exec(state, config)
+}
+
+/// The Arrow schema DataFusion sees for an Iceberg schema (no field-id metadata).
+pub(crate) fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
+    let with_ids = crate::arrow58::iceberg_to_arrow(schema)?;
+    let fields: Vec<_> = with_ids
+        .fields()
+        .iter()
+        .map(|f| {
+            let f = strip_field_metadata(f);
+            // Top-level strings are string views, as DataFusion reads parquet strings by default
+            // (`schema_force_view_types`): the parquet reader then decodes into views directly.
+            match f.data_type() {
+                arrow::datatypes::DataType::Utf8 => {
+                    f.with_data_type(arrow::datatypes::DataType::Utf8View)
+                }
+                _ => f,
+            }
+        })
+        .collect();
+    Ok(Arc::new(arrow::datatypes::Schema::new(fields)))
+}
+
+fn strip_field_metadata(f: &arrow::datatypes::Field) -> arrow::datatypes::Field {
+    use arrow::datatypes::{DataType, Field};
+    let data_type = match f.data_type() {
+        DataType::Struct(children) => DataType::Struct(
+            children
+                .iter()
+                .map(|c| Arc::new(strip_field_metadata(c)))
+                .collect(),
+        ),
+        DataType::List(c) => DataType::List(Arc::new(strip_field_metadata(c))),
+        DataType::LargeList(c) => DataType::LargeList(Arc::new(strip_field_metadata(c))),
+        DataType::FixedSizeList(c, n) => {
+            DataType::FixedSizeList(Arc::new(strip_field_metadata(c)), *n)
+        }
+        DataType::Map(c, sorted) => DataType::Map(Arc::new(strip_field_metadata(c)), *sorted),
+        other => other.clone(),
+    };
+    Field::new(f.name(), data_type, f.is_nullable())
 }

@@ -1,0 +1,440 @@
+//! [`MergeExec`]: runs a planned `MERGE` (read the source, plan and join the target, write the
+//! new rows, then position deletes or the rewrite), checks it, and commits, again on a conflict.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::expressions::{self, Column};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics,
+};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
+};
+use iceberg::spec::Operation;
+
+use super::clauses::MergeRowsExec;
+use super::join::{join_plan, read_source, JoinMode};
+use super::positions::{DropCounts, DropPositionsExec, MergePositions, PositionMap};
+use crate::dml::core::WriteMode;
+use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
+use crate::error::IcebergResultExt;
+use crate::physical_plan::without_work_stealing;
+use crate::physical_plan::write::{write_file_position_deletes, WrittenFiles};
+use crate::scan::{PlannedFile, ScanFiles};
+use crate::snapshot::{is_concurrent_change, NewFile, SnapshotChanges};
+
+use super::{MergeJob, SOURCE_MARKER};
+
+/// Runs a `MERGE`; its child is the source. One output row: `count`, the rows updated, deleted
+/// and inserted (each kind is a metric).
+#[derive(Debug)]
+pub struct MergeExec {
+    source: Arc<dyn ExecutionPlan>,
+    job: Arc<MergeJob>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl MergeExec {
+    pub(super) fn new(source: Arc<dyn ExecutionPlan>, job: Arc<MergeJob>) -> Self {
+        let properties = crate::dml::core::count_properties();
+        Self {
+            source,
+            job,
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for MergeExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let job = &self.job;
+        let clauses: Vec<&str> = job.clauses.iter().map(|c| c.text.as_str()).collect();
+        write!(
+            f,
+            "MergeExec: table={}, mode={}, join={} on {}, keys={}, clauses=[{}]",
+            job.table.identifier(),
+            job.mode.name(),
+            job.spec.join_type,
+            job.spec.text,
+            job.spec.source_keys.len(),
+            clauses.join("; "),
+        )
+    }
+}
+
+struct Counters {
+    source_rows: Count,
+    target_files: Count,
+    rows_updated: Count,
+    rows_deleted: Count,
+    rows_inserted: Count,
+    files_rewritten: Count,
+    files_written: Count,
+    delete_files_written: Count,
+    delete_files_removed: Count,
+    grace_partitions: Count,
+    commit_attempts: Count,
+    statement_attempts: Count,
+    spill: SpillMetrics,
+}
+
+impl ExecutionPlan for MergeExec {
+    fn name(&self) -> &str {
+        "MergeExec"
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.source]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let source = crate::physical_plan::single_child("MergeExec", children)?;
+        Ok(Arc::new(Self::new(source, Arc::clone(&self.job))))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        crate::dml::core::only_partition("MergeExec", partition)?;
+        let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);
+        let m = Counters {
+            source_rows: counter("source_rows"),
+            target_files: counter("target_files_scanned"),
+            rows_updated: counter("rows_updated"),
+            rows_deleted: counter("rows_deleted"),
+            rows_inserted: counter("rows_inserted"),
+            files_rewritten: counter("files_rewritten"),
+            files_written: counter("files_written"),
+            delete_files_written: counter("delete_files_written"),
+            delete_files_removed: counter("delete_files_removed"),
+            grace_partitions: counter("grace_partitions"),
+            commit_attempts: counter("commit_attempts"),
+            statement_attempts: counter("statement_attempts"),
+            spill: SpillMetrics::new(&self.metrics, 0),
+        };
+        let fut = run(
+            Arc::clone(&self.job),
+            Arc::clone(&self.source),
+            without_work_stealing(context),
+            m,
+        );
+        Ok(crate::dml::core::count_stream(fut))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Runs the statement; on a conflicting concurrent commit, again on the new table state, up to
+/// the table's `commit.retry.num-retries` times.
+async fn run(
+    mut job: Arc<MergeJob>,
+    source: Arc<dyn ExecutionPlan>,
+    context: Arc<TaskContext>,
+    m: Counters,
+) -> Result<u64> {
+    let retries = job
+        .table
+        .metadata()
+        .table_properties()
+        .df()?
+        .commit_num_retries;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        m.statement_attempts.add(1);
+        match run_once(&job, Arc::clone(&source), &context, &m).await {
+            Err(e) if is_concurrent_change(&e) && attempt <= retries => {
+                log::info!("MERGE on '{}' runs again: {e}", job.sql_table());
+                let table = Arc::clone(&job.store).load(job.table.identifier()).await?;
+                if table.metadata().current_schema_id() != job.schema_id {
+                    return Err(DataFusionError::Execution(format!(
+                        "MERGE on table '{}' stopped: the table's schema changed while it ran; \
+                         nothing was changed",
+                        job.sql_table()
+                    )));
+                }
+                let mut again = clone_job(&job);
+                again.table = table;
+                job = Arc::new(again);
+            }
+            other => return other,
+        }
+    }
+}
+
+fn clone_job(job: &MergeJob) -> MergeJob {
+    MergeJob {
+        table: job.table.clone(),
+        store: Arc::clone(&job.store),
+        state: job.state.clone(),
+        locations: job.locations.clone(),
+        table_schema: Arc::clone(&job.table_schema),
+        schema_id: job.schema_id,
+        layout: Arc::clone(&job.layout),
+        clauses: Arc::clone(&job.clauses),
+        spec: job.spec.clone(),
+        mode: job.mode,
+        prune: job.prune.clone(),
+        by_source: job.by_source,
+    }
+}
+
+/// The source's rows with the marker column.
+fn with_marker(source: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = source.schema();
+    let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            (
+                Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>,
+                f.name().clone(),
+            )
+        })
+        .collect();
+    exprs.push((expressions::lit(true), SOURCE_MARKER.to_string()));
+    Ok(Arc::new(ProjectionExec::try_new(exprs, source)?))
+}
+
+async fn run_once(
+    job: &MergeJob,
+    source: Arc<dyn ExecutionPlan>,
+    context: &Arc<TaskContext>,
+    m: &Counters,
+) -> Result<u64> {
+    let written = WrittenFiles::default();
+    let result = changes(job, source, context, m, &written).await;
+    let (changes, counts) = match result {
+        Ok(Some(c)) => c,
+        Ok(None) => return Ok(0),
+        Err(e) => {
+            written.remove_all(job.table.file_io()).await;
+            return Err(e);
+        }
+    };
+    let files_written = changes.added_data_files.len();
+    let delete_files_written = changes.added_delete_files.len();
+    let outcome = commit_or_clean_up(&job.store, &job.table, changes, &written).await?;
+    m.commit_attempts.add(outcome.attempts as usize);
+    let (updated, deleted, inserted, rewritten, delete_files_removed) = counts;
+    m.rows_updated.add(updated as usize);
+    m.rows_deleted.add(deleted as usize);
+    m.rows_inserted.add(inserted as usize);
+    m.files_rewritten.add(rewritten);
+    m.files_written.add(files_written);
+    m.delete_files_written.add(delete_files_written);
+    m.delete_files_removed.add(delete_files_removed);
+    Ok(updated + deleted + inserted)
+}
+
+/// (updated, deleted, inserted, files rewritten, delete files removed).
+type MergeCounts = (u64, u64, u64, usize, usize);
+
+/// Both passes: the snapshot changes to commit, or `None` when the statement changes nothing.
+async fn changes(
+    job: &MergeJob,
+    source: Arc<dyn ExecutionPlan>,
+    context: &Arc<TaskContext>,
+    m: &Counters,
+    written: &WrittenFiles,
+) -> Result<Option<(SnapshotChanges, MergeCounts)>> {
+    let fail = |what: String| {
+        DataFusionError::Execution(format!(
+            "MERGE on table '{}' aborted, nothing was changed: {what}",
+            job.sql_table()
+        ))
+    };
+    let read = read_source(with_marker(source)?, &job.spec, context, m.spill.clone()).await?;
+    m.source_rows.add(read.rows as usize);
+    let filters = job.target_filters(&read.bounds);
+    let files = job.target_files(&filters).await?;
+    m.target_files.add(files.files.len());
+    let target = job.scan(&files, Some(&job.layout.target_columns)).await?;
+    let (join, mode) = join_plan(
+        read,
+        target,
+        &job.spec,
+        &job.layout,
+        context,
+        m.spill.clone(),
+    )?;
+    if let JoinMode::Grace(n) = mode {
+        m.grace_partitions.add(n);
+    }
+    let positions = Arc::new(MergePositions::new(
+        MemoryConsumer::new("MergePositions")
+            .with_can_spill(true)
+            .register(context.memory_pool()),
+    ));
+    let rows: Arc<dyn ExecutionPlan> = Arc::new(MergeRowsExec::new(
+        join,
+        Arc::clone(&job.clauses),
+        Arc::clone(&job.layout),
+        Arc::clone(&job.table_schema),
+        Arc::clone(&positions),
+    ));
+    let mut added = job.write(rows, written, context).await?;
+    let (updated, deleted, inserted) = positions.counts();
+    let new_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
+    if new_rows != updated + inserted {
+        return Err(fail(format!(
+            "it wrote {new_rows} new rows for {updated} updated and {inserted} inserted"
+        )));
+    }
+    let changed = positions.take_changed()?;
+    drop(positions);
+    let changed_rows: u64 = changed.values().map(|b| b.len()).sum();
+    if changed_rows != updated + deleted {
+        return Err(fail(format!(
+            "it holds {changed_rows} changed positions for {updated} updated and {deleted} \
+             deleted rows"
+        )));
+    }
+    let by_path: HashMap<&str, &PlannedFile> =
+        files.files.iter().map(|f| (f.path.as_str(), f)).collect();
+    let mut touched: Vec<PlannedFile> = vec![];
+    for path in changed.keys() {
+        let file = by_path
+            .get(path.as_str())
+            .ok_or_else(|| fail(format!("{path} was changed but not planned")))?;
+        touched.push((*file).clone());
+    }
+    touched.sort_by(|a, b| a.path.cmp(&b.path));
+    if added.is_empty() && touched.is_empty() {
+        return Ok(None);
+    }
+
+    let mut delete_files = vec![];
+    let mut rewritten = 0;
+    if !touched.is_empty() {
+        match job.mode {
+            WriteMode::MergeOnRead => {
+                delete_files = write_deletes(job, &touched, &changed, written).await?;
+            }
+            WriteMode::CopyOnWrite => {
+                let counts = Arc::new(DropCounts::default());
+                let rewrite = ScanFiles {
+                    files: touched.clone(),
+                    equality_deletes: files.equality_deletes.clone(),
+                    streamed: files.streamed,
+                };
+                let scan = job.scan(&rewrite, None).await?;
+                let keep: Arc<dyn ExecutionPlan> = Arc::new(DropPositionsExec::new(
+                    scan,
+                    Arc::new(changed),
+                    Arc::clone(&job.table_schema),
+                    Arc::clone(&counts),
+                ));
+                let kept = job.write(keep, written, context).await?;
+                let read = counts.read.load(std::sync::atomic::Ordering::Relaxed);
+                let dropped = counts.dropped.load(std::sync::atomic::Ordering::Relaxed);
+                let kept_rows: u64 = kept.iter().map(|f| f.file.record_count()).sum();
+                if dropped != changed_rows || read.checked_sub(dropped) != Some(kept_rows) {
+                    return Err(fail(format!(
+                        "the rewrite does not add up (pass 1 changed {changed_rows} rows in the \
+                         rewritten files; pass 2 read {read}, dropped {dropped}, wrote \
+                         {kept_rows})"
+                    )));
+                }
+                rewritten = touched.len();
+                added.extend(kept);
+            }
+        }
+    }
+    let removed: Vec<&PlannedFile> = match job.mode {
+        WriteMode::CopyOnWrite => touched.iter().collect(),
+        WriteMode::MergeOnRead => vec![],
+    };
+    let (removed_files, delete_files_removed) = match removed.is_empty() {
+        true => (HashSet::new(), 0),
+        false => {
+            removed_with_deletes(
+                &job.table,
+                &job.locations,
+                job.planning_threshold(),
+                &removed,
+                &files.equality_deletes,
+            )
+            .await?
+        }
+    };
+    let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
+    let operation = match removed_files.is_empty() && delete_files.is_empty() {
+        true => Operation::Append,
+        false => Operation::Overwrite,
+    };
+    let changes = SnapshotChanges {
+        operation,
+        added_data_files: added,
+        added_delete_files: delete_files,
+        removed_files,
+        summary_properties: HashMap::new(),
+        validation: Some(job.validation(&filters, read_files)),
+    };
+    Ok(Some((
+        changes,
+        (updated, deleted, inserted, rewritten, delete_files_removed),
+    )))
+}
+
+/// Merge-on-read: one position delete file per data file with changed rows.
+async fn write_deletes(
+    job: &MergeJob,
+    touched: &[PlannedFile],
+    changed: &PositionMap,
+    written: &WrittenFiles,
+) -> Result<Vec<NewFile>> {
+    let mut out = vec![];
+    for chunk in touched.chunks(8) {
+        let writes = chunk.iter().map(|f| async move {
+            let bitmap = changed
+                .get(&f.path)
+                .ok_or_else(|| DataFusionError::Internal(format!("no positions for {}", f.path)))?;
+            let file = write_file_position_deletes(
+                &job.table,
+                f.spec_id,
+                f.partition.clone(),
+                &f.path,
+                bitmap,
+            )
+            .await?;
+            written.record(file.file.file_path().to_string());
+            Ok::<_, DataFusionError>(file)
+        });
+        out.extend(futures::future::try_join_all(writes).await?);
+    }
+    Ok(out)
+}
