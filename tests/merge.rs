@@ -508,3 +508,111 @@ async fn a_merge_planned_before_concurrent_commits_runs_again_on_the_new_state()
         );
     }
 }
+
+#[tokio::test]
+async fn a_sorted_partitioned_target_keeps_its_order_and_partitions_under_an_8_mib_pool() {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::{Int32Type, Int64Type};
+
+    for mode in ["copy-on-write", "merge-on-read"] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session_with_limit(dir.path(), 8 << 20).await;
+        sql(&s, "CREATE SCHEMA ns").await.unwrap();
+        sql(
+            &s,
+            "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, part INT, v BIGINT) STORED AS \
+             ICEBERG LOCATION '' PARTITIONED BY (part) WITH ORDER (v)",
+        )
+        .await
+        .unwrap();
+        sql(
+            &s,
+            "INSERT INTO ns.t SELECT value, CAST(value % 3 AS INT), value % 1000 FROM \
+             generate_series(1, 300000)",
+        )
+        .await
+        .unwrap();
+        sql(&s, &format!("SET iceberg.merge_mode = '{mode}'"))
+            .await
+            .unwrap();
+        // Updates move rows between partitions (part = k % 3 of the source row).
+        let out = rows(
+            &s,
+            "MERGE INTO ns.t AS t USING (SELECT value * 3 AS id, CAST(value % 2 AS INT) AS part, \
+             value % 777 AS v FROM generate_series(1, 200000)) AS s ON t.id = s.id \
+             WHEN MATCHED THEN UPDATE SET v = s.v, part = s.part \
+             WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.part, s.v)",
+        )
+        .await;
+        assert_eq!(out, ["200000"], "{mode}");
+        // Oracle: ids 1..=300000; k = 1..=200000 sets id 3k to (k % 2, k % 777).
+        let mut count = 0u64;
+        let mut sum = 0u64;
+        let mut by_part = [0u64; 3];
+        for id in 1..=300_000u64 {
+            if id % 3 != 0 {
+                count += 1;
+                sum += id % 1000;
+                by_part[(id % 3) as usize] += 1;
+            }
+        }
+        for k in 1..=200_000u64 {
+            count += 1;
+            sum += k % 777;
+            by_part[(k % 2) as usize] += 1;
+        }
+        assert_eq!(
+            rows(&s, "SELECT count(*), sum(v) FROM ns.t").await,
+            [format!("{count}|{sum}")],
+            "{mode}"
+        );
+        assert_eq!(
+            rows(
+                &s,
+                "SELECT part, count(*) FROM ns.t GROUP BY part ORDER BY part"
+            )
+            .await,
+            (0..3)
+                .map(|p| format!("{p}|{}", by_part[p]))
+                .collect::<Vec<_>>(),
+            "{mode}"
+        );
+        // Every data file holds one partition's rows, sorted by v.
+        let t = s
+            .catalog()
+            .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+            .await
+            .unwrap();
+        let snapshot = t.metadata().current_snapshot().unwrap().clone();
+        for f in iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap() {
+            let file = std::fs::File::open(f.path.trim_start_matches("file://")).unwrap();
+            let batches =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                    .unwrap()
+                    .build()
+                    .unwrap()
+                    .collect::<Result<Vec<_>, _>>()
+                    .unwrap();
+            let mut last = i64::MIN;
+            let partition = format!("{:?}", f.partition);
+            for b in &batches {
+                let part = b
+                    .column_by_name("part")
+                    .unwrap()
+                    .as_primitive::<Int32Type>();
+                let v = b.column_by_name("v").unwrap().as_primitive::<Int64Type>();
+                for i in 0..b.num_rows() {
+                    assert!(v.value(i) >= last, "{mode}: {} is not sorted by v", f.path);
+                    last = v.value(i);
+                    assert!(
+                        partition.contains(&format!("Int({})", part.value(i))),
+                        "{mode}: row of part {} in {} ({partition})",
+                        part.value(i),
+                        f.path
+                    );
+                }
+            }
+        }
+        assert_eq!(s.memory_pool().reserved(), 0);
+    }
+}

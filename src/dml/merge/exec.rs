@@ -306,7 +306,7 @@ async fn changes(
         Arc::clone(&job.table_schema),
         Arc::clone(&positions),
     ));
-    let mut added = job.write(rows, written, context).await?;
+    let mut added = job.write(rows, written, context, &m.spill).await?;
     let (updated, deleted, inserted) = positions.counts();
     let new_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
     if new_rows != updated + inserted {
@@ -358,7 +358,7 @@ async fn changes(
                     Arc::clone(&job.table_schema),
                     Arc::clone(&counts),
                 ));
-                let kept = job.write(keep, written, context).await?;
+                let kept = job.write(keep, written, context, &m.spill).await?;
                 let read = counts.read.load(std::sync::atomic::Ordering::Relaxed);
                 let dropped = counts.dropped.load(std::sync::atomic::Ordering::Relaxed);
                 let kept_rows: u64 = kept.iter().map(|f| f.file.record_count()).sum();

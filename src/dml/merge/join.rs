@@ -40,8 +40,8 @@ use datafusion::physical_plan::spill::SpillManager;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{
-    execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-    SendableRecordBatchStream,
+    execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    Partitioning, PlanProperties, SendableRecordBatchStream,
 };
 use futures::{StreamExt, TryStreamExt};
 
@@ -291,6 +291,50 @@ impl PartitionStream for SpilledStream {
     }
 }
 
+/// A plan reading the batches of spill `file` (of `schema`), as often as executed.
+pub(crate) fn spilled_exec(
+    file: Arc<dyn SpillFile>,
+    schema: SchemaRef,
+    context: &Arc<TaskContext>,
+    spill: SpillMetrics,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let stream = SpilledStream {
+        file,
+        schema: Arc::clone(&schema),
+        spill: SpillManager::new(context.runtime_env(), spill, Arc::clone(&schema)),
+    };
+    Ok(Arc::new(StreamingTableExec::try_new(
+        schema,
+        vec![Arc::new(stream)],
+        None,
+        vec![],
+        false,
+        None,
+    )?))
+}
+
+/// `plan`'s rows written to one spill file and read back from it: a pipeline break, so what
+/// produced them (and the memory it holds) is gone before the next operator starts.
+pub(crate) async fn spill_through(
+    plan: Arc<dyn ExecutionPlan>,
+    context: &Arc<TaskContext>,
+    spill: SpillMetrics,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = plan.schema();
+    let mut file =
+        SpillWriter::create(&context.runtime_env(), &schema, spill.clone(), "MERGE rows")?;
+    let plan: Arc<dyn ExecutionPlan> = match plan.output_partitioning().partition_count() {
+        1 => plan,
+        _ => Arc::new(CoalescePartitionsExec::new(plan)),
+    };
+    let mut stream = execute_stream(plan, Arc::clone(context))?;
+    while let Some(batch) = stream.next().await {
+        file.append(&batch?)?;
+    }
+    drop(stream);
+    spilled_exec(file.finish()?, schema, context, spill)
+}
+
 /// How the join ran (for EXPLAIN ANALYZE and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum JoinMode {
@@ -321,22 +365,10 @@ pub(crate) fn join_plan(
             let exec = MemorySourceConfig::try_new_exec(&[batches], Arc::clone(&schema), None)?;
             (exec, None)
         }
-        BufferedSource::Spilled(file, bytes) => {
-            let stream = SpilledStream {
-                file,
-                schema: Arc::clone(&schema),
-                spill: SpillManager::new(context.runtime_env(), spill, Arc::clone(&schema)),
-            };
-            let exec = StreamingTableExec::try_new(
-                Arc::clone(&schema),
-                vec![Arc::new(stream)],
-                None,
-                vec![],
-                false,
-                None,
-            )?;
-            (Arc::new(exec), Some(bytes))
-        }
+        BufferedSource::Spilled(file, bytes) => (
+            spilled_exec(file, Arc::clone(&schema), context, spill)?,
+            Some(bytes),
+        ),
     };
     let filter = spec
         .filter

@@ -43,6 +43,7 @@ use datafusion::logical_expr::{col, lit, Expr};
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::metrics::SpillMetrics;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{execute_stream, ExecutionPlan, ExecutionPlanProperties};
 use futures::StreamExt;
@@ -164,6 +165,18 @@ pub(crate) async fn plan_merge(
         by_source,
     };
     Ok(Arc::new(MergeExec::new(source, Arc::new(job))))
+}
+
+/// Adds what every node of the executed `plan` spilled to `spill`.
+fn add_spills(plan: &Arc<dyn ExecutionPlan>, spill: &SpillMetrics) {
+    if let Some(m) = plan.metrics() {
+        spill.spill_file_count.add(m.spill_count().unwrap_or(0));
+        spill.spilled_bytes.add(m.spilled_bytes().unwrap_or(0));
+        spill.spilled_rows.add(m.spilled_rows().unwrap_or(0));
+    }
+    for child in plan.children() {
+        add_spills(child, spill);
+    }
 }
 
 /// `e` with its columns' qualifiers dropped (the target's columns, by name in the table).
@@ -338,14 +351,26 @@ impl MergeJob {
     }
 
     /// Writes `input` (rows of the table's schema) as data files, sorted by the table's sort
-    /// order; returns the files.
+    /// order; returns the files. What the plan spilled is added to `spill`.
     pub(super) async fn write(
         &self,
         input: Arc<dyn ExecutionPlan>,
         written: &WrittenFiles,
         context: &Arc<TaskContext>,
+        spill: &SpillMetrics,
     ) -> Result<Vec<NewFile>> {
         let sort = sort_requirement(&self.table, &input.schema())?;
+        // Under a memory limit the sort does not run alongside what feeds it (a join holds
+        // its build side and repartition buffers until its output is consumed): the rows go
+        // through a spill file first.
+        let limited = matches!(
+            context.memory_pool().memory_limit(),
+            datafusion::execution::memory_pool::MemoryLimit::Finite(_)
+        );
+        let input = match sort.is_some() && limited {
+            true => join::spill_through(input, context, spill.clone()).await?,
+            false => input,
+        };
         let input: Arc<dyn ExecutionPlan> = match &sort {
             Some(req) => {
                 let ordering = LexOrdering::new(req.iter().map(|r| {
@@ -368,11 +393,12 @@ impl MergeJob {
             written.clone(),
         )?);
         let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(writer));
-        let mut stream = execute_stream(plan, Arc::clone(context))?;
+        let mut stream = execute_stream(Arc::clone(&plan), Arc::clone(context))?;
         let mut files = vec![];
         while let Some(batch) = stream.next().await {
             files.extend(decode_data_files(&batch?, self.table.metadata())?);
         }
+        add_spills(&plan, spill);
         Ok(files)
     }
 
