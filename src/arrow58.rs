@@ -8,6 +8,8 @@
 //!
 //! Only the writer boundary crosses: the iceberg crate's schema conversion, its partition
 //! splitter and its parquet writers. Everything that scans stays on Arrow 59.
+//!
+//! Public (hidden from the docs) only for `benches/bridge.rs`, which measures a crossing.
 
 use std::sync::Arc;
 
@@ -20,18 +22,18 @@ use datafusion::error::{DataFusionError, Result};
 use crate::error::IcebergResultExt;
 
 /// An Arrow 58 schema (the iceberg crate's).
-pub(crate) type Schema58 = s58::Schema;
+pub type Schema58 = s58::Schema;
 /// A shared Arrow 58 schema.
-pub(crate) type SchemaRef58 = s58::SchemaRef;
+pub type SchemaRef58 = s58::SchemaRef;
 /// An Arrow 58 record batch (what the iceberg crate's writers take).
-pub(crate) type RecordBatch58 = a58::RecordBatch;
+pub type RecordBatch58 = a58::RecordBatch;
 
 fn bridge_err(e: impl std::fmt::Display) -> DataFusionError {
     DataFusionError::Internal(format!("arrow 58/59 bridge: {e}"))
 }
 
 /// A DataFusion (Arrow 59) schema as the iceberg crate's Arrow 58 schema.
-pub(crate) fn schema_to_58(schema: &Schema) -> Result<Schema58> {
+pub fn schema_to_58(schema: &Schema) -> Result<Schema58> {
     let mut exported = arrow::ffi::FFI_ArrowSchema::try_from(schema)?;
     // SAFETY: both types are the C data interface's ArrowSchema (#[repr(C)], same layout);
     // `from_raw` takes the value over and leaves an empty one, so it is released once.
@@ -62,7 +64,7 @@ pub(crate) fn iceberg_to_arrow(schema: &iceberg::spec::Schema) -> Result<Schema>
 
 /// `batch` (Arrow 59) as an Arrow 58 batch of `schema`, which must describe the same columns
 /// (the batch was aligned to [`schema_from_58`] of it).
-pub(crate) fn batch_to_58(batch: &RecordBatch, schema: &SchemaRef58) -> Result<RecordBatch58> {
+pub fn batch_to_58(batch: &RecordBatch, schema: &SchemaRef58) -> Result<RecordBatch58> {
     let rows = batch.num_rows();
     let data = StructArray::from(batch.clone()).into_data();
     let (mut array, mut array_schema) = arrow::ffi::to_ffi(&data)?;

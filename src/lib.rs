@@ -19,7 +19,8 @@
 //! # Ok(()) }
 //! ```
 
-mod arrow58;
+#[doc(hidden)]
+pub mod arrow58;
 pub mod catalog;
 mod config;
 mod dml;
