@@ -698,15 +698,9 @@ fn present(array: &ArrayRef) -> BooleanArray {
 
 /// The (file, position) of each row of `rows` (all with a target row).
 fn file_positions(rows: &RecordBatch, layout: &RowLayout) -> Result<FilePositions> {
-    let files = cast(rows.column(layout.file()), &DataType::Utf8)?;
-    let files = files.as_string::<i32>();
     let positions = rows
         .column(layout.pos())
         .as_primitive_opt::<Int64Type>()
         .ok_or_else(|| DataFusionError::Internal("position column is not Int64".into()))?;
-    let mut out = FilePositions::default();
-    for i in 0..rows.num_rows() {
-        out.add(files.value(i), positions.value(i) as u64);
-    }
-    Ok(out)
+    FilePositions::of(rows.column(layout.file()), positions)
 }

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::BooleanArray;
-use arrow::array::{AsArray, BooleanBufferBuilder, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanBufferBuilder, RecordBatch, StringArray};
 use arrow::compute::{cast, filter_record_batch};
-use arrow::datatypes::{DataType, Int64Type, SchemaRef};
+use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt16Type};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -35,17 +35,55 @@ use crate::physical_plan::single_child;
 pub(crate) struct FilePositions(HashMap<String, Vec<u64>>);
 
 impl FilePositions {
-    pub(crate) fn add(&mut self, file: &str, pos: u64) {
-        match self.0.get_mut(file) {
-            Some(v) => v.push(pos),
-            None => {
-                self.0.insert(file.to_string(), vec![pos]);
+    /// The (file, position) of each row, `files` and `positions` being its columns.
+    pub(crate) fn of(files: &ArrayRef, positions: &arrow::array::Int64Array) -> Result<Self> {
+        let files = FileKeys::of(files)?;
+        let mut by_key: Vec<Vec<u64>> = vec![vec![]; files.names.len()];
+        for (i, &k) in files.keys.iter().enumerate() {
+            by_key[k].push(positions.value(i) as u64);
+        }
+        let mut out = Self::default();
+        for (k, found) in by_key.into_iter().enumerate() {
+            if !found.is_empty() {
+                out.0
+                    .entry(files.names.value(k).to_string())
+                    .or_default()
+                    .extend(found);
             }
         }
+        Ok(out)
     }
 
     fn len(&self) -> u64 {
         self.0.values().map(|v| v.len() as u64).sum()
+    }
+}
+
+/// The file column of a batch: its distinct names and, per row, the index of its name. A
+/// dictionary column (what the scan gives, one value per file) is read by its keys, so no string
+/// is copied or hashed per row.
+pub(crate) struct FileKeys {
+    pub names: StringArray,
+    pub keys: Vec<usize>,
+}
+
+impl FileKeys {
+    pub(crate) fn of(column: &ArrayRef) -> Result<Self> {
+        if column.null_count() > 0 {
+            return Err(DataFusionError::Internal(
+                "a MERGE file column holds NULL for a target row".into(),
+            ));
+        }
+        if let Some(dict) = column.as_dictionary_opt::<UInt16Type>() {
+            let names = cast(dict.values(), &DataType::Utf8)?
+                .as_string::<i32>()
+                .clone();
+            let keys = dict.keys().values().iter().map(|&k| k as usize).collect();
+            return Ok(Self { names, keys });
+        }
+        let names = cast(column, &DataType::Utf8)?.as_string::<i32>().clone();
+        let keys = (0..names.len()).collect();
+        Ok(Self { names, keys })
     }
 }
 
@@ -273,25 +311,18 @@ impl ExecutionPlan for DropPositionsExec {
         let stream = input.map(move |batch| {
             let batch = batch?;
             let n = batch.num_rows();
-            let files = cast(batch.column(columns), &DataType::Utf8)?;
-            let files = files.as_string::<i32>();
+            let files = FileKeys::of(batch.column(columns))?;
             let pos = batch
                 .column(columns + 1)
                 .as_primitive_opt::<Int64Type>()
                 .ok_or_else(|| DataFusionError::Internal("position column is not Int64".into()))?;
             let mut keep = BooleanBufferBuilder::new(n);
-            let mut current: Option<(&str, Option<&RoaringTreemap>)> = None;
+            // Each file's bitmap, looked up once per batch when a row of it comes.
+            let mut bitmaps: Vec<Option<Option<&RoaringTreemap>>> = vec![None; files.names.len()];
             let mut gone = 0;
             for i in 0..n {
-                let file = files.value(i);
-                let bitmap = match current {
-                    Some((f, b)) if f == file => b,
-                    _ => {
-                        let b = positions.get(file);
-                        current = Some((file, b));
-                        b
-                    }
-                };
+                let k = files.keys[i];
+                let bitmap = *bitmaps[k].get_or_insert_with(|| positions.get(files.names.value(k)));
                 let drop = bitmap.is_some_and(|b| b.contains(pos.value(i) as u64));
                 gone += drop as usize;
                 keep.append(!drop);
