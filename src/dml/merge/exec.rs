@@ -185,29 +185,12 @@ async fn run(
                         job.sql_table()
                     )));
                 }
-                let mut again = clone_job(&job);
+                let mut again = MergeJob::clone(&job);
                 again.table = table;
                 job = Arc::new(again);
             }
             other => return other,
         }
-    }
-}
-
-fn clone_job(job: &MergeJob) -> MergeJob {
-    MergeJob {
-        table: job.table.clone(),
-        store: Arc::clone(&job.store),
-        state: job.state.clone(),
-        locations: job.locations.clone(),
-        table_schema: Arc::clone(&job.table_schema),
-        schema_id: job.schema_id,
-        layout: Arc::clone(&job.layout),
-        clauses: Arc::clone(&job.clauses),
-        spec: job.spec.clone(),
-        mode: job.mode,
-        prune: job.prune.clone(),
-        by_source: job.by_source,
     }
 }
 
@@ -402,7 +385,7 @@ async fn changes(
         added_delete_files: delete_files,
         removed_files,
         summary_properties: HashMap::new(),
-        validation: Some(job.validation(&filters, read_files)),
+        validation: Some(job.validation(&filters, read_files)?),
     };
     Ok(Some((
         changes,

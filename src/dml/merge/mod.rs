@@ -233,7 +233,7 @@ pub(super) fn file_field() -> Field {
 }
 
 /// Everything a `MERGE` decided at planning time.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct MergeJob {
     pub(super) table: Table,
     pub(super) store: Arc<dyn MetadataStore>,
@@ -408,7 +408,7 @@ impl MergeJob {
         &self,
         filters: &Option<Option<Vec<Expr>>>,
         read_files: HashSet<String>,
-    ) -> Validation {
+    ) -> Result<Validation> {
         let filters: Option<Vec<Expr>> = match filters {
             Some(Some(f)) if !f.is_empty() => Some(f.clone()),
             _ => None,
@@ -418,7 +418,7 @@ impl MergeJob {
             Some(filters) => {
                 let mut columns = HashSet::new();
                 for f in &filters {
-                    let _ = expr_to_columns(f, &mut columns);
+                    expr_to_columns(f, &mut columns)?;
                 }
                 let mut columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
                 columns.sort();
@@ -431,10 +431,10 @@ impl MergeJob {
                 })
             }
         };
-        Validation {
+        Ok(Validation {
             base_snapshot_id: self.table.metadata().current_snapshot_id(),
             may_match,
             read_files,
-        }
+        })
     }
 }
