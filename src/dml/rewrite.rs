@@ -23,8 +23,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{Array, DictionaryArray, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, SchemaRef, UInt16Type};
+use arrow::array::{Array, RecordBatch};
+use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::catalog::Session;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::DFSchema;
@@ -502,36 +502,15 @@ impl DisplayAs for DmlExec {
 
 /// Adds each row's file to `counts`.
 fn count_files(batch: &RecordBatch, counts: &mut HashMap<String, u64>) -> Result<()> {
-    let column = batch.column(0);
-    if let Some(dict) = column
-        .as_any()
-        .downcast_ref::<DictionaryArray<UInt16Type>>()
-    {
-        let values = dict
-            .values()
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .ok_or_else(|| {
-                DataFusionError::Internal("file column values are not strings".into())
-            })?;
-        let mut per_key = vec![0u64; values.len()];
-        for k in dict.keys().iter().flatten() {
-            per_key[k as usize] += 1;
-        }
-        for (k, n) in per_key.into_iter().enumerate() {
-            if n > 0 {
-                *counts.entry(values.value(k).to_string()).or_default() += n;
-            }
-        }
-        return Ok(());
+    let files = super::core::FileKeys::of(batch.column(0))?;
+    let mut per_key = vec![0u64; files.names.len()];
+    for &k in &files.keys {
+        per_key[k] += 1;
     }
-    let strings = arrow::compute::cast(column, &DataType::Utf8)?;
-    let strings = strings
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .ok_or_else(|| DataFusionError::Internal("file column is not a string".into()))?;
-    for s in strings.iter().flatten() {
-        *counts.entry(s.to_string()).or_default() += 1;
+    for (k, n) in per_key.into_iter().enumerate() {
+        if n > 0 {
+            *counts.entry(files.names.value(k).to_string()).or_default() += n;
+        }
     }
     Ok(())
 }

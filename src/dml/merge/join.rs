@@ -178,6 +178,14 @@ pub(crate) struct SourceRead {
     pub bounds: Vec<Option<KeyBounds>>,
 }
 
+/// The memory the source may hold: a quarter of a finite pool (`None`: no limit).
+fn source_budget(context: &TaskContext) -> Option<usize> {
+    match context.memory_pool().memory_limit() {
+        MemoryLimit::Finite(n) => Some(n / 4),
+        _ => None,
+    }
+}
+
 /// Reads `source` (one stream of all its partitions), keeping it in memory while it fits in a
 /// quarter of a finite pool, spilling it to one file when it does not.
 pub(crate) async fn read_source(
@@ -187,10 +195,7 @@ pub(crate) async fn read_source(
     spill: SpillMetrics,
 ) -> Result<SourceRead> {
     let schema = source.schema();
-    let budget = match context.memory_pool().memory_limit() {
-        MemoryLimit::Finite(n) => n / 4,
-        _ => usize::MAX,
-    };
+    let budget = source_budget(context).unwrap_or(usize::MAX);
     let reservation = MemoryConsumer::new("MergeSource")
         .with_can_spill(true)
         .register(context.memory_pool());
@@ -399,10 +404,7 @@ pub(crate) fn join_plan(
         )?;
         return Ok((Arc::new(join), JoinMode::InMemory));
     };
-    let budget = match context.memory_pool().memory_limit() {
-        MemoryLimit::Finite(n) => (n / 4).max(1),
-        _ => bytes.max(1),
-    };
+    let budget = source_budget(context).unwrap_or(bytes).max(1);
     // A partition's build side holds its batches and a hash table: a third of the budget each.
     let partitions = (bytes * 3)
         .div_ceil(budget)

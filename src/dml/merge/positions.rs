@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::BooleanArray;
-use arrow::array::{Array, ArrayRef, AsArray, BooleanBufferBuilder, RecordBatch, StringArray};
-use arrow::compute::{cast, filter_record_batch};
-use arrow::datatypes::{DataType, Int64Type, SchemaRef, UInt16Type};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanBufferBuilder, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryReservation;
@@ -28,6 +28,7 @@ use futures::StreamExt;
 use roaring::RoaringTreemap;
 
 use super::clauses::Change;
+use crate::dml::core::FileKeys;
 use crate::physical_plan::single_child;
 
 /// Positions of one batch, grouped by file.
@@ -56,34 +57,6 @@ impl FilePositions {
 
     fn len(&self) -> u64 {
         self.0.values().map(|v| v.len() as u64).sum()
-    }
-}
-
-/// The file column of a batch: its distinct names and, per row, the index of its name. A
-/// dictionary column (what the scan gives, one value per file) is read by its keys, so no string
-/// is copied or hashed per row.
-pub(crate) struct FileKeys {
-    pub names: StringArray,
-    pub keys: Vec<usize>,
-}
-
-impl FileKeys {
-    pub(crate) fn of(column: &ArrayRef) -> Result<Self> {
-        if column.null_count() > 0 {
-            return Err(DataFusionError::Internal(
-                "a MERGE file column holds NULL for a target row".into(),
-            ));
-        }
-        if let Some(dict) = column.as_dictionary_opt::<UInt16Type>() {
-            let names = cast(dict.values(), &DataType::Utf8)?
-                .as_string::<i32>()
-                .clone();
-            let keys = dict.keys().values().iter().map(|&k| k as usize).collect();
-            return Ok(Self { names, keys });
-        }
-        let names = cast(column, &DataType::Utf8)?.as_string::<i32>().clone();
-        let keys = (0..names.len()).collect();
-        Ok(Self { names, keys })
     }
 }
 
