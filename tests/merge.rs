@@ -270,8 +270,11 @@ async fn merges_match_the_oracle(s: &IcebergSession, seed: u64, n: i64, source: 
         };
         let changes = Changes::random(&mut rng, &target, source, 5 * n);
         let using = changes.source(s).await;
+        // A bare key column (the key filter is exact on its range) or an expression of it (a
+        // Bloom filter), same answer.
+        let on = ["t.id = s.id", "t.id * 2 = s.id * 2"][rng.random_range(0..2)];
         let statement = format!(
-            "MERGE INTO ns.t AS t USING {using} ON t.id = s.id {}",
+            "MERGE INTO ns.t AS t USING {using} ON {on} {}",
             clauses.sql()
         );
         sql(s, &format!("SET iceberg.merge_mode = '{mode}'"))
@@ -279,7 +282,7 @@ async fn merges_match_the_oracle(s: &IcebergSession, seed: u64, n: i64, source: 
             .unwrap();
         let out = rows(s, &statement).await;
         let (expected, count) = clauses.apply(&target, &changes);
-        let context = format!("seed {seed}, round {round}, {mode}, {clauses:?}");
+        let context = format!("seed {seed}, round {round}, {mode}, ON {on}, {clauses:?}");
         assert_eq!(out, vec![count.to_string()], "{context}: count");
         target = live_rows(s).await;
         assert_eq!(target.len(), expected.len(), "{context}: rows");
@@ -615,4 +618,128 @@ async fn a_sorted_partitioned_target_keeps_its_order_and_partitions_under_an_8_m
         }
         assert_eq!(s.memory_pool().reserved(), 0);
     }
+}
+
+/// Runs `statement` (a MERGE) and returns its result and the metrics of its `MergeExec`, exact.
+async fn run_with_metrics(
+    s: &IcebergSession,
+    statement: &str,
+) -> (Vec<String>, datafusion::physical_plan::metrics::MetricsSet) {
+    let df = s.context().sql(statement).await.unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let task = s.context().task_ctx();
+    let batches = datafusion::physical_plan::collect(Arc::clone(&plan), task)
+        .await
+        .unwrap();
+    assert_eq!(plan.name(), "MergeExec");
+    (common::render(&batches), plan.metrics().unwrap())
+}
+
+fn metric(metrics: &datafusion::physical_plan::metrics::MetricsSet, name: &str) -> usize {
+    metrics
+        .sum_by_name(name)
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+        .as_usize()
+}
+
+#[tokio::test]
+async fn target_rows_no_source_key_can_match_skip_the_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.k (id BIGINT, name VARCHAR, v BIGINT) STORED AS ICEBERG \
+         LOCATION ''",
+    )
+    .await
+    .unwrap();
+    sql(
+        &s,
+        "INSERT INTO ns.k SELECT value, 'n' || CAST(value AS VARCHAR), 0 FROM \
+         generate_series(0, 1999)",
+    )
+    .await
+    .unwrap();
+    // Per ON form: an integer column (an exact filter of the key's range), an expression and
+    // a string column (a Bloom filter). Each source holds 40 keys: 20 present, 20 new (all
+    // within a range the exact filter takes), and a NULL key, which matches nothing and
+    // inserts nothing.
+    let forms = [
+        ("t.id = s.id", "id"),
+        ("t.id + 1 = s.id + 1", "id"),
+        ("t.name = s.name", "name"),
+    ];
+    let mut total = 2_000u64;
+    for (round, (on, key)) in forms.iter().enumerate() {
+        // Present keys spread over every data file (none is pruned by the keys' bounds).
+        let base = 3 * round as i64;
+        let mut values: Vec<String> = (0..20)
+            .map(|i| base + i * 97)
+            .chain((0..20).map(|i| -(100 * base + i + 1)))
+            .map(|id| format!("({id}, 'n{id}')"))
+            .collect();
+        values.push("(NULL, NULL)".into());
+        let source = format!("(VALUES {}) AS s(id, name)", values.join(", "));
+        let mode = ["copy-on-write", "merge-on-read"][round % 2];
+        sql(&s, &format!("SET iceberg.merge_mode = '{mode}'"))
+            .await
+            .unwrap();
+        let (out, m) = run_with_metrics(
+            &s,
+            &format!(
+                "MERGE INTO ns.k AS t USING {source} ON {on} \
+                 WHEN MATCHED THEN UPDATE SET v = {} \
+                 WHEN NOT MATCHED AND s.{key} IS NOT NULL THEN INSERT VALUES (s.id, s.name, -1)",
+                round + 1
+            ),
+        )
+        .await;
+        let context = format!("ON {on}: {m}");
+        assert_eq!(out, vec!["40"], "{context}");
+        assert_eq!(metric(&m, "rows_updated"), 20, "{context}");
+        assert_eq!(metric(&m, "rows_inserted"), 20, "{context}");
+        // Every target row but the 20 matched ones is skipped, but for a few false positives
+        // of the Bloom filter.
+        let skipped = metric(&m, "target_rows_skipped_by_key_filter") as u64;
+        assert!(
+            skipped <= total - 20 && skipped >= (total - 20) * 95 / 100,
+            "{skipped} skipped of {total}; {context}"
+        );
+        if round == 0 {
+            assert_eq!(
+                skipped,
+                total - 20,
+                "the integer filter is exact; {context}"
+            );
+        }
+        total += 20;
+        let updated = rows(
+            &s,
+            &format!(
+                "SELECT count(*), min(id), max(id) FROM ns.k WHERE v = {}",
+                round + 1
+            ),
+        )
+        .await;
+        assert_eq!(
+            updated,
+            vec![format!("20|{base}|{}", base + 19 * 97)],
+            "{context}"
+        );
+    }
+    assert_eq!(
+        rows(&s, "SELECT count(*), count(DISTINCT id), sum(CASE WHEN v = -1 THEN 1 ELSE 0 END) FROM ns.k").await,
+        vec![format!("{total}|{total}|60")]
+    );
+    // With WHEN NOT MATCHED BY SOURCE every target row may change: no filter.
+    let (out, m) = run_with_metrics(
+        &s,
+        "MERGE INTO ns.k AS t USING (VALUES (1)) AS s(id) ON t.id = s.id \
+         WHEN NOT MATCHED BY SOURCE AND t.v = -1 THEN DELETE",
+    )
+    .await;
+    assert_eq!(out, vec!["60"]);
+    assert_eq!(metric(&m, "target_rows_skipped_by_key_filter"), 0, "{m}");
+    assert_eq!(metric(&m, "rows_deleted"), 60, "{m}");
 }

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
+use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryConsumer;
@@ -18,10 +19,12 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
+use futures::StreamExt;
 use iceberg::spec::Operation;
 
 use super::clauses::MergeRowsExec;
 use super::join::{join_plan, read_source, JoinMode};
+use super::key_filter::source_key_filter;
 use super::positions::{DropCounts, DropPositionsExec, MergePositions, PositionMap};
 use crate::dml::core::WriteMode;
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
@@ -83,6 +86,7 @@ struct Counters {
     delete_files_written: Count,
     delete_files_removed: Count,
     grace_partitions: Count,
+    key_filter_skipped: Count,
     commit_attempts: Count,
     statement_attempts: Count,
     spill: SpillMetrics,
@@ -138,6 +142,7 @@ impl ExecutionPlan for MergeExec {
             delete_files_written: counter("delete_files_written"),
             delete_files_removed: counter("delete_files_removed"),
             grace_partitions: counter("grace_partitions"),
+            key_filter_skipped: counter("target_rows_skipped_by_key_filter"),
             commit_attempts: counter("commit_attempts"),
             statement_attempts: counter("statement_attempts"),
             spill: SpillMetrics::new(&self.metrics, 0),
@@ -266,9 +271,12 @@ async fn changes(
     let files = job.target_files(&filters).await?;
     m.target_files.add(files.files.len());
     let target = job.scan(&files, Some(&job.layout.target_columns)).await?;
+    let key_filter =
+        source_key_filter(&read, &job.spec, &target.schema(), context, m.spill.clone()).await?;
     let (join, mode) = join_plan(
         read,
         target,
+        key_filter.clone(),
         &job.spec,
         &job.layout,
         context,
@@ -290,6 +298,9 @@ async fn changes(
         Arc::clone(&positions),
     ));
     let mut added = job.write(rows, written, context, &m.spill).await?;
+    if let Some(f) = &key_filter {
+        m.key_filter_skipped.add(f.skipped());
+    }
     let (updated, deleted, inserted) = positions.counts();
     let new_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
     if new_rows != updated + inserted {
@@ -393,31 +404,41 @@ async fn changes(
     )))
 }
 
-/// Merge-on-read: one position delete file per data file with changed rows.
+/// Merge-on-read: one position delete file per data file with changed rows, written a few at a
+/// time on the runtime's threads.
 async fn write_deletes(
     job: &MergeJob,
     touched: &[PlannedFile],
     changed: &PositionMap,
     written: &WrittenFiles,
 ) -> Result<Vec<NewFile>> {
-    let mut out = vec![];
-    for chunk in touched.chunks(8) {
-        let writes = chunk.iter().map(|f| async move {
-            let bitmap = changed
-                .get(&f.path)
-                .ok_or_else(|| DataFusionError::Internal(format!("no positions for {}", f.path)))?;
-            let file = write_file_position_deletes(
-                &job.table,
-                f.spec_id,
-                f.partition.clone(),
-                &f.path,
-                bitmap,
-            )
-            .await?;
-            written.record(file.file.file_path().to_string());
-            Ok::<_, DataFusionError>(file)
+    let mut tasks = vec![];
+    for f in touched {
+        let bitmap = changed
+            .get(&f.path)
+            .ok_or_else(|| DataFusionError::Internal(format!("no positions for {}", f.path)))?
+            .clone();
+        let (table, written) = (job.table.clone(), written.clone());
+        let (spec_id, partition, path) = (f.spec_id, f.partition.clone(), f.path.clone());
+        tasks.push(async move {
+            SpawnedTask::spawn(async move {
+                let file =
+                    write_file_position_deletes(&table, spec_id, partition, &path, &bitmap).await;
+                if let Ok(file) = &file {
+                    written.record(file.file.file_path().to_string());
+                }
+                file
+            })
+            .join_unwind()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?
         });
-        out.extend(futures::future::try_join_all(writes).await?);
     }
-    Ok(out)
+    let parallel = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+    // Every task started runs to its end (and records its file), also after another failed.
+    let results: Vec<Result<NewFile>> = futures::stream::iter(tasks)
+        .buffered(parallel)
+        .collect()
+        .await;
+    results.into_iter().collect()
 }

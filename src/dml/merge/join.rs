@@ -46,6 +46,7 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 
 use super::clauses::{RowLayout, Side, Sides};
+use super::key_filter::{KeyFilter, KeyFilterExec};
 use crate::physical_plan::spill::SpillWriter;
 
 /// The `ON` condition taken apart.
@@ -352,9 +353,14 @@ pub(crate) enum JoinMode {
 }
 
 /// The join of the read source with `target`; its rows are laid out as [`RowLayout`] says.
+///
+/// With a filter of the source's keys, the target's rows go through it first; a source in
+/// memory is then hash-partitioned with what remains of the target, so that each partition
+/// builds its part of the hash table and emits its unmatched source rows in parallel.
 pub(crate) fn join_plan(
     read: SourceRead,
     target: Arc<dyn ExecutionPlan>,
+    key_filter: Option<Arc<KeyFilter>>,
     spec: &JoinSpec,
     layout: &RowLayout,
     context: &Arc<TaskContext>,
@@ -390,7 +396,27 @@ pub(crate) fn join_plan(
         .cloned()
         .zip(spec.target_keys.iter().cloned())
         .collect();
+    let filtered = key_filter.is_some();
+    let target: Arc<dyn ExecutionPlan> = match key_filter {
+        Some(f) => Arc::new(KeyFilterExec::new(target, spec.target_keys.clone(), f)),
+        None => target,
+    };
     let Some(bytes) = spilled_bytes else {
+        let partitions = context.session_config().target_partitions();
+        let (source, target, mode) = match filtered && partitions > 1 {
+            true => (
+                Arc::new(RepartitionExec::try_new(
+                    source,
+                    Partitioning::Hash(spec.source_keys.clone(), partitions),
+                )?) as Arc<dyn ExecutionPlan>,
+                Arc::new(RepartitionExec::try_new(
+                    target,
+                    Partitioning::Hash(spec.target_keys.clone(), partitions),
+                )?) as Arc<dyn ExecutionPlan>,
+                PartitionMode::Partitioned,
+            ),
+            false => (source, target, PartitionMode::CollectLeft),
+        };
         let join = HashJoinExec::try_new(
             source,
             target,
@@ -398,7 +424,7 @@ pub(crate) fn join_plan(
             filter,
             &spec.join_type,
             None,
-            PartitionMode::CollectLeft,
+            mode,
             NullEquality::NullEqualsNothing,
             false,
         )?;

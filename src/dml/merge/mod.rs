@@ -24,6 +24,7 @@
 mod clauses;
 mod exec;
 mod join;
+mod key_filter;
 mod positions;
 
 pub use exec::MergeExec;
