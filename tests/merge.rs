@@ -713,6 +713,10 @@ async fn target_rows_no_source_key_can_match_skip_the_join() {
                 "the integer filter is exact; {context}"
             );
         }
+        // Copy-on-write's first pass reads the key alone (the rewrite makes the new versions);
+        // merge-on-read's reads whole rows, since it writes the new versions right away.
+        let first_pass = metric(&m, "first_pass_target_columns");
+        assert_eq!(first_pass, [1, 3, 1][round], "{context}");
         total += 20;
         let updated = rows(
             &s,

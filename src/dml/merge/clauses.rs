@@ -390,8 +390,22 @@ pub(crate) struct MergeRowsExec {
     layout: Arc<RowLayout>,
     table_schema: SchemaRef,
     positions: Arc<MergePositions>,
+    mode: RowsMode,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
+}
+
+/// What [`MergeRowsExec`] makes of the join rows.
+#[derive(Debug, Clone)]
+pub(crate) enum RowsMode {
+    /// The new rows (updated and inserted); the changed positions are recorded.
+    NewRows,
+    /// Copy-on-write's narrow first pass: positions recorded, only inserted rows out (the
+    /// updated rows' new versions come in the rewrite).
+    Decide,
+    /// Copy-on-write's rewrite: the join rows are the rows pass 1 updated, each with its
+    /// source row. Out come their new versions, counted in the given counter.
+    Rewrite(Arc<std::sync::atomic::AtomicU64>),
 }
 
 impl MergeRowsExec {
@@ -415,16 +429,27 @@ impl MergeRowsExec {
             layout,
             table_schema,
             positions,
+            mode: RowsMode::NewRows,
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         }
+    }
+
+    pub(crate) fn with_mode(mut self, mode: RowsMode) -> Self {
+        self.mode = mode;
+        self
     }
 }
 
 impl DisplayAs for MergeRowsExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let clauses: Vec<&str> = self.clauses.iter().map(|c| c.text.as_str()).collect();
-        write!(f, "MergeRowsExec: [{}]", clauses.join("; "))
+        let mode = match self.mode {
+            RowsMode::NewRows => "",
+            RowsMode::Decide => "decide, ",
+            RowsMode::Rewrite(_) => "rewrite, ",
+        };
+        write!(f, "MergeRowsExec: {mode}[{}]", clauses.join("; "))
     }
 }
 
@@ -469,13 +494,16 @@ impl ExecutionPlan for MergeRowsExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(Self::new(
-            single_child("MergeRowsExec", children)?,
-            Arc::clone(&self.clauses),
-            Arc::clone(&self.layout),
-            Arc::clone(&self.table_schema),
-            Arc::clone(&self.positions),
-        )))
+        Ok(Arc::new(
+            Self::new(
+                single_child("MergeRowsExec", children)?,
+                Arc::clone(&self.clauses),
+                Arc::clone(&self.layout),
+                Arc::clone(&self.table_schema),
+                Arc::clone(&self.positions),
+            )
+            .with_mode(self.mode.clone()),
+        ))
     }
 
     fn execute(
@@ -491,6 +519,7 @@ impl ExecutionPlan for MergeRowsExec {
             layout: Arc::clone(&self.layout),
             table_schema: Arc::clone(&self.table_schema),
             positions: Arc::clone(&self.positions),
+            mode: self.mode.clone(),
             cardinality: self.clauses.iter().any(|c| c.kind == ClauseKind::Matched),
             rows_read: counter("join_rows"),
             rows_matched: counter("rows_matched"),
@@ -521,6 +550,7 @@ struct Apply {
     layout: Arc<RowLayout>,
     table_schema: SchemaRef,
     positions: Arc<MergePositions>,
+    mode: RowsMode,
     /// Whether a target row matched twice is an error (the statement has WHEN MATCHED
     /// clauses).
     cardinality: bool,
@@ -534,6 +564,9 @@ impl Apply {
         self.rows_read.add(n);
         if n == 0 {
             return Ok(None);
+        }
+        if let RowsMode::Rewrite(updated) = &self.mode {
+            return self.rewritten(batch, updated);
         }
         let layout = &self.layout;
         let has_source = present(batch.column(layout.source_marker()));
@@ -573,7 +606,9 @@ impl Apply {
                 ClauseAction::Update(assignments) => {
                     self.positions
                         .changed(&file_positions(&rows, layout)?, Change::Update)?;
-                    out.push(self.updated(&rows, assignments)?);
+                    if let RowsMode::NewRows = self.mode {
+                        out.push(self.updated(&rows, assignments)?);
+                    }
                 }
                 ClauseAction::Delete => {
                     self.positions
@@ -584,6 +619,54 @@ impl Apply {
                     out.push(self.inserted(&rows, values)?);
                 }
             }
+        }
+        match out.len() {
+            0 => Ok(None),
+            1 => Ok(out.pop()),
+            _ => Ok(Some(concat_batches(&self.table_schema, &out)?)),
+        }
+    }
+
+    /// Copy-on-write's rewrite of one batch of join rows (see [`RowsMode::Rewrite`]): every
+    /// row is matched, and the first clause to fire on it must be an UPDATE (as in pass 1).
+    fn rewritten(
+        &self,
+        batch: &RecordBatch,
+        updated: &std::sync::atomic::AtomicU64,
+    ) -> Result<Option<RecordBatch>> {
+        let changed_decision = || {
+            DataFusionError::Execution(
+                "MERGE came to a different decision for a row in its rewrite than in its first \
+                 pass; nothing was changed"
+                    .into(),
+            )
+        };
+        let mut undecided = present(batch.column(self.layout.source_marker()));
+        if undecided.true_count() != batch.num_rows() {
+            return Err(changed_decision());
+        }
+        let mut out = vec![];
+        for clause in self.clauses.iter() {
+            if clause.kind != ClauseKind::Matched || undecided.true_count() == 0 {
+                continue;
+            }
+            let fires = match &clause.predicate {
+                None => undecided.clone(),
+                Some(p) => selected_by(batch, &undecided, p)?,
+            };
+            if fires.true_count() == 0 {
+                continue;
+            }
+            let ClauseAction::Update(assignments) = &clause.action else {
+                return Err(changed_decision());
+            };
+            undecided = and_not(&undecided, &fires)?;
+            let rows = filter_record_batch(batch, &fires)?;
+            updated.fetch_add(rows.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
+            out.push(self.updated(&rows, assignments)?);
+        }
+        if undecided.true_count() > 0 {
+            return Err(changed_decision());
         }
         match out.len() {
             0 => Ok(None),

@@ -3,13 +3,16 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryConsumer;
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SpillFile, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::expressions::{self, Column};
 use datafusion::physical_plan::metrics::{
@@ -22,13 +25,15 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use iceberg::spec::Operation;
 
-use super::clauses::MergeRowsExec;
-use super::join::{join_plan, read_source, JoinMode};
+use super::clauses::{MergeRowsExec, RowsMode};
+use super::join::{join_plan, read_source, rewrite_join, spilled_exec, BufferedSource, JoinMode};
 use super::key_filter::source_key_filter;
 use super::positions::{DropCounts, DropPositionsExec, MergePositions, PositionMap};
+use super::rewrite::RewriteExec;
 use crate::dml::core::WriteMode;
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
 use crate::error::IcebergResultExt;
+use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
 use crate::physical_plan::write::{write_file_position_deletes, WrittenFiles};
 use crate::scan::{PlannedFile, ScanFiles};
@@ -87,6 +92,7 @@ struct Counters {
     delete_files_removed: Count,
     grace_partitions: Count,
     key_filter_skipped: Count,
+    first_pass_columns: Count,
     commit_attempts: Count,
     statement_attempts: Count,
     spill: SpillMetrics,
@@ -143,6 +149,7 @@ impl ExecutionPlan for MergeExec {
             delete_files_removed: counter("delete_files_removed"),
             grace_partitions: counter("grace_partitions"),
             key_filter_skipped: counter("target_rows_skipped_by_key_filter"),
+            first_pass_columns: counter("first_pass_target_columns"),
             commit_attempts: counter("commit_attempts"),
             statement_attempts: counter("statement_attempts"),
             spill: SpillMetrics::new(&self.metrics, 0),
@@ -267,48 +274,84 @@ async fn changes(
     };
     let read = read_source(with_marker(source)?, &job.spec, context, m.spill.clone()).await?;
     m.source_rows.add(read.rows as usize);
+    // Copy-on-write reads only the deciding columns first when it can, with the source in
+    // memory: the rewrite then joins the updated rows with a copy of it.
+    let decide = match (&job.decide, &read.buffered) {
+        (Some(d), BufferedSource::Memory(..)) => Some(d),
+        _ => None,
+    };
+    let (layout, clauses, spec) = match decide {
+        Some(d) => (&d.layout, &d.clauses, &d.spec),
+        None => (&job.layout, &job.clauses, &job.spec),
+    };
+    let source_copy = match (decide, &read.buffered) {
+        (Some(_), BufferedSource::Memory(batches, _)) => {
+            Some(copy_source(batches, &read.schema, context)?)
+        }
+        _ => None,
+    };
+    let source_schema = Arc::clone(&read.schema);
     let filters = job.target_filters(&read.bounds);
     let files = job.target_files(&filters).await?;
     m.target_files.add(files.files.len());
-    let target = job.scan(&files, Some(&job.layout.target_columns)).await?;
+    let target = job.scan(&files, Some(&layout.target_columns)).await?;
+    if m.first_pass_columns.value() == 0 {
+        m.first_pass_columns.add(layout.target_columns.len());
+    }
     let key_filter =
-        source_key_filter(&read, &job.spec, &target.schema(), context, m.spill.clone()).await?;
+        source_key_filter(&read, spec, &target.schema(), context, m.spill.clone()).await?;
     let (join, mode) = join_plan(
         read,
         target,
         key_filter.clone(),
-        &job.spec,
-        &job.layout,
+        spec,
+        layout,
         context,
         m.spill.clone(),
     )?;
     if let JoinMode::Grace(n) = mode {
         m.grace_partitions.add(n);
     }
-    let positions = Arc::new(MergePositions::new(
+    let positions = MergePositions::new(
         MemoryConsumer::new("MergePositions")
             .with_can_spill(true)
             .register(context.memory_pool()),
-    ));
-    let rows: Arc<dyn ExecutionPlan> = Arc::new(MergeRowsExec::new(
-        join,
-        Arc::clone(&job.clauses),
-        Arc::clone(&job.layout),
-        Arc::clone(&job.table_schema),
-        Arc::clone(&positions),
-    ));
+    );
+    let positions = Arc::new(match decide {
+        Some(_) => positions.keeping_deleted(),
+        None => positions,
+    });
+    let rows: Arc<dyn ExecutionPlan> = Arc::new(
+        MergeRowsExec::new(
+            join,
+            Arc::clone(clauses),
+            Arc::clone(layout),
+            Arc::clone(&job.table_schema),
+            Arc::clone(&positions),
+        )
+        .with_mode(match decide {
+            Some(_) => RowsMode::Decide,
+            None => RowsMode::NewRows,
+        }),
+    );
     let mut added = job.write(rows, written, context, &m.spill).await?;
     if let Some(f) = &key_filter {
         m.key_filter_skipped.add(f.skipped());
     }
     let (updated, deleted, inserted) = positions.counts();
     let new_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
-    if new_rows != updated + inserted {
+    // A narrow first pass leaves the updated rows' new versions to the rewrite.
+    let new_in_pass_1 = match decide {
+        Some(_) => inserted,
+        None => updated + inserted,
+    };
+    if new_rows != new_in_pass_1 {
         return Err(fail(format!(
             "it wrote {new_rows} new rows for {updated} updated and {inserted} inserted"
         )));
     }
     let changed = positions.take_changed()?;
+    let deleted_positions = positions.take_deleted()?;
     drop(positions);
     let changed_rows: u64 = changed.values().map(|b| b.len()).sum();
     if changed_rows != updated + deleted {
@@ -346,21 +389,63 @@ async fn changes(
                     streamed: files.streamed,
                 };
                 let scan = job.scan(&rewrite, None).await?;
-                let keep: Arc<dyn ExecutionPlan> = Arc::new(DropPositionsExec::new(
-                    scan,
-                    Arc::new(changed),
-                    Arc::clone(&job.table_schema),
-                    Arc::clone(&counts),
-                ));
+                let spliced = Arc::new(AtomicU64::new(0));
+                let keep: Arc<dyn ExecutionPlan> = match source_copy {
+                    Some(copy) => {
+                        let source = spilled_exec(copy, source_schema, context, m.spill.clone())?;
+                        let spliced = Arc::clone(&spliced);
+                        let versions = |probe: Arc<dyn ExecutionPlan>| {
+                            let join = rewrite_join(source, probe, &job.spec, &job.layout)?;
+                            let unused = Arc::new(MergePositions::new(
+                                MemoryConsumer::new("MergePositions")
+                                    .register(context.memory_pool()),
+                            ));
+                            Ok(Arc::new(
+                                MergeRowsExec::new(
+                                    join,
+                                    Arc::clone(&job.clauses),
+                                    Arc::clone(&job.layout),
+                                    Arc::clone(&job.table_schema),
+                                    unused,
+                                )
+                                .with_mode(RowsMode::Rewrite(spliced)),
+                            ) as Arc<dyn ExecutionPlan>)
+                        };
+                        Arc::new(RewriteExec::try_new(
+                            scan,
+                            versions,
+                            Arc::new(changed),
+                            Arc::new(deleted_positions),
+                            Arc::clone(&counts),
+                            Arc::clone(&job.table_schema),
+                        )?)
+                    }
+                    None => Arc::new(DropPositionsExec::new(
+                        scan,
+                        Arc::new(changed),
+                        Arc::clone(&job.table_schema),
+                        Arc::clone(&counts),
+                    )),
+                };
                 let kept = job.write(keep, written, context, &m.spill).await?;
-                let read = counts.read.load(std::sync::atomic::Ordering::Relaxed);
-                let dropped = counts.dropped.load(std::sync::atomic::Ordering::Relaxed);
+                let read = counts.read.load(Ordering::Relaxed);
+                let dropped = counts.dropped.load(Ordering::Relaxed);
+                let spliced = spliced.load(Ordering::Relaxed);
                 let kept_rows: u64 = kept.iter().map(|f| f.file.record_count()).sum();
-                if dropped != changed_rows || read.checked_sub(dropped) != Some(kept_rows) {
+                // Without a narrow first pass, the rewrite drops the updated rows (their new
+                // versions were written in pass 1); with one, it writes them.
+                let (should_drop, should_splice) = match decide {
+                    Some(_) => (deleted, updated),
+                    None => (changed_rows, 0),
+                };
+                if dropped != should_drop
+                    || spliced != should_splice
+                    || read.checked_sub(dropped) != Some(kept_rows)
+                {
                     return Err(fail(format!(
                         "the rewrite does not add up (pass 1 changed {changed_rows} rows in the \
-                         rewritten files; pass 2 read {read}, dropped {dropped}, wrote \
-                         {kept_rows})"
+                         rewritten files, {updated} of them updated; pass 2 read {read}, dropped \
+                         {dropped}, updated {spliced}, wrote {kept_rows})"
                     )));
                 }
                 rewritten = touched.len();
@@ -441,4 +526,24 @@ async fn write_deletes(
         .collect()
         .await;
     results.into_iter().collect()
+}
+
+/// A copy of the source batches in a spill file, for the rewrite's join (the first pass's join
+/// holds the batches until it ends).
+fn copy_source(
+    batches: &[RecordBatch],
+    schema: &SchemaRef,
+    context: &Arc<TaskContext>,
+) -> Result<Arc<dyn SpillFile>> {
+    let metrics = ExecutionPlanMetricsSet::new();
+    let mut file = SpillWriter::create(
+        &context.runtime_env(),
+        schema,
+        SpillMetrics::new(&metrics, 0),
+        "MERGE source copy",
+    )?;
+    for b in batches {
+        file.append(b)?;
+    }
+    file.finish()
 }

@@ -461,6 +461,38 @@ pub(crate) fn join_plan(
     ))
 }
 
+/// Copy-on-write's rewrite join (see `rewrite.rs`): the source (in memory) with the rows pass
+/// 1 updated (`probe`, as the rewrite's scan has them), by `ON`.
+pub(crate) fn rewrite_join(
+    source: Arc<dyn ExecutionPlan>,
+    probe: Arc<dyn ExecutionPlan>,
+    spec: &JoinSpec,
+    layout: &RowLayout,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let on = spec
+        .source_keys
+        .iter()
+        .cloned()
+        .zip(spec.target_keys.iter().cloned())
+        .collect();
+    let filter = spec
+        .filter
+        .as_ref()
+        .map(|f| join_filter(Arc::clone(f), &source.schema(), &probe.schema(), layout))
+        .transpose()?;
+    Ok(Arc::new(HashJoinExec::try_new(
+        source,
+        probe,
+        on,
+        filter,
+        &JoinType::Inner,
+        None,
+        PartitionMode::CollectLeft,
+        NullEquality::NullEqualsNothing,
+        false,
+    )?))
+}
+
 /// The join filter over all columns of both sides (the join rows' layout).
 fn join_filter(
     expression: Arc<dyn PhysicalExpr>,

@@ -26,6 +26,7 @@ mod exec;
 mod join;
 mod key_filter;
 mod positions;
+mod rewrite;
 
 pub use exec::MergeExec;
 
@@ -38,7 +39,7 @@ use datafusion::common::{DFSchema, DFSchemaRef, JoinType, TableReference};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::dml::MergeIntoClause;
+use datafusion::logical_expr::dml::{MergeIntoAction, MergeIntoClause};
 use datafusion::logical_expr::utils::expr_to_columns;
 use datafusion::logical_expr::{col, lit, Expr};
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
@@ -151,6 +152,19 @@ pub(crate) async fn plan_merge(
         "write.merge.mode",
         "iceberg.merge_mode",
     )?;
+    let decide = match mode == WriteMode::CopyOnWrite && !by_source && updates {
+        true => decide_plan(
+            &clauses,
+            &on,
+            &sides,
+            &split,
+            &merge_schema,
+            &table_schema,
+            join_type,
+            &session,
+        )?,
+        false => None,
+    };
     let job = MergeJob {
         table: table.clone(),
         store: Arc::clone(&target.store),
@@ -164,8 +178,63 @@ pub(crate) async fn plan_merge(
         mode,
         prune,
         by_source,
+        decide,
     };
     Ok(Arc::new(MergeExec::new(source, Arc::new(job))))
+}
+
+/// Copy-on-write's first pass when it can read fewer columns than the whole rows: the columns
+/// that decide what happens to a row (`ON` and the clauses' conditions), the clauses compiled
+/// against those rows without computing new versions, and the join over them. `None` when the
+/// deciding columns are every column, or a condition is volatile (pass 2 evaluates them again
+/// and must come to the same decision).
+#[allow(clippy::too_many_arguments)]
+fn decide_plan(
+    clauses: &[MergeIntoClause],
+    on: &Expr,
+    sides: &Sides<'_>,
+    split: &join::SplitOn,
+    merge_schema: &DFSchemaRef,
+    table_schema: &SchemaRef,
+    join_type: JoinType,
+    session: &SessionState,
+) -> Result<Option<Decide>> {
+    let conditions: Vec<&Expr> = std::iter::once(on)
+        .chain(clauses.iter().filter_map(|c| c.predicate.as_ref()))
+        .collect();
+    if conditions.iter().any(|e| e.is_volatile()) {
+        return Ok(None);
+    }
+    let mut columns = HashSet::new();
+    for e in &conditions {
+        sides.used(e, &mut columns)?;
+    }
+    if columns.len() >= table_schema.fields().len() {
+        return Ok(None);
+    }
+    let mut columns: Vec<usize> = columns.into_iter().collect();
+    columns.sort();
+    let source_columns = merge_schema.fields().len() - table_schema.fields().len();
+    let layout = Arc::new(row_layout(merge_schema, source_columns, columns)?);
+    // The first pass records which rows are updated; their new versions come in pass 2.
+    let deciding: Vec<MergeIntoClause> = clauses
+        .iter()
+        .map(|c| MergeIntoClause {
+            kind: c.kind,
+            predicate: c.predicate.clone(),
+            action: match &c.action {
+                MergeIntoAction::Update(_) => MergeIntoAction::Update(vec![]),
+                other => other.clone(),
+            },
+        })
+        .collect();
+    let compiled = compile(&deciding, &layout, table_schema, session)?;
+    let spec = JoinSpec::try_new(split, &layout, join_type, session, on.to_string())?;
+    Ok(Some(Decide {
+        layout,
+        clauses: compiled.into(),
+        spec,
+    }))
 }
 
 /// Adds what every node of the executed `plan` spilled to `spill`.
@@ -250,6 +319,18 @@ pub(super) struct MergeJob {
     pub(super) prune: Vec<Expr>,
     /// Whether WHEN NOT MATCHED BY SOURCE clauses exist (every target row may change).
     pub(super) by_source: bool,
+    /// Copy-on-write's narrow first pass, when it applies (see [`decide_plan`]).
+    pub(super) decide: Option<Decide>,
+}
+
+/// The first pass of a copy-on-write `MERGE` that reads only the deciding columns: it finds
+/// the rows to update and delete, and writes the inserted ones; the rewrite (pass 2) joins the
+/// updated rows with their source rows again and writes their new versions among the kept rows.
+#[derive(Debug, Clone)]
+pub(super) struct Decide {
+    pub(super) layout: Arc<RowLayout>,
+    pub(super) clauses: Arc<[Clause]>,
+    pub(super) spec: JoinSpec,
 }
 
 impl MergeJob {

@@ -67,6 +67,10 @@ pub(crate) type PositionMap = HashMap<String, RoaringTreemap>;
 struct Held {
     matched: PositionMap,
     changed: PositionMap,
+    /// The deleted ones among `changed`, when kept apart (a copy-on-write first pass that
+    /// leaves the updated rows' new versions to the rewrite tells them apart this way; a change
+    /// set rarely deletes as many rows as it updates).
+    deleted: Option<PositionMap>,
     /// Bytes the bitmaps take (as serialized; close to their size in memory).
     bytes: usize,
 }
@@ -119,6 +123,14 @@ impl MergePositions {
         self.reserve(held.bytes)
     }
 
+    /// Keeps the deleted positions apart too (see [`Self::take_deleted`]).
+    pub(crate) fn keeping_deleted(self) -> Self {
+        if let Ok(mut held) = self.held.lock() {
+            held.deleted = Some(HashMap::new());
+        }
+        self
+    }
+
     /// Records target rows a clause updates or deletes.
     pub(crate) fn changed(&self, rows: &FilePositions, change: Change) -> Result<()> {
         let mut held = self.lock()?;
@@ -134,6 +146,12 @@ impl MergePositions {
                 }
             }
             held.bytes = held.bytes + bitmap.serialized_size() - before;
+            if let (Change::Delete, Some(deleted)) = (change, held.deleted.as_mut()) {
+                let bitmap = deleted.entry(file.clone()).or_default();
+                let before = bitmap.serialized_size();
+                bitmap.extend(positions.iter().copied());
+                held.bytes = held.bytes + bitmap.serialized_size() - before;
+            }
         }
         let counter = match change {
             Change::Update => &self.updated,
@@ -161,6 +179,12 @@ impl MergePositions {
         let mut held = self.lock()?;
         held.matched = HashMap::new();
         Ok(std::mem::take(&mut held.changed))
+    }
+
+    /// The deleted positions by file, when kept apart.
+    pub(crate) fn take_deleted(&self) -> Result<PositionMap> {
+        let mut held = self.lock()?;
+        Ok(held.deleted.take().unwrap_or_default())
     }
 
     /// (updated, deleted, inserted) rows.
