@@ -747,3 +747,87 @@ async fn target_rows_no_source_key_can_match_skip_the_join() {
     assert_eq!(metric(&m, "target_rows_skipped_by_key_filter"), 0, "{m}");
     assert_eq!(metric(&m, "rows_deleted"), 60, "{m}");
 }
+
+#[tokio::test]
+async fn the_narrow_copy_on_write_first_pass_agrees_with_merge_on_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    for t in ["cow", "mor"] {
+        sql(
+            &s,
+            &format!(
+                "CREATE EXTERNAL TABLE ns.{t} (id BIGINT, part INT, v BIGINT, note VARCHAR) \
+                 STORED AS ICEBERG LOCATION '' PARTITIONED BY (part)"
+            ),
+        )
+        .await
+        .unwrap();
+        for b in 0..3 {
+            sql(
+                &s,
+                &format!(
+                    "INSERT INTO ns.{t} SELECT value, CAST(value % 4 AS INT), value % 50, \
+                     'n' || CAST(value AS VARCHAR) FROM generate_series({}, {})",
+                    b * 1000,
+                    b * 1000 + 999
+                ),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let source = "(SELECT value * 7 % 4000 AS id, value % 60 AS v, CAST(value % 5 AS INT) AS p \
+                  FROM generate_series(0, 499)) AS s";
+    // (ON, clauses, the columns copy-on-write's first pass reads: 4 = all)
+    let statements = [
+        (
+            "t.id = s.id AND t.v <= s.v",
+            "WHEN MATCHED AND s.v % 3 = 0 THEN DELETE \
+             WHEN MATCHED AND t.part = 1 THEN UPDATE SET note = 'one', part = s.p \
+             WHEN MATCHED THEN UPDATE SET v = t.v + s.v \
+             WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.p, s.v, 'new')",
+            3,
+        ),
+        (
+            "t.id = s.id",
+            "WHEN MATCHED AND random() < 2 THEN UPDATE SET v = s.v",
+            4,
+        ),
+        (
+            "t.id = s.id",
+            "WHEN MATCHED THEN UPDATE SET note = t.note || '!', v = s.v",
+            1,
+        ),
+    ];
+    for (on, clauses, columns) in statements {
+        let mut counts = vec![];
+        for (t, mode) in [("cow", "copy-on-write"), ("mor", "merge-on-read")] {
+            sql(&s, &format!("SET iceberg.merge_mode = '{mode}'"))
+                .await
+                .unwrap();
+            let (out, m) = run_with_metrics(
+                &s,
+                &format!("MERGE INTO ns.{t} AS t USING {source} ON {on} {clauses}"),
+            )
+            .await;
+            if t == "cow" {
+                assert_eq!(
+                    metric(&m, "first_pass_target_columns"),
+                    columns,
+                    "ON {on} {clauses}: {m}"
+                );
+            }
+            counts.push(out);
+        }
+        assert_eq!(counts[0], counts[1], "ON {on} {clauses}");
+        assert_ne!(counts[0], vec!["0"], "ON {on} {clauses}");
+        let all =
+            |t: &str| format!("SELECT id, part, v, note FROM ns.{t} ORDER BY id, part, v, note");
+        assert_eq!(
+            rows(&s, &all("cow")).await,
+            rows(&s, &all("mor")).await,
+            "ON {on} {clauses}"
+        );
+    }
+}

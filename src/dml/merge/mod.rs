@@ -10,11 +10,14 @@
 //!    source ─► read once (in memory, or spilled), min/max of each key
 //!    target files ─► pruned by ON's target-only conjuncts and the keys' bounds (unless WHEN
 //!                    NOT MATCHED BY SOURCE needs every row)
-//!    pass 1  join(source, target scan with deletes applied, + _file, _pos) ─► MergeRowsExec
+//!    pass 1  join(source, target scan with deletes applied, + _file, _pos, filtered by the
+//!                 source's keys unless NOT MATCHED BY SOURCE) ─► MergeRowsExec
 //!              ─► new rows (updates, inserts) ─► [sort, spilling] ─► DataFileWriterExec
 //!              ─► positions of the target rows updated or deleted (bitmaps, reserved)
 //!    merge-on-read: one position delete file per data file with changed rows
 //!    copy-on-write pass 2: scan(files with changed rows) ─► DropPositionsExec ─► writer
+//!      or, when pass 1 read only the deciding columns (`Decide`): scan ─► RewriteExec (kept
+//!      rows pass, updated rows join a copy of the source for their new versions) ─► writer
 //!    verify  rows written = updated + inserted; positions = updated + deleted; pass 2 dropped
 //!            exactly the changed positions
 //!    commit  one overwrite snapshot (append when it only inserts), validated against
