@@ -19,8 +19,7 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch};
-use arrow::buffer::BooleanBuffer;
+use arrow::array::{AsArray, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -36,45 +35,9 @@ use datafusion::physical_plan::{
 };
 use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
-use roaring::RoaringTreemap;
 
-use super::positions::{DropCounts, PositionMap};
+use super::positions::{positions_in, DropCounts, PositionMap};
 use crate::dml::core::FileKeys;
-
-/// Whether each row's (file, position) is in its file's bitmap (`bitmap_of`). Positions of one
-/// file rise through a batch of a scan, so each file's bitmap is walked alongside them; a
-/// position out of order is looked up instead.
-pub(crate) fn positions_in<'a>(
-    files: &FileKeys,
-    pos: &Int64Array,
-    bitmap_of: impl Fn(&str) -> Option<&'a RoaringTreemap>,
-) -> BooleanBuffer {
-    type Walk<'a> = (
-        &'a RoaringTreemap,
-        std::iter::Peekable<roaring::treemap::Iter<'a>>,
-        u64,
-    );
-    let mut walks: Vec<Option<Option<Walk<'a>>>> = vec![None; files.names.len()];
-    let mut out = vec![false; pos.len()];
-    for (i, hit) in out.iter_mut().enumerate() {
-        let k = files.keys[i];
-        let walk = walks[k].get_or_insert_with(|| {
-            bitmap_of(files.names.value(k)).map(|b| (b, b.iter().peekable(), 0))
-        });
-        let Some((bitmap, iter, last)) = walk else {
-            continue;
-        };
-        let p = pos.value(i) as u64;
-        if p < *last {
-            *hit = bitmap.contains(p);
-            continue;
-        }
-        *last = p;
-        while iter.next_if(|&v| v < p).is_some() {}
-        *hit = iter.peek() == Some(&p);
-    }
-    BooleanBuffer::from(out)
-}
 
 /// The receiving ends of the channels, one per partition, each taken once.
 type Receivers = Arc<Mutex<Vec<Option<mpsc::Receiver<Result<RecordBatch>>>>>>;
@@ -353,34 +316,5 @@ impl ExecutionPlan for RewriteExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use arrow::array::{ArrayRef, DictionaryArray, StringArray, UInt16Array};
-
-    #[test]
-    fn positions_walk_and_look_up_alike() {
-        let a: RoaringTreemap = [1u64, 5, 6, 100, 5_000_000_000].into_iter().collect();
-        let b: RoaringTreemap = [0u64, 2].into_iter().collect();
-        let map: PositionMap = [("a".to_string(), a), ("b".to_string(), b)].into();
-        // Rows of files a, b and c (no bitmap), a's positions rising but for one step back.
-        let names = StringArray::from(vec!["a", "b", "c"]);
-        let keys = UInt16Array::from(vec![0, 0, 1, 0, 2, 0, 0, 1, 0, 0]);
-        let files: ArrayRef = Arc::new(DictionaryArray::new(keys, Arc::new(names)));
-        let pos = Int64Array::from(vec![0, 1, 0, 5, 5, 7, 6, 2, 100, 5_000_000_000]);
-        let files = FileKeys::of(&files).unwrap();
-        let got = positions_in(&files, &pos, |f| map.get(f));
-        let want: Vec<bool> = (0..pos.len())
-            .map(|i| {
-                let name = files.names.value(files.keys[i]);
-                map.get(name)
-                    .is_some_and(|b| b.contains(pos.value(i) as u64))
-            })
-            .collect();
-        assert_eq!(got.iter().collect::<Vec<_>>(), want);
-        assert_eq!(got.count_set_bits(), 7);
     }
 }
