@@ -275,20 +275,15 @@ async fn changes(
     let read = read_source(with_marker(source)?, &job.spec, context, m.spill.clone()).await?;
     m.source_rows.add(read.rows as usize);
     // Copy-on-write reads only the deciding columns first when it can, with the source in
-    // memory: the rewrite then joins the updated rows with a copy of it.
-    let decide = match (&job.decide, &read.buffered) {
-        (Some(d), BufferedSource::Memory(..)) => Some(d),
-        _ => None,
+    // memory: the rewrite then joins the updated rows with the source again. Its batches are
+    // shared with pass 1's plan, which holds them until pass 1 ends.
+    let (decide, source_batches) = match (&job.decide, &read.buffered) {
+        (Some(d), BufferedSource::Memory(batches, _)) => (Some(d), Some(batches.clone())),
+        _ => (None, None),
     };
     let (layout, clauses, spec) = match decide {
         Some(d) => (&d.layout, &d.clauses, &d.spec),
         None => (&job.layout, &job.clauses, &job.spec),
-    };
-    let source_copy = match (decide, &read.buffered) {
-        (Some(_), BufferedSource::Memory(batches, _)) => {
-            Some(copy_source(batches, &read.schema, context)?)
-        }
-        _ => None,
     };
     let source_schema = Arc::clone(&read.schema);
     let filters = job.target_filters(&read.bounds);
@@ -353,6 +348,14 @@ async fn changes(
     let changed = positions.take_changed()?;
     let deleted_positions = positions.take_deleted()?;
     drop(positions);
+    // The copy the rewrite joins with, when it has updated rows to make new versions of (the
+    // batches themselves go: nothing holds them through pass 2).
+    let source_copy = match source_batches {
+        Some(batches) if updated > 0 && job.mode == WriteMode::CopyOnWrite => {
+            Some(copy_source(&batches, &source_schema, context)?)
+        }
+        _ => None,
+    };
     let changed_rows: u64 = changed.values().map(|b| b.len()).sum();
     if changed_rows != updated + deleted {
         return Err(fail(format!(
@@ -528,8 +531,7 @@ async fn write_deletes(
     results.into_iter().collect()
 }
 
-/// A copy of the source batches in a spill file, for the rewrite's join (the first pass's join
-/// holds the batches until it ends).
+/// A copy of the source batches in a spill file, for the rewrite's join.
 fn copy_source(
     batches: &[RecordBatch],
     schema: &SchemaRef,
