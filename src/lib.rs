@@ -35,13 +35,14 @@ mod storage;
 pub mod table;
 
 pub use catalog::{
-    CatalogUri, IcebergCatalogProvider, IcebergSchemaProvider, MetadataStore, SqlCatalog,
-    SqlCatalogConfig,
+    CatalogUri, IcebergCatalog, IcebergCatalogProvider, IcebergSchemaProvider, MetadataStore,
+    RestCatalog, SqlCatalog, SqlCatalogConfig,
 };
 pub use config::IcebergOptions;
 pub use dml::IcebergQueryPlanner;
 pub use location::LocationMap;
 pub use session::{parse_size, session_state_builder, IcebergSession, WarehouseConfig};
+pub use storage::{ObjectStores, StorageOptions, TableStorage, TableStorageFactory};
 pub use table::{
     find_metadata_file, open_table_at, IcebergScanFunction, IcebergSnapshotsFunction,
     IcebergTableFactory, IcebergTableProvider, TableDefinition,

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::object_store::ObjectStoreUrl;
 use object_store::path::Path as ObjectPath;
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +67,35 @@ impl LocationMap {
 
     /// The object-store path of a recorded location, for DataFusion's readers.
     pub(crate) fn object_path(&self, location: &str) -> Result<ObjectPath> {
-        to_object_path(&self.resolve(location)?)
+        Ok(self.locate(location)?.path)
+    }
+
+    /// The store and path of a recorded location.
+    pub(crate) fn locate(&self, location: &str) -> Result<crate::storage::Located> {
+        crate::storage::locate(&self.resolve(location)?)
+    }
+
+    /// The store a table's files are read from: the one holding its location.
+    pub(crate) fn store_url(&self, table_location: &str) -> Result<ObjectStoreUrl> {
+        Ok(self.locate(table_location)?.url)
+    }
+
+    /// The path of a recorded location inside the store `url`; a file in another store is
+    /// refused (one scan reads from one store).
+    pub(crate) fn object_path_in(
+        &self,
+        url: &ObjectStoreUrl,
+        location: &str,
+    ) -> Result<ObjectPath> {
+        let located = self.locate(location)?;
+        if &located.url != url {
+            return Err(DataFusionError::NotImplemented(format!(
+                "file '{location}' is in {}, not in {url} with the table's other files: tables \
+                 whose files span object stores are not supported",
+                located.url
+            )));
+        }
+        Ok(located.path)
     }
 }
 

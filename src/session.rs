@@ -1,7 +1,7 @@
 //! A ready-to-use DataFusion session over an Iceberg warehouse: the SQL catalog registered as the
 //! default catalog, `STORED AS ICEBERG` enabled, and an optional memory limit.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
@@ -11,16 +11,22 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
 
-use crate::catalog::{CatalogUri, IcebergCatalogProvider, SqlCatalog, SqlCatalogConfig};
+use crate::catalog::{
+    CatalogUri, IcebergCatalog, IcebergCatalogProvider, RestCatalog, SqlCatalog, SqlCatalogConfig,
+};
 use crate::table::{IcebergScanFunction, IcebergSnapshotsFunction, IcebergTableFactory};
 
 /// Where the warehouse and its catalog live, and how much memory queries may use.
 #[derive(Debug, Clone)]
 pub struct WarehouseConfig {
-    /// Directory holding table data (created if missing).
-    pub warehouse: PathBuf,
-    /// Catalog database URI; the SQLite file `<warehouse>/catalog.db` when `None`.
+    /// Where new tables go: a local directory (created if missing) or an object-store URI
+    /// (`s3://bucket/prefix`).
+    pub warehouse: String,
+    /// Catalog database URI; the SQLite file `<warehouse>/catalog.db` when `None` (a local
+    /// warehouse only).
     pub catalog_uri: Option<String>,
+    /// Storage properties in Iceberg's names (`s3.endpoint`, `s3.access-key-id`, ...).
+    pub properties: std::collections::BTreeMap<String, String>,
     /// Catalog name (the `catalog_name` column, and the DataFusion catalog).
     pub catalog_name: String,
     /// Memory limit for query execution in bytes; unlimited when `None`.
@@ -31,19 +37,35 @@ impl WarehouseConfig {
     /// A local warehouse in `dir` with the default SQLite catalog named `default`.
     pub fn local(dir: impl AsRef<Path>) -> Self {
         Self {
-            warehouse: dir.as_ref().to_path_buf(),
+            warehouse: dir.as_ref().display().to_string(),
             catalog_uri: None,
+            properties: Default::default(),
             catalog_name: "default".to_string(),
             memory_limit: None,
         }
     }
 
     /// The catalog URI in effect.
-    pub fn effective_catalog_uri(&self) -> String {
-        self.catalog_uri
-            .clone()
-            // SQLAlchemy form: three slashes then the path (a fourth slash when it is absolute).
-            .unwrap_or_else(|| format!("sqlite:///{}", self.warehouse.join("catalog.db").display()))
+    pub fn effective_catalog_uri(&self) -> Result<String> {
+        if let Some(uri) = &self.catalog_uri {
+            return Ok(uri.clone());
+        }
+        if crate::storage::remote_scheme(&self.warehouse).is_some() {
+            return Err(DataFusionError::Configuration(format!(
+                "warehouse '{}' is in an object store: give the catalog's URI too (a SQL \
+                 database, or an Iceberg REST catalog)",
+                self.warehouse
+            )));
+        }
+        // SQLAlchemy form: three slashes then the path (a fourth slash when it is absolute).
+        let local = self
+            .warehouse
+            .strip_prefix("file://")
+            .unwrap_or(&self.warehouse);
+        Ok(format!(
+            "sqlite:///{}",
+            Path::new(local).join("catalog.db").display()
+        ))
     }
 }
 
@@ -102,7 +124,7 @@ pub fn session_state_builder(config: SessionConfig) -> SessionStateBuilder {
 #[derive(Clone)]
 pub struct IcebergSession {
     ctx: SessionContext,
-    catalog: Arc<SqlCatalog>,
+    catalog: Arc<dyn IcebergCatalog>,
     pool: Arc<dyn MemoryPool>,
 }
 
@@ -115,20 +137,41 @@ impl std::fmt::Debug for IcebergSession {
 }
 
 impl IcebergSession {
-    /// Connects to the catalog and builds the session.
+    /// Connects to the catalog and builds the session: an Iceberg REST catalog when the
+    /// catalog URI is `http(s)://` (its settings in `properties`; `warehouse` is sent as the
+    /// `warehouse` property unless that is set), else a SQL catalog.
     pub async fn open(config: WarehouseConfig) -> Result<Self> {
-        let uri = CatalogUri::parse(&config.effective_catalog_uri())?;
+        if let Some(uri) = config
+            .catalog_uri
+            .as_deref()
+            .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+        {
+            let mut props = config.properties.clone();
+            props.insert("uri".to_string(), uri.to_string());
+            if !config.warehouse.is_empty() {
+                props
+                    .entry("warehouse".to_string())
+                    .or_insert_with(|| config.warehouse.clone());
+            }
+            let catalog = RestCatalog::connect(&config.catalog_name, props).await?;
+            return Self::with_catalog(catalog, config.memory_limit);
+        }
+        let uri = CatalogUri::parse(&config.effective_catalog_uri()?)?;
         let catalog = SqlCatalog::connect(SqlCatalogConfig {
             name: config.catalog_name.clone(),
             uri,
-            warehouse: config.warehouse.display().to_string(),
+            warehouse: config.warehouse.clone(),
+            properties: config.properties.clone(),
         })
         .await?;
         Self::with_catalog(catalog, config.memory_limit)
     }
 
     /// Builds a session around an existing catalog.
-    pub fn with_catalog(catalog: Arc<SqlCatalog>, memory_limit: Option<usize>) -> Result<Self> {
+    pub fn with_catalog(
+        catalog: Arc<dyn IcebergCatalog>,
+        memory_limit: Option<usize>,
+    ) -> Result<Self> {
         let pool: Arc<dyn MemoryPool> = match memory_limit {
             Some(limit) => Arc::new(TrackConsumersPool::new(
                 FairSpillPool::new(limit),
@@ -136,8 +179,10 @@ impl IcebergSession {
             )),
             None => Arc::new(datafusion::execution::memory_pool::UnboundedMemoryPool::default()),
         };
+        // DataFusion's readers and the catalog's file I/O share one object-store registry.
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::clone(&pool))
+            .with_object_store_registry(Arc::clone(catalog.object_stores().registry()))
             .build_arc()?;
         let mut config = SessionConfig::new();
         if let Some(limit) = memory_limit {
@@ -185,7 +230,7 @@ impl IcebergSession {
     }
 
     /// The Iceberg catalog.
-    pub fn catalog(&self) -> &Arc<SqlCatalog> {
+    pub fn catalog(&self) -> &Arc<dyn IcebergCatalog> {
         &self.catalog
     }
 
@@ -197,21 +242,29 @@ impl IcebergSession {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     #[test]
     fn default_catalog_lives_in_the_warehouse() {
         use crate::catalog::CatalogUri;
-        let abs = WarehouseConfig::local("/data/wh").effective_catalog_uri();
+        let abs = WarehouseConfig::local("/data/wh")
+            .effective_catalog_uri()
+            .unwrap();
         assert_eq!(
             CatalogUri::parse(&abs).unwrap(),
             CatalogUri::Sqlite(PathBuf::from("/data/wh/catalog.db"))
         );
-        let rel = WarehouseConfig::local("./warehouse").effective_catalog_uri();
+        let rel = WarehouseConfig::local("./warehouse")
+            .effective_catalog_uri()
+            .unwrap();
         assert_eq!(
             CatalogUri::parse(&rel).unwrap(),
             CatalogUri::Sqlite(PathBuf::from("./warehouse/catalog.db"))
         );
+        let remote = WarehouseConfig::local("s3://bucket/wh").effective_catalog_uri();
+        assert!(remote.unwrap_err().to_string().contains("catalog's URI"));
     }
 
     #[test]

@@ -12,8 +12,8 @@ use datafusion::error::{DataFusionError, Result};
 use iceberg::io::FileIO;
 use iceberg::table::Table;
 use iceberg::TableIdent;
-use iceberg_exec::catalog::SwapOutcome;
-use iceberg_exec::{IcebergTableProvider, MetadataStore, SqlCatalog};
+use iceberg_exec::catalog::{MetadataPointer, SwapOutcome};
+use iceberg_exec::{IcebergTableProvider, MetadataStore, ObjectStores, SqlCatalog};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_appends_all_land() {
@@ -87,9 +87,22 @@ struct FaultyStore {
     swaps: AtomicUsize,
 }
 
+/// The warehouse's SQL catalog, opened on its own (like another process would).
+async fn sql_catalog(dir: &std::path::Path) -> Arc<SqlCatalog> {
+    let config = iceberg_exec::WarehouseConfig::local(dir);
+    SqlCatalog::connect(iceberg_exec::SqlCatalogConfig {
+        name: config.catalog_name.clone(),
+        uri: iceberg_exec::CatalogUri::parse(&config.effective_catalog_uri().unwrap()).unwrap(),
+        warehouse: config.warehouse.clone(),
+        properties: Default::default(),
+    })
+    .await
+    .unwrap()
+}
+
 #[async_trait]
-impl MetadataStore for FaultyStore {
-    async fn load(self: Arc<Self>, ident: &TableIdent) -> Result<Table> {
+impl MetadataPointer for FaultyStore {
+    async fn load_current(self: Arc<Self>, ident: &TableIdent) -> Result<Table> {
         self.inner.load_table(ident).await
     }
 
@@ -114,8 +127,12 @@ impl MetadataStore for FaultyStore {
         }
     }
 
-    fn file_io(&self) -> &FileIO {
+    fn pointer_file_io(&self) -> &FileIO {
         self.inner.file_io()
+    }
+
+    fn pointer_object_stores(&self) -> &Arc<ObjectStores> {
+        self.inner.object_stores()
     }
 }
 
@@ -143,7 +160,7 @@ async fn failing_commit_leaves_table_unchanged(fault: Fault, statement: &str) ->
     let files_before = files_under(&table_dir);
 
     let store = Arc::new(FaultyStore {
-        inner: Arc::clone(s.catalog()),
+        inner: sql_catalog(dir.path()).await,
         fault,
         swaps: AtomicUsize::new(0),
     });
@@ -222,7 +239,7 @@ async fn a_swap_that_took_effect_is_a_success_even_if_it_reported_an_error() {
     let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
     let before = s.catalog().load_table(&ident).await.unwrap();
     let store = Arc::new(FaultyStore {
-        inner: Arc::clone(s.catalog()),
+        inner: sql_catalog(dir.path()).await,
         fault: Fault::SwapAppliesThenFails,
         swaps: AtomicUsize::new(0),
     });

@@ -18,6 +18,7 @@ async fn catalog_in_a_plain_session_context() {
         name: "lake".into(),
         uri: CatalogUri::parse(&format!("sqlite:///{}/cat.db", dir.path().display())).unwrap(),
         warehouse: dir.path().display().to_string(),
+        properties: Default::default(),
     })
     .await
     .unwrap();

@@ -2,58 +2,13 @@
 //! extension, installed from PyPI into a venv this test creates on first use
 //! (`$ICEBERG_EXEC_VENV`, default `~/.cache/iceberg-exec-venv`).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 
+use common::venv::{python, repo};
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The venv's python, created and filled from tests/interop/requirements.txt when missing or stale.
-fn python() -> &'static Path {
-    static PY: OnceLock<PathBuf> = OnceLock::new();
-    PY.get_or_init(|| {
-        let venv = std::env::var_os("ICEBERG_EXEC_VENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-                    .join(".cache/iceberg-exec-venv")
-            });
-        let py = venv.join("bin/python");
-        let reqs = repo().join("tests/interop/requirements.txt");
-        let wanted = std::fs::read_to_string(&reqs).expect("requirements.txt");
-        let stamp = venv.join("requirements.installed");
-        if !py.exists() || std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str())
-        {
-            let ok = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .expect("python3 -m venv")
-                .success();
-            assert!(ok, "creating the venv failed");
-            let ok = Command::new(&py)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "-r",
-                ])
-                .arg(&reqs)
-                .status()
-                .expect("pip install")
-                .success();
-            assert!(ok, "pip install -r {} failed", reqs.display());
-            std::fs::write(&stamp, wanted).expect("stamp");
-        }
-        py
-    })
-}
 
 fn tool(args: &[&str]) -> Value {
     let out = Command::new(python())
@@ -228,7 +183,7 @@ fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duc
 
     // 3. DuckDB's iceberg extension reads our metadata too.
     let meta_dir = wh.join("ours/t/metadata");
-    let mut metas: Vec<PathBuf> = std::fs::read_dir(&meta_dir)
+    let mut metas: Vec<std::path::PathBuf> = std::fs::read_dir(&meta_dir)
         .unwrap()
         .flatten()
         .map(|e| e.path())

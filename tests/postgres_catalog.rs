@@ -19,10 +19,11 @@ async fn postgres_catalog_round_trip_and_concurrent_commits() {
     // A catalog name of its own per run, so runs against one server do not meet.
     let name = format!("t{}", uuid::Uuid::new_v4().simple());
     let config = WarehouseConfig {
-        warehouse: dir.path().to_path_buf(),
+        warehouse: dir.path().display().to_string(),
         catalog_uri: Some(uri.clone()),
         catalog_name: name.clone(),
         memory_limit: None,
+        properties: Default::default(),
     };
     let s = IcebergSession::open(config.clone()).await.unwrap();
     sql(&s, "CREATE SCHEMA ns").await.unwrap();

@@ -2,7 +2,10 @@
 //! catalog/schema providers, and the metadata-pointer abstraction the commit path swaps.
 
 mod names;
+mod pointer;
 mod provider;
+mod pyiceberg_config;
+mod rest;
 mod sql;
 mod uri;
 
@@ -11,12 +14,16 @@ use std::sync::Arc;
 
 use datafusion::error::Result;
 use iceberg::io::FileIO;
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
-use iceberg::TableIdent;
+use iceberg::{TableIdent, TableRequirement, TableUpdate};
 
 pub(crate) use names::check_location;
+pub use pointer::{MetadataPointer, SwapOutcome};
 pub use provider::{IcebergCatalogProvider, IcebergSchemaProvider};
-pub use sql::{SqlCatalog, SqlCatalogConfig, SwapOutcome};
+pub use pyiceberg_config::{pyiceberg_catalog, pyiceberg_config_path};
+pub use rest::RestCatalog;
+pub use sql::{SqlCatalog, SqlCatalogConfig};
 pub use uri::CatalogUri;
 
 /// Builds a [`Table`] handle from loaded metadata.
@@ -37,20 +44,160 @@ pub(crate) fn table_handle(
         .df()
 }
 
-/// Holds each table's current-metadata pointer: what a commit compares and swaps.
+/// A table's next metadata, as a commit proposes it.
+#[derive(Debug, Clone)]
+pub struct MetadataChange {
+    /// The version it was built on.
+    pub base: Table,
+    /// The complete new metadata.
+    pub metadata: TableMetadata,
+    /// The same change as the REST spec's updates (`add-snapshot`, `set-snapshot-ref`, ...).
+    pub updates: Vec<TableUpdate>,
+    /// What must still hold of the table for the change to apply (`assert-table-uuid`,
+    /// `assert-ref-snapshot-id`).
+    pub requirements: Vec<TableRequirement>,
+}
+
+/// How a proposed change ended.
+#[derive(Debug)]
+pub enum CommitResult {
+    /// The table is now at the new metadata.
+    Committed(Box<Table>),
+    /// The table moved on since the base: nothing was changed.
+    Conflict,
+}
+
+/// Holds each table's current metadata: what a commit compares and replaces.
+///
+/// An error from [`commit_metadata`](Self::commit_metadata) means nothing was committed, unless
+/// it is a [`CommitStateUnknown`](crate::snapshot::CommitStateUnknown): then the change may have
+/// taken effect and the files it names must be kept.
 #[async_trait::async_trait]
 pub trait MetadataStore: Debug + Send + Sync {
     /// Loads the current version of a table.
     async fn load(self: Arc<Self>, ident: &TableIdent) -> Result<Table>;
 
-    /// Points the table at `new_location` if it still points at `expected`.
-    async fn swap(
+    /// Makes `change` the table's current metadata if the table is still at `change.base`.
+    async fn commit_metadata(
         self: Arc<Self>,
         ident: &TableIdent,
-        expected: &str,
-        new_location: &str,
-    ) -> Result<SwapOutcome>;
+        change: MetadataChange,
+    ) -> Result<CommitResult>;
 
     /// The file I/O for the tables of this store.
     fn file_io(&self) -> &FileIO;
+
+    /// The object stores its tables' files are in (shared with its file I/O).
+    fn object_stores(&self) -> &Arc<crate::storage::ObjectStores>;
 }
+
+/// A catalog of Iceberg tables: what DataFusion's catalog and schema providers
+/// ([`IcebergCatalogProvider`], [`IcebergSchemaProvider`]) and the table functions need.
+/// [`SqlCatalog`] and [`RestCatalog`] implement it; commits go through its [`MetadataStore`].
+#[async_trait::async_trait]
+pub trait IcebergCatalog: MetadataStore {
+    /// The catalog's name (the DataFusion catalog it is registered as).
+    fn name(&self) -> &str;
+
+    /// Every namespace.
+    async fn list_namespaces(&self) -> Result<Vec<iceberg::NamespaceIdent>>;
+
+    /// Whether a namespace exists.
+    async fn namespace_exists(&self, ns: &iceberg::NamespaceIdent) -> Result<bool>;
+
+    /// Creates a namespace; fails when it exists.
+    async fn create_namespace(
+        &self,
+        ns: &iceberg::NamespaceIdent,
+        properties: std::collections::HashMap<String, String>,
+    ) -> Result<()>;
+
+    /// Drops an empty namespace.
+    async fn drop_namespace(&self, ns: &iceberg::NamespaceIdent) -> Result<()>;
+
+    /// The tables of a namespace.
+    async fn list_tables(&self, ns: &iceberg::NamespaceIdent) -> Result<Vec<TableIdent>>;
+
+    /// Whether a table exists.
+    async fn table_exists(&self, ident: &TableIdent) -> Result<bool>;
+
+    /// Loads a table; fails when there is none.
+    async fn load_table(&self, ident: &TableIdent) -> Result<Table>;
+
+    /// Loads a table, or `None` when there is none.
+    async fn try_load_table(&self, ident: &TableIdent) -> Result<Option<Table>>;
+
+    /// Creates a table.
+    async fn create_table(
+        &self,
+        ns: &iceberg::NamespaceIdent,
+        creation: iceberg::TableCreation,
+    ) -> Result<Table>;
+
+    /// Removes a table from the catalog; its files stay.
+    async fn drop_table(&self, ident: &TableIdent) -> Result<()>;
+
+    /// Registers an existing table (by its metadata file) under `ident`.
+    async fn register_table(&self, ident: &TableIdent, metadata_location: &str) -> Result<Table>;
+}
+
+/// Implements [`IcebergCatalog`] for a catalog type through its inherent methods of the same
+/// names.
+macro_rules! catalog_through_inherent_methods {
+    ($t:ty) => {
+        #[async_trait::async_trait]
+        impl IcebergCatalog for $t {
+            fn name(&self) -> &str {
+                <$t>::name(self)
+            }
+            async fn list_namespaces(&self) -> Result<Vec<iceberg::NamespaceIdent>> {
+                <$t>::list_namespaces(self).await
+            }
+            async fn namespace_exists(&self, ns: &iceberg::NamespaceIdent) -> Result<bool> {
+                <$t>::namespace_exists(self, ns).await
+            }
+            async fn create_namespace(
+                &self,
+                ns: &iceberg::NamespaceIdent,
+                properties: std::collections::HashMap<String, String>,
+            ) -> Result<()> {
+                <$t>::create_namespace(self, ns, properties).await
+            }
+            async fn drop_namespace(&self, ns: &iceberg::NamespaceIdent) -> Result<()> {
+                <$t>::drop_namespace(self, ns).await
+            }
+            async fn list_tables(&self, ns: &iceberg::NamespaceIdent) -> Result<Vec<TableIdent>> {
+                <$t>::list_tables(self, ns).await
+            }
+            async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
+                <$t>::table_exists(self, ident).await
+            }
+            async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
+                <$t>::load_table(self, ident).await
+            }
+            async fn try_load_table(&self, ident: &TableIdent) -> Result<Option<Table>> {
+                <$t>::try_load_table(self, ident).await
+            }
+            async fn create_table(
+                &self,
+                ns: &iceberg::NamespaceIdent,
+                creation: iceberg::TableCreation,
+            ) -> Result<Table> {
+                <$t>::create_table(self, ns, creation).await
+            }
+            async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
+                <$t>::drop_table(self, ident).await
+            }
+            async fn register_table(
+                &self,
+                ident: &TableIdent,
+                metadata_location: &str,
+            ) -> Result<Table> {
+                <$t>::register_table(self, ident, metadata_location).await
+            }
+        }
+    };
+}
+
+catalog_through_inherent_methods!(SqlCatalog);
+catalog_through_inherent_methods!(RestCatalog);

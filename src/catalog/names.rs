@@ -58,8 +58,9 @@ pub(crate) fn check_namespace(ns: &NamespaceIdent) -> Result<()> {
     Ok(())
 }
 
-/// Checks an explicit location (`LOCATION`, `write.data.path`): an absolute local path or
-/// `file://` URI without `.` or `..` segments or control characters. `what` names it in errors.
+/// Checks an explicit location (`LOCATION`, `write.data.path`, a warehouse): an absolute local
+/// path, a `file://` URI, or an object-store URI with a bucket (`s3://bucket/prefix`), without
+/// `.` or `..` segments or control characters. `what` names it in errors.
 pub(crate) fn check_location(what: &str, location: &str) -> Result<()> {
     let bad = |why: &str| {
         DataFusionError::Plan(format!(
@@ -72,10 +73,21 @@ pub(crate) fn check_location(what: &str, location: &str) -> Result<()> {
     }
     let path = match location.strip_prefix("file://") {
         Some(p) => p,
-        None if location.contains("://") => {
-            return Err(bad("only local paths and file:// URIs are supported"))
-        }
-        None => location,
+        None => match crate::storage::remote_scheme(location) {
+            Some(scheme) => {
+                let rest = &location[scheme.len() + 3..];
+                let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(bad("an object-store location names its bucket"));
+                }
+                if key.split('/').any(|s| s == "." || s == "..") {
+                    return Err(bad("a location must not contain '.' or '..' segments"));
+                }
+                return Ok(());
+            }
+            None if location.contains("://") => return Err(bad("unrecognised URI scheme")),
+            None => location,
+        },
     };
     if !path.starts_with('/') {
         return Err(bad(
@@ -90,21 +102,44 @@ pub(crate) fn check_location(what: &str, location: &str) -> Result<()> {
 
 /// Refuses a new table's location when it already holds a table's metadata (two tables would
 /// share, and later clean up, each other's files).
-pub(crate) fn check_location_is_free(location: &str) -> Result<()> {
+pub(crate) async fn check_location_is_free(
+    stores: &crate::storage::ObjectStores,
+    location: &str,
+) -> Result<()> {
+    let taken = |shown: &str| {
+        DataFusionError::Plan(format!(
+            "location '{location}' already holds an Iceberg table (metadata files in {shown}); \
+             choose another LOCATION; nothing was changed"
+        ))
+    };
+    if crate::storage::remote_scheme(location).is_some() {
+        use futures::TryStreamExt;
+        let dir = format!("{}/metadata", location.trim_end_matches('/'));
+        let located = crate::storage::locate(&dir)?;
+        let store = stores.store(&located.url)?;
+        let listed: Vec<object_store::ObjectMeta> = store
+            .list(Some(&located.path))
+            .try_collect()
+            .await
+            .map_err(|e| DataFusionError::Execution(format!("cannot list '{dir}': {e}")))?;
+        if listed
+            .iter()
+            .any(|m| m.location.as_ref().ends_with(".metadata.json"))
+        {
+            return Err(taken(&dir));
+        }
+        return Ok(());
+    }
     let path = location.strip_prefix("file://").unwrap_or(location);
     let metadata = std::path::Path::new(path).join("metadata");
     let Ok(entries) = std::fs::read_dir(&metadata) else {
         return Ok(());
     };
-    let taken = entries
+    if entries
         .flatten()
-        .any(|e| e.file_name().to_string_lossy().ends_with(".metadata.json"));
-    if taken {
-        return Err(DataFusionError::Plan(format!(
-            "location '{location}' already holds an Iceberg table (metadata files in {}); \
-             choose another LOCATION; nothing was changed",
-            metadata.display()
-        )));
+        .any(|e| e.file_name().to_string_lossy().ends_with(".metadata.json"))
+    {
+        return Err(taken(&metadata.display().to_string()));
     }
     Ok(())
 }
@@ -137,7 +172,14 @@ mod tests {
 
     #[test]
     fn locations_are_absolute_without_dot_segments() {
-        for good in ["/data/t", "file:///data/t", "/data/t/", "/data/..t/x"] {
+        for good in [
+            "/data/t",
+            "file:///data/t",
+            "/data/t/",
+            "/data/..t/x",
+            "s3://bucket/t",
+            "s3://bucket",
+        ] {
             check_location("LOCATION", good).unwrap();
         }
         for (bad, why) in [
@@ -147,23 +189,31 @@ mod tests {
             ("file:///data/./t", "'..'"),
             ("/data/x\\..\\y", "'..'"),
             ("/data/\0t", "control"),
-            ("s3://bucket/t", "only local"),
+            ("s3:///t", "bucket"),
+            ("s3://bucket/a/../t", "'..'"),
+            ("mailto:x", "absolute"),
         ] {
             let e = check_location("LOCATION", bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad:?}: {e}");
         }
     }
 
-    #[test]
-    fn a_location_holding_metadata_is_taken() {
+    #[tokio::test]
+    async fn a_location_holding_metadata_is_taken() {
+        let stores = crate::storage::ObjectStores::standalone(Default::default());
         let dir = tempfile::tempdir().unwrap();
         let loc = dir.path().display().to_string();
-        check_location_is_free(&loc).unwrap();
+        check_location_is_free(&stores, &loc).await.unwrap();
         std::fs::create_dir(dir.path().join("metadata")).unwrap();
         std::fs::write(dir.path().join("metadata/notes.txt"), "x").unwrap();
-        check_location_is_free(&format!("file://{loc}")).unwrap();
+        check_location_is_free(&stores, &format!("file://{loc}"))
+            .await
+            .unwrap();
         std::fs::write(dir.path().join("metadata/00000-a.metadata.json"), "{}").unwrap();
-        let e = check_location_is_free(&loc).unwrap_err().to_string();
+        let e = check_location_is_free(&stores, &loc)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("already holds an Iceberg table"), "{e}");
     }
 }

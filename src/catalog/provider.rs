@@ -14,7 +14,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
-use super::{MetadataStore, SqlCatalog};
+use super::{IcebergCatalog, MetadataStore};
 use crate::io_runtime;
 use crate::table::{IcebergTableProvider, TableDefinition};
 
@@ -22,20 +22,21 @@ fn namespace(name: &str) -> Result<NamespaceIdent> {
     NamespaceIdent::from_strs(name.split('.')).map_err(|e| DataFusionError::External(Box::new(e)))
 }
 
-/// A DataFusion catalog backed by an Iceberg [`SqlCatalog`].
+/// A DataFusion catalog backed by an Iceberg catalog ([`SqlCatalog`](super::SqlCatalog) or
+/// [`RestCatalog`](super::RestCatalog)).
 #[derive(Debug, Clone)]
 pub struct IcebergCatalogProvider {
-    catalog: Arc<SqlCatalog>,
+    catalog: Arc<dyn IcebergCatalog>,
 }
 
 impl IcebergCatalogProvider {
     /// Wraps a catalog.
-    pub fn new(catalog: Arc<SqlCatalog>) -> Self {
+    pub fn new(catalog: Arc<dyn IcebergCatalog>) -> Self {
         Self { catalog }
     }
 
     /// The underlying catalog.
-    pub fn catalog(&self) -> &Arc<SqlCatalog> {
+    pub fn catalog(&self) -> &Arc<dyn IcebergCatalog> {
         &self.catalog
     }
 }
@@ -111,13 +112,13 @@ impl CatalogProvider for IcebergCatalogProvider {
 /// The tables of one Iceberg namespace, as a DataFusion schema.
 #[derive(Debug, Clone)]
 pub struct IcebergSchemaProvider {
-    catalog: Arc<SqlCatalog>,
+    catalog: Arc<dyn IcebergCatalog>,
     namespace: NamespaceIdent,
 }
 
 impl IcebergSchemaProvider {
     /// The schema for `namespace` of `catalog`.
-    pub fn new(catalog: Arc<SqlCatalog>, namespace: NamespaceIdent) -> Self {
+    pub fn new(catalog: Arc<dyn IcebergCatalog>, namespace: NamespaceIdent) -> Self {
         Self { catalog, namespace }
     }
 
@@ -129,7 +130,7 @@ impl IcebergSchemaProvider {
 /// Creates an Iceberg table shaped like `source` and appends `source`'s rows (plain DataFusion
 /// `CREATE TABLE` / `CREATE TABLE AS`, which hand over an in-memory table).
 async fn create_from_provider(
-    catalog: Arc<SqlCatalog>,
+    catalog: Arc<dyn IcebergCatalog>,
     ident: TableIdent,
     source: Arc<dyn TableProvider>,
 ) -> Result<()> {
@@ -152,11 +153,11 @@ async fn create_from_provider(
 
 /// Appends the rows of `source` to the new `table`.
 async fn fill(
-    catalog: Arc<SqlCatalog>,
+    catalog: Arc<dyn IcebergCatalog>,
     table: Table,
     source: Arc<dyn TableProvider>,
 ) -> Result<()> {
-    let store: Arc<dyn MetadataStore> = catalog;
+    let store: Arc<dyn MetadataStore> = catalog.clone();
     let provider = IcebergTableProvider::try_new(table, Some(store))?;
     let ctx = SessionContext::new();
     let state = ctx.state();

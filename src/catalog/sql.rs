@@ -22,10 +22,12 @@ use sqlx::{AnyPool, Row};
 
 use super::names::{check_location, check_location_is_free, check_namespace, check_table_name};
 use super::uri::CatalogUri;
-use super::{table_handle, MetadataStore};
+use super::{table_handle, MetadataPointer, SwapOutcome};
 use crate::error::{db_err, IcebergResultExt};
 use crate::io_runtime;
+use crate::location::LocationMap;
 use crate::snapshot::metadata_file::{new_metadata_location, read_metadata, write_metadata};
+use crate::storage::{remote_scheme, table_file_io, ObjectStores, StorageOptions};
 
 /// How to reach a SQL catalog.
 #[derive(Debug, Clone)]
@@ -34,8 +36,11 @@ pub struct SqlCatalogConfig {
     pub name: String,
     /// The catalog database.
     pub uri: CatalogUri,
-    /// Directory (or `file://` URI) under which new tables are placed.
+    /// Where new tables are placed: a directory, a `file://` URI, or an object-store URI such
+    /// as `s3://bucket/prefix`.
     pub warehouse: String,
+    /// Storage properties (`s3.endpoint`, `s3.access-key-id`, ...) for the tables' files.
+    pub properties: std::collections::BTreeMap<String, String>,
 }
 
 /// Table properties that place a table's files somewhere other than under its location.
@@ -51,29 +56,37 @@ const EXISTS_PROPERTY: &str = "exists";
 /// An Iceberg catalog stored in a SQL database (SQLite by default, PostgreSQL by URI).
 #[derive(Debug)]
 pub struct SqlCatalog {
-    name: String,
+    db: Arc<Db>,
     warehouse: String,
-    pool: AnyPool,
     file_io: FileIO,
-    /// Whether `iceberg_tables` has Java's `iceberg_type` column (databases made by pyiceberg do not).
-    has_iceberg_type: bool,
+    stores: Arc<ObjectStores>,
     /// The last handle loaded for each table. A metadata file never changes, so a handle whose
     /// metadata location is still the current one is reused: its metadata is not parsed again
     /// and its manifest cache stays warm across queries.
     handles: std::sync::Mutex<HashMap<TableIdent, Table>>,
 }
 
+/// The catalog database.
+#[derive(Debug)]
+struct Db {
+    name: String,
+    pool: AnyPool,
+    /// Whether `iceberg_tables` has Java's `iceberg_type` column (databases made by pyiceberg do not).
+    has_iceberg_type: bool,
+}
+
+impl Db {
+    fn table_type_filter(&self) -> &'static str {
+        if self.has_iceberg_type {
+            " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
+        } else {
+            ""
+        }
+    }
+}
+
 /// Table handles kept by one catalog.
 const MAX_CACHED_HANDLES: usize = 256;
-
-/// The outcome of a compare-and-swap on a table's metadata pointer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SwapOutcome {
-    /// The pointer now names the new metadata file.
-    Swapped,
-    /// Someone else moved the pointer first; nothing was changed.
-    Conflict,
-}
 
 fn ns_key(ns: &NamespaceIdent) -> String {
     ns.as_ref().join(".")
@@ -84,14 +97,13 @@ fn ns_from_key(key: &str) -> Result<NamespaceIdent> {
 }
 
 /// Normalises a warehouse given as a path or `file://` URI into an absolute `file://` URI,
-/// creating the directory when it is missing.
+/// creating the directory when it is missing. Object-store URIs are kept as they are.
 fn normalise_warehouse(warehouse: &str) -> Result<String> {
-    let path = warehouse.strip_prefix("file://").unwrap_or(warehouse);
-    if warehouse.contains("://") && !warehouse.starts_with("file://") {
-        return Err(DataFusionError::Configuration(format!(
-            "warehouse '{warehouse}': only local paths and file:// URIs are supported"
-        )));
+    if remote_scheme(warehouse).is_some() {
+        check_location("warehouse", warehouse)?;
+        return Ok(warehouse.trim_end_matches('/').to_string());
     }
+    let path = warehouse.strip_prefix("file://").unwrap_or(warehouse);
     let path = PathBuf::from(path);
     std::fs::create_dir_all(&path).map_err(|e| {
         DataFusionError::Configuration(format!(
@@ -114,6 +126,7 @@ impl SqlCatalog {
         }
         let name = config.name.clone();
         let uri = config.uri.clone();
+        let stores = ObjectStores::standalone(StorageOptions::new(config.properties.clone()));
         io_runtime::spawn(async move {
             sqlx::any::install_default_drivers();
             let mut opts = AnyPoolOptions::new();
@@ -138,11 +151,14 @@ impl SqlCatalog {
                     .is_ok();
             Ok(Arc::new(SqlCatalog {
                 handles: Default::default(),
-                name,
+                db: Arc::new(Db {
+                    name,
+                    pool,
+                    has_iceberg_type,
+                }),
                 warehouse,
-                pool,
-                file_io: FileIO::new_with_fs(),
-                has_iceberg_type,
+                file_io: table_file_io(&LocationMap::default(), &stores),
+                stores,
             }))
         })
         .await
@@ -150,10 +166,15 @@ impl SqlCatalog {
 
     /// The catalog's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.db.name
     }
 
-    /// The warehouse root as a `file://` URI.
+    /// The object stores its tables' files are in.
+    pub fn object_stores(&self) -> &Arc<ObjectStores> {
+        &self.stores
+    }
+
+    /// The warehouse root as a `file://` (or object-store) URI.
     pub fn warehouse(&self) -> &str {
         &self.warehouse
     }
@@ -163,17 +184,9 @@ impl SqlCatalog {
         &self.file_io
     }
 
-    fn table_type_filter(&self) -> &'static str {
-        if self.has_iceberg_type {
-            " AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)"
-        } else {
-            ""
-        }
-    }
-
     /// Lists every namespace: those with properties and those that hold tables.
-    pub async fn list_namespaces(self: &Arc<Self>) -> Result<Vec<NamespaceIdent>> {
-        let this = Arc::clone(self);
+    pub async fn list_namespaces(&self) -> Result<Vec<NamespaceIdent>> {
+        let this = Arc::clone(&self.db);
         io_runtime::spawn(async move {
             let rows: Vec<AnyRow> = sqlx::query(
                 "SELECT table_namespace FROM iceberg_tables WHERE catalog_name = $1 \
@@ -197,8 +210,8 @@ impl SqlCatalog {
     }
 
     /// Whether the namespace exists (has properties or tables).
-    pub async fn namespace_exists(self: &Arc<Self>, ns: &NamespaceIdent) -> Result<bool> {
-        let this = Arc::clone(self);
+    pub async fn namespace_exists(&self, ns: &NamespaceIdent) -> Result<bool> {
+        let this = Arc::clone(&self.db);
         let key = ns_key(ns);
         io_runtime::spawn(async move {
             let row = sqlx::query(
@@ -219,7 +232,7 @@ impl SqlCatalog {
 
     /// Creates a namespace with properties. Fails if it exists.
     pub async fn create_namespace(
-        self: &Arc<Self>,
+        &self,
         ns: &NamespaceIdent,
         properties: HashMap<String, String>,
     ) -> Result<()> {
@@ -230,7 +243,7 @@ impl SqlCatalog {
                 ns_key(ns)
             )));
         }
-        let this = Arc::clone(self);
+        let this = Arc::clone(&self.db);
         let key = ns_key(ns);
         io_runtime::spawn(async move {
             let mut props: Vec<(String, String)> = properties.into_iter().collect();
@@ -257,7 +270,7 @@ impl SqlCatalog {
     }
 
     /// Drops an empty namespace.
-    pub async fn drop_namespace(self: &Arc<Self>, ns: &NamespaceIdent) -> Result<()> {
+    pub async fn drop_namespace(&self, ns: &NamespaceIdent) -> Result<()> {
         if !self.namespace_exists(ns).await? {
             return Err(DataFusionError::Plan(format!(
                 "namespace '{}' does not exist",
@@ -270,7 +283,7 @@ impl SqlCatalog {
                 ns_key(ns)
             )));
         }
-        let this = Arc::clone(self);
+        let this = Arc::clone(&self.db);
         let key = ns_key(ns);
         io_runtime::spawn(async move {
             sqlx::query(
@@ -287,8 +300,8 @@ impl SqlCatalog {
     }
 
     /// Lists the tables of a namespace.
-    pub async fn list_tables(self: &Arc<Self>, ns: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        let this = Arc::clone(self);
+    pub async fn list_tables(&self, ns: &NamespaceIdent) -> Result<Vec<TableIdent>> {
+        let this = Arc::clone(&self.db);
         let ns = ns.clone();
         io_runtime::spawn(async move {
             let sql = format!(
@@ -312,8 +325,8 @@ impl SqlCatalog {
         .await
     }
 
-    async fn metadata_location(self: &Arc<Self>, ident: &TableIdent) -> Result<Option<String>> {
-        let this = Arc::clone(self);
+    async fn metadata_location(&self, ident: &TableIdent) -> Result<Option<String>> {
+        let this = Arc::clone(&self.db);
         let ident = ident.clone();
         io_runtime::spawn(async move {
             let sql = format!(
@@ -346,19 +359,19 @@ impl SqlCatalog {
     }
 
     /// Whether the table exists.
-    pub async fn table_exists(self: &Arc<Self>, ident: &TableIdent) -> Result<bool> {
+    pub async fn table_exists(&self, ident: &TableIdent) -> Result<bool> {
         Ok(self.metadata_location(ident).await?.is_some())
     }
 
     /// Loads a table's current metadata.
-    pub async fn load_table(self: &Arc<Self>, ident: &TableIdent) -> Result<Table> {
+    pub async fn load_table(&self, ident: &TableIdent) -> Result<Table> {
         self.try_load_table(ident)
             .await?
             .ok_or_else(|| table_not_found(ident))
     }
 
     /// Loads a table's current metadata, or `None` when the catalog has no such table.
-    pub async fn try_load_table(self: &Arc<Self>, ident: &TableIdent) -> Result<Option<Table>> {
+    pub async fn try_load_table(&self, ident: &TableIdent) -> Result<Option<Table>> {
         let Some(location) = self.metadata_location(ident).await? else {
             return Ok(None);
         };
@@ -367,7 +380,7 @@ impl SqlCatalog {
         }
         let metadata = read_metadata(&self.file_io, &location)
             .await
-            .map_err(|e| e.context(format!("loading table '{ident}'")))?;
+            .map_err(|e| DataFusionError::Execution(format!("loading table '{ident}': {e}")))?;
         let table = table_handle(ident.clone(), location, metadata, self.file_io.clone())?;
         let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
         if handles.len() >= MAX_CACHED_HANDLES && !handles.contains_key(ident) {
@@ -399,7 +412,7 @@ impl SqlCatalog {
 
     /// Creates a table: writes its first metadata file, then records it in the catalog.
     pub async fn create_table(
-        self: &Arc<Self>,
+        &self,
         ns: &NamespaceIdent,
         mut creation: TableCreation,
     ) -> Result<Table> {
@@ -429,7 +442,7 @@ impl SqlCatalog {
             .location
             .take()
             .unwrap_or_else(|| self.default_table_location(&ident));
-        check_location_is_free(&location)?;
+        check_location_is_free(&self.stores, &location).await?;
         creation.location = Some(location.clone());
         let metadata = TableMetadataBuilder::from_table_creation(creation)
             .df()?
@@ -458,12 +471,8 @@ impl SqlCatalog {
     }
 
     /// Records a table in the catalog (`iceberg_type = 'TABLE'` where the column exists).
-    async fn insert_table_row(
-        self: &Arc<Self>,
-        ident: &TableIdent,
-        metadata_location: &str,
-    ) -> Result<()> {
-        let this = Arc::clone(self);
+    async fn insert_table_row(&self, ident: &TableIdent, metadata_location: &str) -> Result<()> {
+        let this = Arc::clone(&self.db);
         let id = ident.clone();
         let loc = metadata_location.to_string();
         io_runtime::spawn(async move {
@@ -490,7 +499,7 @@ impl SqlCatalog {
 
     /// Registers an existing table (by its metadata file) under a new identifier.
     pub async fn register_table(
-        self: &Arc<Self>,
+        &self,
         ident: &TableIdent,
         metadata_location: &str,
     ) -> Result<Table> {
@@ -519,8 +528,8 @@ impl SqlCatalog {
     }
 
     /// Removes a table from the catalog. Its files stay where they are.
-    pub async fn drop_table(self: &Arc<Self>, ident: &TableIdent) -> Result<()> {
-        let this = Arc::clone(self);
+    pub async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
+        let this = Arc::clone(&self.db);
         let id = ident.clone();
         let affected = io_runtime::spawn(async move {
             let sql = format!(
@@ -546,8 +555,8 @@ impl SqlCatalog {
 }
 
 #[async_trait::async_trait]
-impl MetadataStore for SqlCatalog {
-    async fn load(self: Arc<Self>, ident: &TableIdent) -> Result<Table> {
+impl MetadataPointer for SqlCatalog {
+    async fn load_current(self: Arc<Self>, ident: &TableIdent) -> Result<Table> {
         self.load_table(ident).await
     }
 
@@ -557,7 +566,7 @@ impl MetadataStore for SqlCatalog {
         expected: &str,
         new_location: &str,
     ) -> Result<SwapOutcome> {
-        let this = Arc::clone(&self);
+        let this = Arc::clone(&self.db);
         let id = ident.clone();
         let expected = expected.to_string();
         let new_location = new_location.to_string();
@@ -585,8 +594,12 @@ impl MetadataStore for SqlCatalog {
         .await
     }
 
-    fn file_io(&self) -> &FileIO {
+    fn pointer_file_io(&self) -> &FileIO {
         &self.file_io
+    }
+
+    fn pointer_object_stores(&self) -> &Arc<ObjectStores> {
+        &self.stores
     }
 }
 

@@ -363,6 +363,7 @@ impl DmlJob {
             filtered: true,
             limit: None,
             locations: &self.locations,
+            stores: self.store.object_stores(),
             file_column: true,
             position_column: self.mode == WriteMode::MergeOnRead,
         };
@@ -407,6 +408,7 @@ impl DmlJob {
             filtered: true,
             limit: None,
             locations: &self.locations,
+            stores: self.store.object_stores(),
             file_column: false,
             position_column: false,
         };

@@ -24,6 +24,7 @@ use datafusion::common::ScalarValue;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::Expr;
 
 use futures::{StreamExt, TryStreamExt};
@@ -506,6 +507,7 @@ pub fn group_files(
     files: &[PlannedFile],
     target: usize,
     locations: &LocationMap,
+    url: &ObjectStoreUrl,
     partition_values: impl Fn(&PlannedFile) -> Vec<ScalarValue>,
 ) -> Result<Vec<FileGroup>> {
     let target = target.max(1).min(files.len().max(1));
@@ -519,7 +521,7 @@ pub fn group_files(
             .ok_or_else(|| DataFusionError::Internal("no file groups".into()))?;
         *size += f.size;
         group.push(
-            file_at(locations.object_path(&f.path)?.as_ref(), f.size)?
+            file_at(locations.object_path_in(url, &f.path)?.as_ref(), f.size)?
                 .with_partition_values(partition_values(f)),
         );
     }
@@ -550,7 +552,8 @@ mod tests {
                 equality_deletes: false,
             })
             .collect();
-        let groups = group_files(&files, 2, &LocationMap::default(), |_| vec![]).unwrap();
+        let local = ObjectStoreUrl::local_filesystem;
+        let groups = group_files(&files, 2, &LocationMap::default(), &local(), |_| vec![]).unwrap();
         assert_eq!(groups.len(), 2);
         let sizes: Vec<u64> = groups
             .iter()
@@ -559,9 +562,15 @@ mod tests {
         assert_eq!(sizes.iter().sum::<u64>(), 315);
         assert!(sizes.iter().all(|s| (150..=165).contains(s)), "{sizes:?}");
         assert_eq!(
-            group_files(&files[..1], 8, &LocationMap::default(), |_| vec![])
-                .unwrap()
-                .len(),
+            group_files(
+                &files[..1],
+                8,
+                &LocationMap::default(),
+                &local(),
+                |_| vec![]
+            )
+            .unwrap()
+            .len(),
             1
         );
     }

@@ -1,5 +1,6 @@
-//! The commit loop: apply changes on the latest table version, compare-and-swap the metadata
-//! pointer, and on conflict reload and retry under the table's `commit.retry.*` properties.
+//! The commit loop: apply changes on the latest table version, hand the new metadata to the
+//! table's [`MetadataStore`] (a pointer swap, or a REST catalog's commit), and on conflict reload
+//! and retry under the table's `commit.retry.*` properties.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,9 +9,8 @@ use datafusion::error::{DataFusionError, Result};
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
-use super::metadata_file::{new_metadata_location, write_metadata};
 use super::producer::{SnapshotChanges, SnapshotProducer};
-use crate::catalog::{table_handle, MetadataStore, SwapOutcome};
+use crate::catalog::{CommitResult, MetadataStore};
 use crate::error::IcebergResultExt;
 
 /// What a successful commit produced.
@@ -46,32 +46,6 @@ pub fn is_commit_state_unknown(e: &DataFusionError) -> bool {
     }
 }
 
-/// The outcome of a swap that took effect. Nothing after this point may delete files.
-fn committed(
-    ident: &TableIdent,
-    producer: &SnapshotProducer,
-    new_path: String,
-    new_metadata: iceberg::spec::TableMetadata,
-    file_io: &iceberg::io::FileIO,
-    attempts: u32,
-) -> Result<CommitOutcome> {
-    let unknown = |what: String| {
-        DataFusionError::External(Box::new(CommitStateUnknown(format!(
-            "table '{ident}' was committed, but {what}"
-        ))))
-    };
-    let snapshot_id = producer
-        .snapshot_id()
-        .ok_or_else(|| unknown("its snapshot id is missing".into()))?;
-    let table = table_handle(ident.clone(), new_path, new_metadata, file_io.clone())
-        .map_err(|e| unknown(format!("its handle could not be built: {e}")))?;
-    Ok(CommitOutcome {
-        table,
-        snapshot_id,
-        attempts,
-    })
-}
-
 struct RetryPolicy {
     retries: u32,
     min_wait: Duration,
@@ -104,10 +78,11 @@ impl RetryPolicy {
 
 /// Commits `changes` to the table `ident` held by `store`.
 ///
-/// On a lost compare-and-swap the table is reloaded, the changes re-applied and the swap retried.
-/// When the commit finally fails, every file written for it (manifests, manifest lists, metadata
-/// files) is deleted and the table is left as it was. The data files named in `changes` are the
-/// caller's to clean up.
+/// On a conflict (the table moved on) the table is reloaded, the changes re-applied and the
+/// commit retried. When the commit finally fails, every file written for it (manifests,
+/// manifest lists, metadata files) is deleted and the table is left as it was, unless the
+/// outcome is unknown ([`CommitStateUnknown`]): then every file is kept. The data files named in
+/// `changes` are the caller's to clean up.
 pub async fn commit(
     store: Arc<dyn MetadataStore>,
     ident: &TableIdent,
@@ -122,33 +97,27 @@ pub async fn commit(
     let mut attempt: u32 = 0;
     loop {
         attempt += 1;
-        let new_metadata = match producer.apply(&table, attempt).await {
-            Ok(m) => m,
+        let change = match producer.apply(&table, attempt).await {
+            Ok(c) => c,
             Err(e) => {
                 producer.cleanup_all(&file_io).await;
                 return Err(e);
             }
         };
-        let location = new_metadata_location(
-            table.metadata().location(),
-            table.metadata_location(),
-            &new_metadata,
-        );
-        let new_path = match write_metadata(&file_io, &new_metadata, &location).await {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = file_io.delete(location.to_string()).await;
-                producer.cleanup_all(&file_io).await;
-                return Err(e.context(format!("writing metadata of table '{ident}'")));
+        match Arc::clone(&store).commit_metadata(ident, change).await {
+            Ok(CommitResult::Committed(table)) => {
+                let snapshot_id = producer.snapshot_id().ok_or_else(|| {
+                    DataFusionError::External(Box::new(CommitStateUnknown(format!(
+                        "table '{ident}' was committed, but its snapshot id is missing"
+                    ))))
+                })?;
+                return Ok(CommitOutcome {
+                    table: *table,
+                    snapshot_id,
+                    attempts: attempt,
+                });
             }
-        };
-        let expected = table.metadata_location_result().df()?.to_string();
-        match Arc::clone(&store).swap(ident, &expected, &new_path).await {
-            Ok(SwapOutcome::Swapped) => {
-                return committed(ident, &producer, new_path, new_metadata, &file_io, attempt)
-            }
-            Ok(SwapOutcome::Conflict) => {
-                let _ = file_io.delete(&new_path).await;
+            Ok(CommitResult::Conflict) => {
                 producer.cleanup_attempt(&file_io).await;
                 if attempt > policy.retries || started.elapsed() >= policy.total {
                     producer.cleanup_all(&file_io).await;
@@ -167,24 +136,10 @@ pub async fn commit(
                     }
                 };
             }
+            Err(e) if is_commit_state_unknown(&e) => return Err(e),
             Err(e) => {
-                // The swap may have happened even though it reported an error (say, the
-                // connection dropped after the UPDATE ran): look before deleting anything.
-                match Arc::clone(&store).load(ident).await {
-                    Ok(now) if now.metadata_location() == Some(new_path.as_str()) => {
-                        return committed(ident, &producer, new_path, new_metadata, &file_io, attempt)
-                    }
-                    Ok(_) => {
-                        let _ = file_io.delete(&new_path).await;
-                        producer.cleanup_all(&file_io).await;
-                        return Err(e);
-                    }
-                    Err(reload) => {
-                        return Err(DataFusionError::External(Box::new(CommitStateUnknown(format!(
-                            "commit to table '{ident}' failed ({e}) and the table could not be                              reloaded to check whether it took effect ({reload}); files are kept"
-                        )))))
-                    }
-                }
+                producer.cleanup_all(&file_io).await;
+                return Err(e);
             }
         }
     }

@@ -24,8 +24,10 @@ use iceberg::spec::{
     SnapshotSummaryCollector, Summary, TableMetadata,
 };
 use iceberg::table::Table;
+use iceberg::TableRequirement;
 use uuid::Uuid;
 
+use crate::catalog::MetadataChange;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 
@@ -171,7 +173,7 @@ impl SnapshotProducer {
     }
 
     /// Builds the new table metadata on top of `base`, writing manifests and a manifest list.
-    pub async fn apply(&mut self, base: &Table, attempt: u32) -> Result<TableMetadata> {
+    pub async fn apply(&mut self, base: &Table, attempt: u32) -> Result<MetadataChange> {
         let metadata = base.metadata();
         let file_io = base.file_io();
         self.attempt_files.clear();
@@ -311,7 +313,20 @@ impl SnapshotProducer {
             .df()?
             .build()
             .df()?;
-        Ok(result.metadata)
+        Ok(MetadataChange {
+            base: base.clone(),
+            metadata: result.metadata,
+            updates: result.changes,
+            requirements: vec![
+                TableRequirement::UuidMatch {
+                    uuid: metadata.uuid(),
+                },
+                TableRequirement::RefSnapshotIdMatch {
+                    r#ref: MAIN_BRANCH.to_string(),
+                    snapshot_id: parent_id,
+                },
+            ],
+        })
     }
 
     async fn write_new_manifests(

@@ -20,19 +20,19 @@ use datafusion::logical_expr::Expr;
 
 use super::snapshots::load_target;
 use super::IcebergTableProvider;
-use crate::catalog::SqlCatalog;
+use crate::catalog::IcebergCatalog;
 use crate::io_runtime;
 use crate::location::LocationMap;
 
 /// The `iceberg_scan` table function.
 #[derive(Debug, Default)]
 pub struct IcebergScanFunction {
-    catalog: Option<Arc<SqlCatalog>>,
+    catalog: Option<Arc<dyn IcebergCatalog>>,
 }
 
 impl IcebergScanFunction {
     /// A function that also resolves catalog table names (`ns.t`) through `catalog`.
-    pub fn new(catalog: Option<Arc<SqlCatalog>>) -> Self {
+    pub fn new(catalog: Option<Arc<dyn IcebergCatalog>>) -> Self {
         Self { catalog }
     }
 }
@@ -149,9 +149,11 @@ impl TableFunctionImpl for IcebergScanFunction {
 
         let catalog = self.catalog.clone();
         let provider = io_runtime::block_on(async move {
-            let table = load_target(&target, catalog, &locations).await?;
+            let (table, stores) = load_target(&target, catalog, &locations).await?;
             // Tables opened through iceberg_scan are read-only: writes go through the catalog.
-            Ok(IcebergTableProvider::try_new(table, None)?.with_locations(locations))
+            Ok(IcebergTableProvider::try_new(table, None)?
+                .with_locations(locations)
+                .with_object_stores(stores))
         })?;
         let provider = match pin {
             None => provider,

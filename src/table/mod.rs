@@ -14,3 +14,15 @@ pub use function::IcebergScanFunction;
 pub use provider::IcebergTableProvider;
 pub use snapshots::IcebergSnapshotsFunction;
 pub use spec::{parse_partitioning, parse_sort_order, TableDefinition};
+
+/// Makes the store of `url` known to the session that plans a scan reading from it.
+pub(crate) fn register_store(
+    state: &dyn datafusion::catalog::Session,
+    stores: &std::sync::Arc<crate::storage::ObjectStores>,
+    url: &datafusion::execution::object_store::ObjectStoreUrl,
+) -> datafusion::error::Result<()> {
+    if url.as_str() == "file:///" {
+        return Ok(());
+    }
+    stores.register_in(state.runtime_env(), url)
+}

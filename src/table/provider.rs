@@ -24,6 +24,7 @@ use crate::physical_plan::scan::plan::{arrow_schema, plan_scan, ScanRequest};
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter};
+use crate::storage::{ObjectStores, StorageOptions};
 use crate::IcebergOptions;
 
 /// An Iceberg table as a DataFusion [`TableProvider`].
@@ -41,6 +42,7 @@ pub struct IcebergTableProvider {
     store: Option<Arc<dyn MetadataStore>>,
     schema: SchemaRef,
     locations: LocationMap,
+    stores: Arc<ObjectStores>,
 }
 
 /// The data file count a snapshot's summary records (0 when it does not say).
@@ -57,6 +59,10 @@ impl IcebergTableProvider {
     /// A provider over `table`. With a `store`, the table accepts `INSERT`.
     pub fn try_new(table: Table, store: Option<Arc<dyn MetadataStore>>) -> Result<Self> {
         let schema = arrow_schema(table.metadata().current_schema())?;
+        let stores = match &store {
+            Some(store) => Arc::clone(store.object_stores()),
+            None => ObjectStores::standalone(StorageOptions::default()),
+        };
         Ok(Self {
             table,
             snapshot_id: None,
@@ -64,7 +70,15 @@ impl IcebergTableProvider {
             store,
             schema,
             locations: LocationMap::default(),
+            stores,
         })
+    }
+
+    /// Reads files through `stores` (the table's metadata store brings its own; a table opened
+    /// by path uses the environment's S3 settings unless given these).
+    pub fn with_object_stores(mut self, stores: Arc<ObjectStores>) -> Self {
+        self.stores = stores;
+        self
     }
 
     /// Resolves recorded file locations through `locations` (tables whose files moved).
@@ -244,6 +258,7 @@ impl TableProvider for IcebergTableProvider {
             filtered: !filters.is_empty(),
             limit,
             locations: &self.locations,
+            stores: &self.stores,
             file_column: false,
             position_column: false,
         };

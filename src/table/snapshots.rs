@@ -1,6 +1,5 @@
 //! `iceberg_snapshots('<table or path>')`: a table's snapshots, for choosing what to time-travel to.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMillisecondArray};
@@ -13,19 +12,20 @@ use iceberg::table::Table;
 use iceberg::TableIdent;
 
 use super::by_path::open_table_at;
-use crate::catalog::SqlCatalog;
+use crate::catalog::IcebergCatalog;
 use crate::io_runtime;
 use crate::location::LocationMap;
+use crate::storage::ObjectStores;
 
 /// The `iceberg_snapshots` table function: one row per snapshot, oldest first.
 #[derive(Debug, Default)]
 pub struct IcebergSnapshotsFunction {
-    catalog: Option<Arc<SqlCatalog>>,
+    catalog: Option<Arc<dyn IcebergCatalog>>,
 }
 
 impl IcebergSnapshotsFunction {
     /// A function that resolves catalog table names through `catalog` (paths always work).
-    pub fn new(catalog: Option<Arc<SqlCatalog>>) -> Self {
+    pub fn new(catalog: Option<Arc<dyn IcebergCatalog>>) -> Self {
         Self { catalog }
     }
 }
@@ -33,13 +33,18 @@ impl IcebergSnapshotsFunction {
 /// Loads a table named by a path or a catalog identifier.
 pub(crate) async fn load_target(
     target: &str,
-    catalog: Option<Arc<SqlCatalog>>,
+    catalog: Option<Arc<dyn IcebergCatalog>>,
     locations: &LocationMap,
-) -> Result<Table> {
+) -> Result<(Table, Arc<ObjectStores>)> {
     let looks_like_path =
-        target.contains('/') || target.ends_with(".json") || Path::new(target).exists();
+        target.contains('/') || target.ends_with(".json") || std::path::Path::new(target).exists();
     if looks_like_path {
-        return open_table_at(Path::new(target), locations).await;
+        let stores = match &catalog {
+            Some(c) => Arc::clone(c.object_stores()),
+            None => ObjectStores::standalone(Default::default()),
+        };
+        let table = open_table_at(target, locations, &stores).await?;
+        return Ok((table, stores));
     }
     let Some(catalog) = catalog else {
         return Err(DataFusionError::Plan(format!(
@@ -48,7 +53,8 @@ pub(crate) async fn load_target(
     };
     let ident = TableIdent::from_strs(target.split('.'))
         .map_err(|e| DataFusionError::External(Box::new(e)))?;
-    catalog.load_table(&ident).await
+    let table = catalog.load_table(&ident).await?;
+    Ok((table, Arc::clone(catalog.object_stores())))
 }
 
 impl TableFunctionImpl for IcebergSnapshotsFunction {
@@ -62,7 +68,7 @@ impl TableFunctionImpl for IcebergSnapshotsFunction {
             }
         };
         let catalog = self.catalog.clone();
-        let table = io_runtime::block_on(async move {
+        let (table, _) = io_runtime::block_on(async move {
             load_target(&target, catalog, &LocationMap::default()).await
         })?;
         let md = table.metadata();

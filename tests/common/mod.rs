@@ -1,6 +1,10 @@
 //! Shared helpers for integration tests.
 #![allow(dead_code)]
 
+pub mod s3_tool;
+pub mod seaweed;
+pub mod venv;
+
 use std::path::Path;
 use std::sync::Arc;
 

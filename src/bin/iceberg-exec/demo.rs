@@ -131,8 +131,8 @@ pub(crate) async fn tour(session: &IcebergSession, rows: u64) -> Result<()> {
 /// Builds `demo.trips` (partitioned by region and month, sorted by pickup time).
 async fn build(session: &IcebergSession, rows: u64) -> Result<()> {
     println!(
-        "Building demo.trips with {rows} rows in {} ...",
-        session.catalog().warehouse()
+        "Building demo.trips with {rows} rows in catalog '{}' ...",
+        session.catalog().name()
     );
     run(session, "CREATE SCHEMA IF NOT EXISTS demo").await?;
     run(

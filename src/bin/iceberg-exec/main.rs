@@ -1,7 +1,6 @@
 //! The `iceberg-exec` command line: SQL on an Iceberg warehouse, an interactive shell, a demo.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,16 +20,28 @@ mod demo;
     about = "SQL on Apache Iceberg tables, powered by Apache DataFusion"
 )]
 struct Cli {
-    /// Warehouse directory (table data; holds the default SQLite catalog).
-    #[arg(long, global = true, default_value = "./warehouse")]
-    warehouse: PathBuf,
-    /// Catalog database URI (default: SQLite file <warehouse>/catalog.db). SQLAlchemy forms work:
-    /// sqlite:////abs/path/catalog.db, sqlite:///relative.db, postgresql://user@host/db.
+    /// Where tables go: a directory (holds the default SQLite catalog; default ./warehouse) or
+    /// an object-store URI such as s3://bucket/prefix (then give --catalog-uri too). For a REST
+    /// catalog: its warehouse name or location.
+    #[arg(long, global = true)]
+    warehouse: Option<String>,
+    /// The catalog: a database URI (default: SQLite file <warehouse>/catalog.db; SQLAlchemy forms
+    /// work: sqlite:////abs/path/catalog.db, sqlite:///relative.db, postgresql://user@host/db), or
+    /// an Iceberg REST catalog's http(s):// URI.
     #[arg(long, global = true)]
     catalog_uri: Option<String>,
     /// Catalog name (the catalog_name column of the catalog tables).
     #[arg(long, global = true, default_value = "default")]
     catalog_name: String,
+    /// A catalog configured for pyiceberg (.pyiceberg.yaml in $PYICEBERG_HOME or ~, and
+    /// PYICEBERG_CATALOG__<NAME>__<KEY> variables): its uri picks a REST (http(s)://) or SQL
+    /// (sqlite://, postgresql://) catalog; --catalog-prop and --catalog-uri override it.
+    #[arg(long, global = true, value_name = "NAME")]
+    catalog: Option<String>,
+    /// A catalog property, e.g. s3.endpoint=http://127.0.0.1:9000 or s3.region=eu-west-1
+    /// (repeatable; storage settings use Iceberg's property names).
+    #[arg(long = "catalog-prop", global = true, value_name = "KEY=VALUE", value_parser = parse_prop)]
+    catalog_props: Vec<(String, String)>,
     /// Memory limit for query execution, e.g. 64MiB, 1GiB or bytes (default: unlimited).
     #[arg(long, global = true)]
     memory_limit: Option<String>,
@@ -101,6 +112,56 @@ fn main() -> ExitCode {
     }
 }
 
+/// The warehouse and catalog the options name.
+fn warehouse_config(cli: &Cli, memory_limit: Option<usize>) -> Result<WarehouseConfig> {
+    let mut properties = std::collections::BTreeMap::new();
+    let mut catalog_name = cli.catalog_name.clone();
+    if let Some(name) = &cli.catalog {
+        properties = iceberg_exec::catalog::pyiceberg_catalog(name)?;
+        catalog_name = name.clone();
+    }
+    properties.extend(cli.catalog_props.iter().cloned());
+    let catalog_uri = cli
+        .catalog_uri
+        .clone()
+        .or_else(|| cli.catalog.as_ref().and_then(|_| properties.remove("uri")));
+    if cli.catalog.is_some() && catalog_uri.is_none() {
+        return Err(DataFusionError::Configuration(format!(
+            "catalog '{}' has no uri",
+            catalog_name
+        )));
+    }
+    let rest = catalog_uri
+        .as_deref()
+        .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"));
+    let warehouse = match &cli.warehouse {
+        Some(w) => w.clone(),
+        None if rest => String::new(),
+        None => match properties.get("warehouse") {
+            Some(w) if cli.catalog.is_some() => w.clone(),
+            _ => "./warehouse".to_string(),
+        },
+    };
+    Ok(WarehouseConfig {
+        warehouse,
+        catalog_uri,
+        catalog_name,
+        memory_limit,
+        properties,
+    })
+}
+
+/// A `KEY=VALUE` property.
+fn parse_prop(text: &str) -> std::result::Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(format!(
+            "expected KEY=VALUE, got '{}'",
+            text.split('=').next().unwrap_or_default()
+        )),
+    }
+}
+
 /// An error as a single line (causes joined).
 fn one_line(e: &DataFusionError) -> String {
     let text = e.to_string();
@@ -113,12 +174,7 @@ fn one_line(e: &DataFusionError) -> String {
 
 async fn run(cli: Cli) -> Result<()> {
     let memory_limit = cli.memory_limit.as_deref().map(parse_size).transpose()?;
-    let config = WarehouseConfig {
-        warehouse: cli.warehouse.clone(),
-        catalog_uri: cli.catalog_uri.clone(),
-        catalog_name: cli.catalog_name.clone(),
-        memory_limit,
-    };
+    let config = warehouse_config(&cli, memory_limit)?;
     let session = IcebergSession::open(config).await?;
     match cli.command {
         Some(Command::Sql {
@@ -234,7 +290,8 @@ async fn shell(session: &IcebergSession, format: Format) -> Result<()> {
     use rustyline::error::ReadlineError;
     let mut editor = rustyline::DefaultEditor::new()
         .map_err(|e| DataFusionError::Execution(format!("cannot open the shell: {e}")))?;
-    let history = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".iceberg_exec_history"));
+    let history =
+        std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".iceberg_exec_history"));
     if let Some(h) = &history {
         let _ = editor.load_history(h);
     }

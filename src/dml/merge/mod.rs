@@ -429,6 +429,7 @@ impl MergeJob {
             filtered: true,
             limit: None,
             locations: &self.locations,
+            stores: self.store.object_stores(),
             file_column: true,
             position_column: true,
         };

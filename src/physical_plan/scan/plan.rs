@@ -26,7 +26,6 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -68,6 +67,8 @@ pub(crate) struct ScanRequest<'a> {
     pub filtered: bool,
     pub limit: Option<usize>,
     pub locations: &'a LocationMap,
+    /// The object stores the files are read from.
+    pub stores: &'a Arc<crate::storage::ObjectStores>,
     /// Whether the output ends with [`FILE_COLUMN`] (dictionary-encoded, one value per file).
     pub file_column: bool,
     /// Whether the output ends with [`POSITION_COLUMN`], each row's position in its file (after
@@ -157,10 +158,13 @@ pub(crate) async fn plan_scan(
         projection.extend(file_columns..file_columns + partition_columns.len());
         Some(projection)
     };
+    let url = req.locations.store_url(req.table.metadata().location())?;
+    crate::table::register_store(state, req.stores, &url)?;
     let groups = group_files(
         files,
         state.config().target_partitions(),
         req.locations,
+        &url,
         |f| {
             let mut values = vec![];
             if req.file_column {
@@ -183,17 +187,15 @@ pub(crate) async fn plan_scan(
         .with_num_rows(rows)
         .with_total_byte_size(Precision::Inexact(bytes as usize));
     let adapter = FieldIdAdapterFactory::new(req.read_schema, req.table.metadata().properties());
-    let config = FileScanConfigBuilder::new(
-        ObjectStoreUrl::local_filesystem(),
-        Arc::new(ParquetSource::new(table_schema)),
-    )
-    .with_file_groups(groups)
-    .with_statistics(statistics)
-    .with_expr_adapter(Some(Arc::new(adapter)))
-    .with_projection_indices(projection)?
-    // Deletes remove rows after the read: a limit cannot go to the reader then.
-    .with_limit(req.limit.filter(|_| !has_deletes))
-    .build();
+    let config =
+        FileScanConfigBuilder::new(url.clone(), Arc::new(ParquetSource::new(table_schema)))
+            .with_file_groups(groups)
+            .with_statistics(statistics)
+            .with_expr_adapter(Some(Arc::new(adapter)))
+            .with_projection_indices(projection)?
+            // Deletes remove rows after the read: a limit cannot go to the reader then.
+            .with_limit(req.limit.filter(|_| !has_deletes))
+            .build();
     let mut plan = parquet_exec(state, config)?;
     if !has_deletes && hidden_columns == 0 && !req.position_column {
         return Ok(plan);
@@ -206,7 +208,7 @@ pub(crate) async fn plan_scan(
             .iter()
             .map(|d| {
                 Ok(PositionDeleteFile {
-                    location: req.locations.object_path(&d.path)?.to_string(),
+                    location: req.locations.object_path_in(&url, &d.path)?.to_string(),
                     size: d.size,
                     rows: d.record_count,
                 })
@@ -214,7 +216,7 @@ pub(crate) async fn plan_scan(
             .collect::<Result<Vec<_>>>()?;
         if !delete_files.is_empty() {
             positional.insert(
-                req.locations.object_path(&f.path)?.to_string(),
+                req.locations.object_path_in(&url, &f.path)?.to_string(),
                 FileDeletes {
                     recorded_path: f.path.clone(),
                     delete_files,
@@ -376,16 +378,19 @@ async fn delete_scan(
         Arc::new(Field::new(DELETE_SEQ_COLUMN, DataType::Int64, false)),
         Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)),
     ];
+    let url = req.locations.store_url(req.table.metadata().location())?;
     let target = state.config().target_partitions().max(1).min(deletes.len());
     let mut groups: Vec<Vec<PartitionedFile>> = vec![vec![]; target];
     for (i, d) in deletes.iter().enumerate() {
         groups[i % target].push(
-            file_at(req.locations.object_path(&d.path)?.as_ref(), d.size)?.with_partition_values(
-                vec![
-                    ScalarValue::Int64(Some(d.data_seq)),
-                    ScalarValue::Int32(Some(eq.delete_scope(d))),
-                ],
-            ),
+            file_at(
+                req.locations.object_path_in(&url, &d.path)?.as_ref(),
+                d.size,
+            )?
+            .with_partition_values(vec![
+                ScalarValue::Int64(Some(d.data_seq)),
+                ScalarValue::Int32(Some(eq.delete_scope(d))),
+            ]),
         );
     }
     let adapter = FieldIdAdapterFactory::new(&keys, req.table.metadata().properties());
@@ -394,7 +399,7 @@ async fn delete_scan(
             .with_table_partition_cols(partition_columns)
             .build(),
     );
-    let config = FileScanConfigBuilder::new(ObjectStoreUrl::local_filesystem(), Arc::new(source))
+    let config = FileScanConfigBuilder::new(url, Arc::new(source))
         .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
         .with_expr_adapter(Some(Arc::new(adapter)))
         .build();

@@ -1,0 +1,260 @@
+//! Where files live: local directories and object stores (S3 and S3-compatible servers; GCS and
+//! Azure behind features), reached the same way by DataFusion's readers and by the iceberg crate's
+//! `FileIO`.
+//!
+//! One [`ObjectStores`] serves a catalog or a session. It holds DataFusion's object-store registry
+//! (the session's, so a store an embedding engine registered itself is used as it is) and the
+//! [`StorageOptions`] new stores are built from, in Iceberg's property names (`s3.endpoint`,
+//! `s3.access-key-id`, ...). Manifests, metadata and the files this crate writes go through a
+//! `FileIO` whose storage ([`TableStorage`]) asks the same registry for the same store, so
+//! there is one HTTP client per bucket and one place credentials are configured.
+
+mod cloud;
+mod file_io;
+mod tidy;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::object_store::{
+    DefaultObjectStoreRegistry, ObjectStoreRegistry, ObjectStoreUrl,
+};
+use datafusion::execution::runtime_env::RuntimeEnv;
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+
+pub(crate) use file_io::table_file_io;
+pub use file_io::{TableStorage, TableStorageFactory};
+
+/// Property keys whose values may be shown (in `Debug`, errors and logs); every other value is
+/// redacted, so a secret under a key this list does not know is never printed.
+const SHOWN_KEYS: &[&str] = &[
+    "s3.endpoint",
+    "s3.region",
+    "client.region",
+    "s3.path-style-access",
+    "s3.force-virtual-addressing",
+    "s3.anonymous",
+    "s3.connect-timeout",
+    "s3.request-timeout",
+    "s3.max-retries",
+    "s3.retry-timeout",
+    "s3.access-key-id",
+    "client.access-key-id",
+    "adls.account-name",
+    "gcs.project-id",
+    "uri",
+    "warehouse",
+    "prefix",
+    "type",
+];
+
+/// Storage settings, in the property names Iceberg's Java and Python clients use.
+///
+/// S3: `s3.endpoint`, `s3.region` (or `client.region`), `s3.access-key-id`,
+/// `s3.secret-access-key`, `s3.session-token`, `s3.path-style-access` (or pyiceberg's
+/// `s3.force-virtual-addressing`), `s3.anonymous`, `s3.connect-timeout` and
+/// `s3.request-timeout` (seconds), `s3.max-retries`, `s3.retry-timeout` (seconds). What is not
+/// set comes from the standard AWS environment (`AWS_ACCESS_KEY_ID`, `AWS_REGION`,
+/// `AWS_ENDPOINT_URL`, web identity, container and instance credentials).
+///
+/// `Debug` shows only values known not to be secret; the rest print as `<redacted>`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct StorageOptions {
+    props: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for StorageOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut m = f.debug_map();
+        for (k, v) in &self.props {
+            if is_shown(k) {
+                m.entry(k, v);
+            } else {
+                m.entry(k, &"<redacted>");
+            }
+        }
+        m.finish()
+    }
+}
+
+/// Whether the value of property `key` may be printed.
+pub(crate) fn is_shown(key: &str) -> bool {
+    SHOWN_KEYS.contains(&key)
+}
+
+impl StorageOptions {
+    /// Options from `(key, value)` properties (a catalog's, or a table's).
+    pub fn new<K: Into<String>, V: Into<String>>(props: impl IntoIterator<Item = (K, V)>) -> Self {
+        Self {
+            props: props
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.props.get(key).map(String::as_str)
+    }
+
+    /// The first of `keys` that is set.
+    pub(crate) fn first(&self, keys: &[&str]) -> Option<&str> {
+        keys.iter().find_map(|k| self.get(k))
+    }
+
+    /// Every property.
+    pub fn properties(&self) -> &BTreeMap<String, String> {
+        &self.props
+    }
+}
+
+/// The object stores of a catalog or session: DataFusion's registry, and the options stores
+/// missing from it are built with.
+pub struct ObjectStores {
+    registry: Arc<dyn ObjectStoreRegistry>,
+    options: StorageOptions,
+    building: Mutex<()>,
+}
+
+impl std::fmt::Debug for ObjectStores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectStores")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectStores {
+    /// Stores found in (and added to) `registry`, built with `options` when missing.
+    pub fn new(registry: Arc<dyn ObjectStoreRegistry>, options: StorageOptions) -> Arc<Self> {
+        Arc::new(Self {
+            registry,
+            options,
+            building: Mutex::new(()),
+        })
+    }
+
+    /// Stores of their own (a registry no session shares), built with `options`.
+    pub fn standalone(options: StorageOptions) -> Arc<Self> {
+        Self::new(Arc::new(DefaultObjectStoreRegistry::new()), options)
+    }
+
+    /// The options new stores are built with.
+    pub fn options(&self) -> &StorageOptions {
+        &self.options
+    }
+
+    /// The registry stores are kept in.
+    pub fn registry(&self) -> &Arc<dyn ObjectStoreRegistry> {
+        &self.registry
+    }
+
+    /// The store of `url`: the registry's, else one built from the options (and registered).
+    pub fn store(&self, url: &ObjectStoreUrl) -> Result<Arc<dyn ObjectStore>> {
+        if let Ok(store) = self.registry.get_store(url.as_ref()) {
+            return Ok(store);
+        }
+        let _one_at_a_time = self.building.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(store) = self.registry.get_store(url.as_ref()) {
+            return Ok(store);
+        }
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(tidy::TidyStore::new(cloud::build(url, &self.options)?));
+        self.registry
+            .register_store(url.as_ref(), Arc::clone(&store));
+        Ok(store)
+    }
+
+    /// Makes the store of `url` known to `runtime` unless it has one already (a session other
+    /// than the one these stores came from, or one whose registry was replaced).
+    pub fn register_in(&self, runtime: &RuntimeEnv, url: &ObjectStoreUrl) -> Result<()> {
+        if runtime.object_store(url).is_ok() {
+            return Ok(());
+        }
+        runtime.register_object_store(url.as_ref(), self.store(url)?);
+        Ok(())
+    }
+}
+
+/// A location split into the object store that holds it and the path inside that store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Located {
+    /// The store: `file:///` for local files, `s3://bucket` and the like otherwise.
+    pub url: ObjectStoreUrl,
+    /// The path inside the store.
+    pub path: ObjectPath,
+}
+
+/// The scheme of `location` when it is a URI other than `file://`.
+pub(crate) fn remote_scheme(location: &str) -> Option<&str> {
+    let (scheme, _) = location.split_once("://")?;
+    let valid = !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (valid && !scheme.eq_ignore_ascii_case("file")).then_some(scheme)
+}
+
+/// Splits a location (already resolved through any location map) into store and path.
+///
+/// Local locations (`file://` URIs, absolute and relative paths) are in the local store; URIs
+/// such as `s3://bucket/key` are in the store of `scheme://authority`, at the key as written:
+/// keys are not percent-decoded, so a key Java wrote as `part=a%2Fb` is found as it is.
+pub(crate) fn locate(location: &str) -> Result<Located> {
+    let Some(scheme) = remote_scheme(location) else {
+        return Ok(Located {
+            url: ObjectStoreUrl::local_filesystem(),
+            path: crate::location::to_object_path(location)?,
+        });
+    };
+    let rest = &location[scheme.len() + 3..];
+    let (authority, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if authority.is_empty() {
+        return Err(DataFusionError::Plan(format!(
+            "location '{location}' names no bucket"
+        )));
+    }
+    let url = ObjectStoreUrl::parse(format!("{}://{authority}", scheme.to_ascii_lowercase()))
+        .map_err(|e| DataFusionError::Plan(format!("bad location '{location}': {e}")))?;
+    let path = ObjectPath::parse(key)
+        .map_err(|e| DataFusionError::Plan(format!("bad location '{location}': {e}")))?;
+    Ok(Located { url, path })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_split_into_store_and_key() {
+        let s3 = locate("s3://bucket/ns/t/data/part=a%2Fb/f.parquet").unwrap();
+        assert_eq!(s3.url.as_str(), "s3://bucket/");
+        assert_eq!(s3.path.as_ref(), "ns/t/data/part=a%2Fb/f.parquet");
+        let s3a = locate("S3A://b/k").unwrap();
+        assert_eq!(s3a.url.as_str(), "s3a://b/");
+        let local = locate("file:///tmp/wh/t/a.parquet").unwrap();
+        assert_eq!(local.url, ObjectStoreUrl::local_filesystem());
+        assert_eq!(local.path.as_ref(), "tmp/wh/t/a.parquet");
+        assert_eq!(locate("/tmp/wh/t/a.parquet").unwrap(), local);
+        assert!(locate("s3:///key").is_err());
+        assert!(locate("s3://bucket/a//b").is_err());
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let o = StorageOptions::new([
+            ("s3.endpoint", "http://127.0.0.1:9000"),
+            ("s3.secret-access-key", "hunter2"),
+            ("s3.session-token", "tok-123"),
+            ("some.future.password", "pw-456"),
+        ]);
+        let shown = format!("{o:?} {:?}", ObjectStores::standalone(o.clone()));
+        assert!(shown.contains("http://127.0.0.1:9000"), "{shown}");
+        for secret in ["hunter2", "tok-123", "pw-456"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+}
