@@ -201,6 +201,32 @@ async fn every_statement_works_on_tables_in_s3() {
     // A second session (a new process would do the same) reads the same rows.
     drop(s);
     let again = open(&server, dir.path(), &format!("s3://{BUCKET}/wh")).await;
+    // EXPLAIN ANALYZE counts the scan's requests; footers are fetched once per session, so the
+    // same scan again needs fewer.
+    let requests = |plan: &[String]| -> (u64, u64) {
+        let text = plan.join("\n");
+        let value = |name: &str| -> u64 {
+            text.split(&format!("{name}="))
+                .skip(1)
+                .map(|rest| {
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    digits.parse::<u64>().unwrap_or(0)
+                })
+                .sum()
+        };
+        (value("object_store_requests"), value("bytes_fetched"))
+    };
+    let query = "EXPLAIN ANALYZE SELECT sum(v) FROM ns.t WHERE region = 'us'";
+    let (first, first_bytes) = requests(&render(&sql(&again, query).await.unwrap()));
+    let (warm, _) = requests(&render(&sql(&again, query).await.unwrap()));
+    assert!(
+        first > 0 && first_bytes > 0,
+        "{first} requests, {first_bytes} bytes"
+    );
+    assert!(
+        warm < first,
+        "footers fetched again: {first} then {warm} requests"
+    );
     assert_eq!(table_rows(&again, "ns.t").await, lines(&oracle));
 }
 

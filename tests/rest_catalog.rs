@@ -232,9 +232,19 @@ async fn a_stale_commit_is_retried_and_both_writes_land() {
     assert_eq!(ids.len(), 42);
 }
 
-/// An HTTP proxy in front of the catalog that forwards every request and, while `fail` is set,
-/// answers a table commit with 503 after the catalog applied it (the reply lost on the way).
-async fn failing_proxy(target: String, fail: Arc<AtomicBool>) -> String {
+/// What the proxy in front of the catalog does besides forwarding.
+#[derive(Default)]
+struct Faults {
+    /// Answer table commits with 503 after the catalog applied them (the reply lost).
+    fail_commits: AtomicBool,
+    /// Give tokens this lifetime in seconds instead of the catalog's.
+    token_lifetime: Option<u64>,
+    /// Token requests seen.
+    token_requests: AtomicUsize,
+}
+
+/// An HTTP proxy in front of the catalog at `target` that forwards every request, with `faults`.
+async fn proxy(target: String, faults: Arc<Faults>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let http = reqwest::Client::new();
@@ -245,7 +255,7 @@ async fn failing_proxy(target: String, fail: Arc<AtomicBool>) -> String {
             };
             let http = http.clone();
             let target = target.clone();
-            let fail = Arc::clone(&fail);
+            let faults = Arc::clone(&faults);
             tokio::spawn(async move {
                 let mut buf = vec![];
                 let mut chunk = [0u8; 8192];
@@ -299,23 +309,25 @@ async fn failing_proxy(target: String, fail: Arc<AtomicBool>) -> String {
                 let is_commit = method == "POST"
                     && path.contains("/namespaces/")
                     && path.split('/').rev().nth(1) == Some("tables");
-                let (status, bytes) = if is_commit && fail.load(Ordering::SeqCst) {
-                    let _ = response.bytes().await;
-                    (
-                        "503 Service Unavailable".to_string(),
-                        br#"{"error":{"message":"upstream gone","type":"ServiceUnavailableException","code":503}}"#.to_vec(),
-                    )
-                } else {
-                    let status = response.status();
-                    (
-                        format!(
-                            "{} {}",
-                            status.as_u16(),
-                            status.canonical_reason().unwrap_or("")
-                        ),
-                        response.bytes().await.unwrap().to_vec(),
-                    )
-                };
+                let is_token = path.ends_with("/oauth/tokens");
+                if is_token {
+                    faults.token_requests.fetch_add(1, Ordering::SeqCst);
+                }
+                let status = response.status();
+                let mut bytes = response.bytes().await.unwrap().to_vec();
+                let mut status = format!(
+                    "{} {}",
+                    status.as_u16(),
+                    status.canonical_reason().unwrap_or("")
+                );
+                if is_commit && faults.fail_commits.load(Ordering::SeqCst) {
+                    status = "503 Service Unavailable".to_string();
+                    bytes = br#"{"error":{"message":"upstream gone","type":"ServiceUnavailableException","code":503}}"#.to_vec();
+                } else if let (true, Some(lifetime)) = (is_token, faults.token_lifetime) {
+                    let mut token: Value = serde_json::from_slice(&bytes).unwrap();
+                    token["expires_in"] = lifetime.into();
+                    bytes = token.to_string().into_bytes();
+                }
                 let reply = format!(
                     "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
                     bytes.len()
@@ -332,21 +344,21 @@ async fn failing_proxy(target: String, fail: Arc<AtomicBool>) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_5xx_on_commit_keeps_every_file_and_says_the_outcome_is_unknown() {
     let server = SeaweedFs::start().await;
-    let fail = Arc::new(AtomicBool::new(false));
-    let proxy = failing_proxy(server.rest_uri.clone(), Arc::clone(&fail)).await;
-    let props = rest_props(&server, &proxy);
+    let faults = Arc::new(Faults::default());
+    let proxied = proxy(server.rest_uri.clone(), Arc::clone(&faults)).await;
+    let props = rest_props(&server, &proxied);
     let catalog = pyiceberg_catalog(&rest_props(&server, &server.rest_uri));
     tool(&["create", "--catalog", &catalog, "--table", "pyns.events"]);
     let s = open(&props).await.unwrap();
 
-    fail.store(true, Ordering::SeqCst);
+    faults.fail_commits.store(true, Ordering::SeqCst);
     let e = sql(
         &s,
         "INSERT INTO pyns.events VALUES (700, 'eu', 'lost reply', 7.0)",
     )
     .await
     .unwrap_err();
-    fail.store(false, Ordering::SeqCst);
+    faults.fail_commits.store(false, Ordering::SeqCst);
     assert!(is_commit_state_unknown(&e), "{e}");
     let text = e.to_string();
     assert!(text.contains("unknown") && text.contains("kept"), "{text}");
@@ -480,4 +492,27 @@ async fn the_cli_opens_the_catalog_pyiceberg_is_configured_with() {
     assert!(!out.status.success());
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(!err.contains("not-the-secret"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_renewed_before_they_expire() {
+    let server = SeaweedFs::start().await;
+    for (lifetime, expected) in [(None, 1), (Some(2), 2)] {
+        let faults = Arc::new(Faults {
+            token_lifetime: lifetime,
+            ..Faults::default()
+        });
+        let proxied = proxy(server.rest_uri.clone(), Arc::clone(&faults)).await;
+        let s = open(&rest_props(&server, &proxied)).await.unwrap();
+        sql(&s, "CREATE SCHEMA IF NOT EXISTS ns").await.unwrap();
+        // A token given 2 s is renewed once half of it has passed; the catalog's own (an hour)
+        // lasts the whole test.
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        sql(&s, "SHOW TABLES").await.unwrap();
+        assert_eq!(
+            faults.token_requests.load(Ordering::SeqCst),
+            expected,
+            "token lifetime {lifetime:?}"
+        );
+    }
 }

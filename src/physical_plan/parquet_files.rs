@@ -28,7 +28,9 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::cache::cache_manager::FileMetadataCache;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
-use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricValue,
+};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -121,22 +123,132 @@ pub(crate) async fn fetch_footer(
 }
 
 /// DataFusion's cached parquet reader factory, with readers that retry a failed footer read
-/// by the object's real size.
+/// by the object's real size, over a store that counts the requests the scan makes
+/// (`object_store_requests` and `bytes_fetched` in `EXPLAIN ANALYZE`).
 #[derive(Debug)]
 pub(crate) struct RecordedSizeReaderFactory {
     inner: CachedParquetFileReaderFactory,
     store: Arc<dyn ObjectStore>,
     cache: Arc<FileMetadataCache>,
+    counts: RequestCounts,
+    /// Whether the counts are in the plan's metrics yet (they are added once per scan).
+    registered: std::sync::atomic::AtomicBool,
 }
 
 impl RecordedSizeReaderFactory {
     /// Readers of `store`'s objects, footers cached in `cache`.
     pub(crate) fn new(store: Arc<dyn ObjectStore>, cache: Arc<FileMetadataCache>) -> Self {
+        let counts = RequestCounts::default();
+        let store: Arc<dyn ObjectStore> = Arc::new(CountedStore {
+            inner: store,
+            counts: counts.clone(),
+        });
         Self {
             inner: CachedParquetFileReaderFactory::new(Arc::clone(&store), Arc::clone(&cache)),
             store,
             cache,
+            counts,
+            registered: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+}
+
+/// Requests a scan made of its object store, and the bytes they returned.
+#[derive(Debug, Clone, Default)]
+struct RequestCounts {
+    requests: Count,
+    bytes: Count,
+}
+
+/// A store that counts its reads (a GET for each range, as object stores serve them).
+#[derive(Debug)]
+struct CountedStore {
+    inner: Arc<dyn ObjectStore>,
+    counts: RequestCounts,
+}
+
+impl std::fmt::Display for CountedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for CountedStore {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.counts.requests.add(1);
+        let got = self.inner.get_opts(location, options).await?;
+        self.counts
+            .bytes
+            .add((got.range.end - got.range.start) as usize);
+        Ok(got)
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &object_store::path::Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        object_store::coalesce_ranges(
+            ranges,
+            |range| self.get_range(location, range),
+            object_store::OBJECT_STORE_COALESCE_DEFAULT,
+        )
+        .await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
     }
 }
 
@@ -148,6 +260,20 @@ impl ParquetFileReaderFactory for RecordedSizeReaderFactory {
         metadata_size_hint: Option<usize>,
         metrics: &ExecutionPlanMetricsSet,
     ) -> Result<Box<dyn AsyncFileReader + Send>> {
+        if !self
+            .registered
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            for (name, count) in [
+                ("object_store_requests", &self.counts.requests),
+                ("bytes_fetched", &self.counts.bytes),
+            ] {
+                MetricBuilder::new(metrics).build(MetricValue::Count {
+                    name: name.into(),
+                    count: count.clone(),
+                });
+            }
+        }
         let inner = self.inner.create_reader(
             partition_index,
             partitioned_file.clone(),

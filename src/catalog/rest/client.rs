@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 
-/// Renew a token when less than this is left of its life.
+/// Renew a token when less than this is left of its life (or half its life, when shorter).
 const RENEW_BEFORE: Duration = Duration::from_secs(60);
 
 /// How the client authenticates.
@@ -32,10 +32,10 @@ enum Auth {
     },
 }
 
-/// A token and when it stops being valid.
+/// A token and when to renew it (before it expires).
 struct Token {
     value: String,
-    expires: Option<Instant>,
+    renew_at: Option<Instant>,
 }
 
 /// A response that is not a success, with what the server said.
@@ -219,9 +219,7 @@ impl RestClient {
         };
         let mut cached = self.token.lock().await;
         if let Some(t) = cached.as_ref() {
-            let fresh = t
-                .expires
-                .is_none_or(|at| at.saturating_duration_since(Instant::now()) > RENEW_BEFORE);
+            let fresh = t.renew_at.is_none_or(|at| Instant::now() < at);
             if fresh && !renew {
                 return Ok(Some(t.value.clone()));
             }
@@ -268,7 +266,10 @@ impl RestClient {
         })?;
         *cached = Some(Token {
             value: token.access_token.clone(),
-            expires: token.expires_in.map(|s| started + Duration::from_secs(s)),
+            renew_at: token.expires_in.map(|s| {
+                let life = Duration::from_secs(s);
+                started + life - RENEW_BEFORE.min(life / 2)
+            }),
         });
         Ok(Some(token.access_token))
     }
