@@ -215,3 +215,58 @@ async fn deletes_apply_by_sequence_number_at_every_snapshot() {
         ["5|e|2025-01-05"]
     );
 }
+
+/// Partitions of a scan with equality deletes run one after the other: each must apply every
+/// delete, also when the first has already finished with the shared delete table (the second
+/// then builds it again, from a delete scan that has been run once).
+#[tokio::test]
+async fn equality_deletes_apply_in_partitions_run_one_after_another() {
+    use datafusion::physical_plan::ExecutionPlanProperties;
+    use futures::TryStreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "SET datafusion.execution.target_partitions = 2")
+        .await
+        .unwrap();
+    let query = format!(
+        "SELECT id FROM iceberg_scan('{}', 'base_dir', '{}')",
+        fixtures()
+            .join("data/persistent/equality_deletes/warehouse/mydb/mytable")
+            .display(),
+        fixtures().display()
+    );
+    let plan = s
+        .context()
+        .sql(&query)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let partitions = plan.output_partitioning().partition_count();
+    assert!(
+        partitions > 1,
+        "the fixture's two data files in one partition"
+    );
+    let mut ids = vec![];
+    for p in 0..partitions {
+        let stream = plan.execute(p, s.context().task_ctx()).unwrap();
+        let batches: Vec<_> = stream.try_collect().await.unwrap();
+        for b in &batches {
+            let col = b.column(0);
+            let col = col
+                .as_any()
+                .downcast_ref::<arrow::array::Int32Array>()
+                .map(|a| a.values().iter().map(|v| *v as i64).collect::<Vec<_>>())
+                .or_else(|| {
+                    col.as_any()
+                        .downcast_ref::<arrow::array::Int64Array>()
+                        .map(|a| a.values().to_vec())
+                })
+                .expect("integer ids");
+            ids.extend(col);
+        }
+    }
+    ids.sort();
+    assert_eq!(ids, vec![4, 5]);
+}
