@@ -74,7 +74,8 @@ pub async fn ours(s: &IcebergSession, query: &str) -> Vec<Vec<Value>> {
     out
 }
 
-/// On the tool's table `pyns.events` (ids 1..=40): our INSERT, DELETE in both modes and UPDATE;
+/// On the tool's table `pyns.events` (ids 1..=40): our INSERT, DELETE in both modes, UPDATE and
+/// MERGE;
 /// then pyiceberg (through `catalog`) and DuckDB (on the metadata file) must read exactly our
 /// rows, which are returned.
 pub async fn write_and_compare(s: &IcebergSession, catalog: &str) -> Vec<Vec<Value>> {
@@ -85,13 +86,21 @@ pub async fn write_and_compare(s: &IcebergSession, catalog: &str) -> Vec<Vec<Val
         "SET iceberg.delete_mode = 'copy-on-write'",
         "DELETE FROM pyns.events WHERE id = 1",
         "UPDATE pyns.events SET name = 'updated' WHERE region IS NULL",
+        "MERGE INTO pyns.events AS t USING (SELECT 5 AS id, 'merged' AS name UNION ALL \
+         SELECT 150, 'inserted') AS s ON t.id = s.id \
+         WHEN MATCHED THEN UPDATE SET name = s.name \
+         WHEN NOT MATCHED THEN INSERT (id, region, name, amount) VALUES (s.id, 'eu', s.name, 0.5)",
     ] {
         super::sql(s, statement)
             .await
             .unwrap_or_else(|e| panic!("{statement}: {e}"));
     }
     let mine = ours(s, "SELECT id, region, name, amount FROM pyns.events").await;
-    assert_eq!(mine.len(), 42 - 6 - 1);
+    assert_eq!(mine.len(), 42 - 6 - 1 + 1);
+    assert!(
+        mine.iter().any(|r| r[0] == 5 && r[2] == "merged"),
+        "{mine:?}"
+    );
     let theirs = tool(&["read", "--catalog", catalog, "--table", "pyns.events"]);
     assert_eq!(by_id(&theirs), mine, "pyiceberg");
     let meta = tool(&["metadata", "--catalog", catalog, "--table", "pyns.events"]);

@@ -32,8 +32,13 @@ pub struct SeaweedFs {
     pub rest_uri: String,
 }
 
-/// A free loopback port `p` with `p + 10000` free too (SeaweedFS puts gRPC there).
-fn free_port(taken: &mut Vec<u16>) -> u16 {
+/// Ports handed out in this process (tests start servers in parallel threads).
+static TAKEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+/// A free loopback port `p` with `p + 10000` free too (SeaweedFS puts gRPC there), not handed
+/// out before in this process.
+fn free_port() -> u16 {
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let p = l.local_addr().expect("addr").port();
@@ -50,13 +55,25 @@ fn free_port(taken: &mut Vec<u16>) -> u16 {
 }
 
 impl SeaweedFs {
-    /// Starts a server and waits until S3 PUT/GET and the catalog's token endpoint answer.
+    /// Starts a server and waits until S3 PUT/GET and the catalog's token endpoint answer. A
+    /// server that exits at start (a port taken meanwhile by another process) is started again
+    /// on other ports.
     pub async fn start() -> Self {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Self::start_once().await {
+                Ok(server) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("SeaweedFS did not start: {last}");
+    }
+
+    async fn start_once() -> Result<Self, String> {
         let weed = venv().join("bin/weed");
         assert!(weed.exists(), "{} is missing", weed.display());
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut taken = vec![];
-        let [master, volume, filer, s3, iceberg, admin] = [(); 6].map(|_| free_port(&mut taken));
+        let [master, volume, filer, s3, iceberg, admin] = [(); 6].map(|_| free_port());
         let log = std::fs::File::create(dir.path().join("weed.log")).expect("log");
         let child = Command::new(&weed)
             .arg("mini")
@@ -86,23 +103,34 @@ impl SeaweedFs {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("start weed mini");
-        let server = Self {
+        let mut server = Self {
             child,
             dir,
             s3_endpoint: format!("http://127.0.0.1:{s3}"),
             rest_uri: format!("http://127.0.0.1:{iceberg}"),
         };
-        server.wait_ready().await;
-        server
+        server.wait_ready().await?;
+        Ok(server)
     }
 
-    async fn wait_ready(&self) {
+    async fn wait_ready(&mut self) -> Result<(), String> {
         let store = self.bucket(BUCKET);
         let key = object_store::path::Path::from("ready-check");
         let http = reqwest::Client::new();
         let started = Instant::now();
         let mut last = String::new();
         while started.elapsed() < Duration::from_secs(90) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!(
+                    "weed exited ({status}): {}",
+                    std::fs::read_to_string(self.log())
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|l| l.starts_with('E') || l.starts_with('F'))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ));
+            }
             let put = store.put(&key, PutPayload::from_static(b"ok")).await;
             let got = match put {
                 Ok(_) => store.get(&key).await.map_err(|e| e.to_string()),
@@ -120,7 +148,7 @@ impl SeaweedFs {
             match (got, token) {
                 (Ok(_), Ok(r)) if r.status().is_success() => {
                     let _ = store.delete(&key).await;
-                    return;
+                    return Ok(());
                 }
                 (Err(e), _) => last = e,
                 (_, Ok(r)) => last = format!("token endpoint: {}", r.status()),
@@ -128,10 +156,10 @@ impl SeaweedFs {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        panic!(
-            "SeaweedFS did not come up in 90 s ({last}); log: {}",
+        Err(format!(
+            "no answer in 90 s ({last}); log: {}",
             std::fs::read_to_string(self.log()).unwrap_or_default()
-        );
+        ))
     }
 
     /// The server's log file.
@@ -148,6 +176,11 @@ impl SeaweedFs {
             .with_bucket_name(bucket)
             .with_access_key_id(ACCESS_KEY)
             .with_secret_access_key(SECRET_KEY)
+            .with_retry(object_store::RetryConfig {
+                max_retries: 2,
+                retry_timeout: Duration::from_secs(5),
+                ..Default::default()
+            })
             .build()
             .expect("S3 client")
     }
