@@ -67,6 +67,43 @@ pub enum CommitResult {
     Conflict,
 }
 
+/// The last handle loaded for each table of a catalog. A metadata file never changes, so a
+/// handle whose metadata location is still the current one is reused: its metadata is not
+/// parsed again and its manifest cache stays warm across queries.
+#[derive(Debug, Default)]
+pub(crate) struct HandleCache(std::sync::Mutex<std::collections::HashMap<TableIdent, Table>>);
+
+impl HandleCache {
+    /// Handles kept at most (the cache starts over beyond).
+    const MAX: usize = 256;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<TableIdent, Table>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cached handle of `ident` if it is at `location`.
+    pub(crate) fn get(&self, ident: &TableIdent, location: &str) -> Option<Table> {
+        self.lock()
+            .get(ident)
+            .filter(|t| t.metadata_location() == Some(location))
+            .cloned()
+    }
+
+    /// Keeps `table` as the handle of `ident`.
+    pub(crate) fn put(&self, ident: &TableIdent, table: &Table) {
+        let mut handles = self.lock();
+        if handles.len() >= Self::MAX && !handles.contains_key(ident) {
+            handles.clear();
+        }
+        handles.insert(ident.clone(), table.clone());
+    }
+
+    /// Forgets the handle of `ident`.
+    pub(crate) fn remove(&self, ident: &TableIdent) {
+        self.lock().remove(ident);
+    }
+}
+
 /// Holds each table's current metadata: what a commit compares and replaces.
 ///
 /// An error from [`commit_metadata`](Self::commit_metadata) means nothing was committed, unless

@@ -22,7 +22,7 @@ use sqlx::{AnyPool, Row};
 
 use super::names::{check_location, check_location_is_free, check_namespace, check_table_name};
 use super::uri::CatalogUri;
-use super::{table_handle, MetadataPointer, SwapOutcome};
+use super::{table_handle, HandleCache, MetadataPointer, SwapOutcome};
 use crate::error::{db_err, IcebergResultExt};
 use crate::io_runtime;
 use crate::location::LocationMap;
@@ -60,10 +60,7 @@ pub struct SqlCatalog {
     warehouse: String,
     file_io: FileIO,
     stores: Arc<ObjectStores>,
-    /// The last handle loaded for each table. A metadata file never changes, so a handle whose
-    /// metadata location is still the current one is reused: its metadata is not parsed again
-    /// and its manifest cache stays warm across queries.
-    handles: std::sync::Mutex<HashMap<TableIdent, Table>>,
+    handles: HandleCache,
 }
 
 /// The catalog database.
@@ -84,9 +81,6 @@ impl Db {
         }
     }
 }
-
-/// Table handles kept by one catalog.
-const MAX_CACHED_HANDLES: usize = 256;
 
 fn ns_key(ns: &NamespaceIdent) -> String {
     ns.as_ref().join(".")
@@ -375,27 +369,15 @@ impl SqlCatalog {
         let Some(location) = self.metadata_location(ident).await? else {
             return Ok(None);
         };
-        if let Some(table) = self.cached_handle(ident, &location) {
+        if let Some(table) = self.handles.get(ident, &location) {
             return Ok(Some(table));
         }
         let metadata = read_metadata(&self.file_io, &location)
             .await
             .map_err(|e| DataFusionError::Execution(format!("loading table '{ident}': {e}")))?;
         let table = table_handle(ident.clone(), location, metadata, self.file_io.clone())?;
-        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-        if handles.len() >= MAX_CACHED_HANDLES && !handles.contains_key(ident) {
-            handles.clear();
-        }
-        handles.insert(ident.clone(), table.clone());
+        self.handles.put(ident, &table);
         Ok(Some(table))
-    }
-
-    fn cached_handle(&self, ident: &TableIdent, location: &str) -> Option<Table> {
-        let handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-        handles
-            .get(ident)
-            .filter(|t| t.metadata_location() == Some(location))
-            .cloned()
     }
 
     /// The location a new table gets when the caller gives none.

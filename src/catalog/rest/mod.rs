@@ -11,7 +11,7 @@
 mod client;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
 use iceberg::io::FileIO;
@@ -27,7 +27,7 @@ use serde::Deserialize;
 
 use self::client::{no_reply, Failure, Reply, RestClient};
 use super::names::{check_location, check_namespace, check_table_name};
-use super::{table_handle, CommitResult, MetadataChange, MetadataStore};
+use super::{table_handle, CommitResult, HandleCache, MetadataChange, MetadataStore};
 use crate::location::LocationMap;
 use crate::snapshot::CommitStateUnknown;
 use crate::storage::{is_shown, table_file_io, ObjectStores, StorageOptions};
@@ -48,9 +48,7 @@ pub struct RestCatalog {
     props: BTreeMap<String, String>,
     file_io: FileIO,
     stores: Arc<ObjectStores>,
-    /// The last handle loaded for each table (reused while its metadata location is current, so
-    /// its manifest cache stays warm).
-    handles: Mutex<HashMap<TableIdent, Table>>,
+    handles: HandleCache,
 }
 
 impl std::fmt::Debug for RestCatalog {
@@ -124,7 +122,7 @@ impl RestCatalog {
             file_io: table_file_io(&LocationMap::default(), &stores),
             stores,
             props: merged,
-            handles: Mutex::new(HashMap::new()),
+            handles: HandleCache::default(),
         }))
     }
 
@@ -298,17 +296,11 @@ impl RestCatalog {
         location: String,
         metadata: iceberg::spec::TableMetadata,
     ) -> Result<Table> {
-        let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(t) = handles.get(ident) {
-            if t.metadata_location() == Some(location.as_str()) {
-                return Ok(t.clone());
-            }
+        if let Some(t) = self.handles.get(ident, &location) {
+            return Ok(t);
         }
         let table = table_handle(ident.clone(), location, metadata, self.file_io.clone())?;
-        if handles.len() >= 256 && !handles.contains_key(ident) {
-            handles.clear();
-        }
-        handles.insert(ident.clone(), table.clone());
+        self.handles.put(ident, &table);
         Ok(table)
     }
 
@@ -395,10 +387,7 @@ impl RestCatalog {
             .await?
         {
             Reply::Ok(_) => {
-                self.handles
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(ident);
+                self.handles.remove(ident);
                 Ok(())
             }
             Reply::Failed(f) if f.status == StatusCode::NOT_FOUND => Err(DataFusionError::Plan(
