@@ -17,7 +17,10 @@ From nothing, it
      the answer against an oracle (plain DataFusion over the bare data files, with the deletes
      expressed as a condition on the generated ids). A wrong answer is reported, not timed; a
      run over `--cap` seconds is killed and reported as "> cap",
-  5. writes target/bench-report/report.{json,md} and report.png.
+  5. unless --no-s3, starts SeaweedFS (an S3 server with an Iceberg REST catalog, from the venv)
+     on loopback, generates tables there through the REST catalog and runs the object-storage
+     scenarios (`s3_*`), counting each run's S3 requests at the server,
+  6. writes target/bench-report/report.{json,md} and report.png.
 
 Ratios are iceberg-exec's median time over the other engine's: below 1 means iceberg-exec is
 faster.
@@ -37,6 +40,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITE = os.path.join(REPO, "benches", "suite")
+sys.path.insert(0, SUITE)
+import seaweed  # noqa: E402
 OURS = "iceberg-exec"
 PEER_ID = "iceberg-datafusion 0.10.1"
 DUCKDB = "DuckDB 1.5.5 iceberg_scan"
@@ -47,6 +52,9 @@ LIMIT_FREE = "DataFusion, no memory limit (limit)"
 OURS_INDEXED = "iceberg-exec, every delete indexed in memory"
 OURS_UNLIMITED = "iceberg-exec, no memory limit"
 DUCKDB_NATIVE = "DuckDB 1.5.5 MERGE (native table)"
+DUCKDB_REST = "DuckDB 1.5.5 (httpfs + iceberg, ATTACHed to the REST catalog)"
+PYICEBERG_REST = "pyiceberg 0.12 (REST catalog)"
+LIMIT_S3 = "DataFusion, bare parquet on S3 (limit)"
 
 
 def log(msg: str) -> None:
@@ -133,6 +141,7 @@ class Run:
     def __init__(self, status, seconds=None, rss_mib=None, answer=None, detail="", doc=None):
         self.status, self.seconds, self.rss_mib, self.answer, self.detail = status, seconds, rss_mib, answer, detail
         self.doc = doc or {}
+        self.requests = None
 
 
 def run_process(cmd: list, cap: float, env=None) -> Run:
@@ -207,7 +216,9 @@ class Suite:
     # -- helpers
 
     def engine_json(self, *argv) -> dict:
-        out = subprocess.run([self.engine, *argv], check=True, capture_output=True, text=True)
+        out = subprocess.run([self.engine, *argv], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"bench-engine {argv[0]} failed: {out.stderr.strip()[-500:]}")
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     def peers(self, *argv) -> list:
@@ -216,7 +227,8 @@ class Suite:
     def oracle(self, table: dict, select: str, where: str = "true") -> list:
         listfile = self.file_list(table)
         q = f"SELECT {select} FROM t WHERE ({table['live_where']}) AND ({where})"
-        return self.engine_json("datafusion", "--parquet", f"t={listfile}", "--sql", q)["answer"]
+        storage = table.get("storage_args", [])
+        return self.engine_json("datafusion", *storage, "--parquet", f"t={listfile}", "--sql", q)["answer"]
 
     def file_list(self, table: dict) -> str:
         # Outside the warehouse: DML runs restore the warehouse from its pristine copy.
@@ -272,9 +284,11 @@ class Suite:
 
     # -- one scenario
 
-    def scenario(self, name, title, goal, engines, expected, before_each=None, after_each=None, scale_note=""):
+    def scenario(self, name, title, goal, engines, expected, before_each=None, after_each=None, scale_note="",
+                 counter=None):
         """`engines`: [(engine, argv or None with a reason)]; `after_each(engine, run)` checks a
-        statement's effect and returns the answer to compare (default: the run's own)."""
+        statement's effect and returns the answer to compare (default: the run's own);
+        `counter()` returns the server's request counts by type, read around each run."""
         if self.args.scenarios and name not in self.args.scenarios:
             return
         log(f"scenario {name}: {title}")
@@ -292,7 +306,10 @@ class Suite:
                     continue
                 if before_each:
                     before_each(e)
+                counted = counter() if counter else None
                 run = run_process(argv, self.args.cap)
+                if counter:
+                    run.requests = seaweed.diff(counter(), counted)
                 if run.status == "ok":
                     answer = after_each(e, run) if after_each else run.answer
                     want = expected(e)
@@ -302,6 +319,7 @@ class Suite:
                         r["answer"] = answer
                         continue
                     r["runs"].append((run.seconds, run.rss_mib))
+                    r.setdefault("requests", []).append(run.requests if counter else None)
                     r["answer"] = answer
                 else:
                     r["status"], r["detail"] = run.status, run.detail
@@ -318,6 +336,10 @@ class Suite:
                 row["median_s"] = statistics.median(t for t, _ in r["runs"])
                 row["times_s"] = [round(t, 4) for t, _ in r["runs"]]
                 row["rss_mib"] = round(max(m for _, m in r["runs"]), 1)
+                if counter:
+                    # The median run's requests (runs of one engine differ little, if at all).
+                    counts = sorted(r["requests"], key=lambda c: c.get("GET", 0))
+                    row["requests"] = counts[len(counts) // 2]
             elif row["status"] == "ok":
                 row["status"] = "error"
             rows.append(row)
@@ -325,7 +347,11 @@ class Suite:
         for row in rows:
             if ours and row["status"] == "ok" and row["engine"] != OURS:
                 row["ours_over_engine"] = round(ours["median_s"] / row["median_s"], 3)
-        self.scenarios.append({"name": name, "title": title, "goal": goal, "note": scale_note, "engines": rows})
+        for row in rows:
+            if ours and "requests" in row and row["engine"] != OURS and row["requests"].get("GET"):
+                row["ours_over_engine_gets"] = round(ours.get("requests", {}).get("GET", 0) / row["requests"]["GET"], 3)
+        self.scenarios.append({"name": name, "title": title, "goal": goal, "note": scale_note, "engines": rows,
+                               "counted": counter is not None})
 
     def mark_capped(self, engine_names, scenario, later):
         for s in self.scenarios:
@@ -349,6 +375,7 @@ def main() -> int:
     p.add_argument("--work", help="where tables are generated (kept between runs of the same scale)")
     p.add_argument("--venv", default=os.environ.get("ICEBERG_EXEC_VENV") or os.path.expanduser("~/.cache/iceberg-exec-venv"))
     p.add_argument("--no-build-peers", action="store_true", help="skip the iceberg-datafusion peer when not built")
+    p.add_argument("--no-s3", action="store_true", help="skip the object-storage scenarios (SeaweedFS)")
     args = p.parse_args()
     quick = args.quick
     args.runs = args.runs or (1 if quick else 3)
@@ -413,6 +440,7 @@ def main() -> int:
         iceberg_engines(plain, q_full, aggs_full), expect(s.oracle(plain, "count(*), sum(value), min(k), max(s)")),
     )
     lo, hi = rows // 5, rows // 5 + rows // 100 - 1
+    sel_range = (lo, hi)
     q_sel = f"SELECT count(*), sum(value) FROM {{t}} WHERE id BETWEEN {lo} AND {hi}"
     s.scenario(
         "selective_scan", f"Selective scan (1% of ids, one file), {rows:,} rows", "within 1.1x of the limit",
@@ -632,6 +660,9 @@ def main() -> int:
         "so planning goes through the iceberg crate's planner, which indexes every delete entry.",
     )
 
+    if not args.no_s3 and (not args.scenarios or any(n.startswith("s3_") for n in args.scenarios)):
+        s3_scenarios(s, rows, files, agg, q_full, aggs_full, q_sel, sel_range, q_mor)
+
     report = {
         "scale": scale,
         "rows": rows,
@@ -658,6 +689,118 @@ def main() -> int:
     return 0
 
 
+def s3_scenarios(s, rows, files, agg, q_full, aggs_full, q_sel, sel_range, q_mor):
+    """The scans and merge-on-read DML on SeaweedFS, through its Iceberg REST catalog, against
+    DuckDB ATTACHed to the same catalog and DataFusion over the same parquet objects."""
+    args, E = s.args, s.engine
+    data = os.path.join(s.work, "seaweed")
+    stamp = os.path.join(data, "iceberg-exec-tables.json")
+    source = open(os.path.join(SUITE, "engine.rs"), "rb").read()
+    eq_keys = max(rows // 100_000, 1)
+    want = json.dumps([rows, files, eq_keys, hashlib.sha256(source).hexdigest()])
+    tables = json.load(open(stamp)) if os.path.exists(stamp) else {}
+    if tables.get("options") != want:
+        # Tables made by another generator (or scale) go, and the server's state with them.
+        shutil.rmtree(data, ignore_errors=True)
+        tables = {"options": want}
+    log("starting SeaweedFS (S3 + Iceberg REST catalog) on loopback")
+    server = seaweed.SeaweedFs(os.path.join(args.venv, "bin", "weed"), data)
+    try:
+        catalog = server.catalog()
+        storage_args = [a for k, v in server.storage().items() for a in ("--catalog-prop", f"{k}={v}")]
+        ours_args = ["--catalog-uri", catalog["uri"], "--warehouse", catalog["warehouse"],
+                     "--catalog-prop", f"credential={catalog['credential']}", *storage_args]
+        catalog_json = server.catalog_json()
+        for name, options in (
+            ("plain", ["--rows", str(rows), "--files", str(files)]),
+            ("mor", ["--rows", str(rows), "--files", str(files), "--pos-every", "10", "--eq-keys", str(eq_keys)]),
+        ):
+            if name not in tables:
+                log(f"generating s3 {name} {' '.join(options)}")
+                started = time.monotonic()
+                doc = s.engine_json("generate", *ours_args, "--table", name, *options)
+                doc.update(generate_s=round(time.monotonic() - started, 1))
+                tables[name] = doc
+                json.dump(tables, open(stamp, "w"))
+            tables[name].update(warehouse=os.path.join(s.work, f"s3-{name}"), storage_args=storage_args)
+        plain, mor = tables["plain"], tables["mor"]
+        counter = server.requests
+
+        def engines(table, query, aggs, pyfilter=None):
+            name = table["table"]
+            py = s.peers("pyiceberg-scan", "--catalog", catalog_json, "--table", name, "--aggs", json.dumps(aggs))
+            if pyfilter:
+                py += ["--filter", pyfilter]
+            return [
+                (OURS, [E, "sql", *ours_args, "--sql", query.replace("{t}", name)]),
+                (DUCKDB_REST, s.peers("duckdb-rest", "--catalog", catalog_json, "--table", name, "--sql", query)),
+                (PYICEBERG_REST, py),
+                (LIMIT_S3, [E, "datafusion", *storage_args, "--parquet", f"t={s.file_list(table)}", "--sql", query.replace("{t}", "t")]),
+            ]
+
+        def expect(want, limit_ignores_deletes=False):
+            return lambda e: None if (e == LIMIT_S3 and limit_ignores_deletes) else want
+
+        note = ("SeaweedFS on loopback; S3 requests counted at the server around each run (the catalog's own "
+                "reads are not S3 requests). Times cover the statement with its metadata and manifest reads; "
+                "each engine's connection to the catalog is made before the clock starts.")
+        s.scenario("s3_full_scan", f"S3 + REST: full scan, {rows:,} rows in {files} appends",
+                   "<= 1.0x DuckDB, <= 1.1x the bare read, fewer GETs than DuckDB",
+                   engines(plain, q_full, aggs_full), expect(s.oracle(plain, "count(*), sum(value), min(k), max(s)")),
+                   scale_note=note, counter=counter)
+        lo, hi = sel_range
+        s.scenario("s3_selective_scan", f"S3 + REST: selective scan (1% of ids), {rows:,} rows, cold process",
+                   "<= 1.0x DuckDB, <= 1.1x the bare read, fewer GETs than DuckDB",
+                   engines(plain, q_sel, [["count"], ["sum", "value"]], pyfilter=f"id >= {lo} and id <= {hi}"),
+                   expect(s.oracle(plain, agg, f"id BETWEEN {lo} AND {hi}")), scale_note=note, counter=counter)
+        s.scenario("s3_mor_scan", f"S3 + REST: merge-on-read scan, 10% position-deleted, {eq_keys:,} equality-deleted keys",
+                   "<= 1.0x DuckDB, fewer GETs than DuckDB",
+                   engines(mor, q_mor, [["count"], ["sum", "value"]]), expect(s.oracle(mor, agg), limit_ignores_deletes=True),
+                   scale_note=note + " The limit reads the data files and ignores the deletes; DuckDB applies equality "
+                   "deletes per key and per row, so this table has few of them (mor_scan has 1% of the rows).",
+                   counter=counter)
+
+        # Merge-on-read DML through the catalog: every run starts from the generated snapshot
+        # (a rollback commit), and DuckDB reads the effect back through the catalog.
+        per_file = rows // files
+        d_lo = 3 * per_file + per_file // 5
+        d_hi = d_lo + rows // 1000 - 1
+        cond = f"id BETWEEN {d_lo} AND {d_hi}"
+        ns, tname = plain["table"].split(".")
+
+        def before(e):
+            server.rollback(ns, tname, plain["snapshot_id"])
+
+        def read_back(e, run):
+            if e == LIMIT_S3:
+                return None
+            r = run_process(s.peers("duckdb-rest", "--catalog", catalog_json, "--table", plain["table"], "--sql",
+                                    f"SELECT {agg} FROM {{t}}"), args.cap)
+            return r.answer if r.status == "ok" else [r.status, r.detail]
+
+        for name, title, ours_sql, mode_key, want_after in (
+            ("s3_mor_delete", f"S3 + REST: merge-on-read DELETE of 0.1% ({rows // 1000:,} rows), 64 MiB pool",
+             f"DELETE FROM {{t}} WHERE {cond}", "iceberg.delete_mode", s.oracle(plain, agg, f"NOT ({cond})")),
+            ("s3_mor_update", f"S3 + REST: merge-on-read UPDATE of 0.1% ({rows // 1000:,} rows), 64 MiB pool",
+             f"UPDATE {{t}} SET value = value + 1 WHERE {cond}", "iceberg.update_mode",
+             (lambda base, n: [base[0], str(int(base[1]) + n)])(s.oracle(plain, agg), d_hi - d_lo + 1)),
+        ):
+            dml = [
+                (OURS, [E, "sql", *ours_args, "--memory-limit", "64M", "--set", f"{mode_key}=merge-on-read",
+                        "--sql", ours_sql.replace("{t}", plain["table"])]),
+                (DUCKDB_REST, s.peers("duckdb-rest", "--catalog", catalog_json, "--table", plain["table"], "--sql", ours_sql)),
+                (LIMIT_S3, [E, "datafusion", *storage_args, "--parquet", f"t={s.file_list(plain)}", "--sql",
+                            f"SELECT count(*) FROM t WHERE {cond}"]),
+            ]
+            s.scenario(name, title, "at least as fast as DuckDB, fewer GETs", dml,
+                       (lambda w: lambda e: None if e == LIMIT_S3 else w)(want_after), before, read_back,
+                       "Both write position deletes (DuckDB's UPDATE also appends the new rows). The limit is "
+                       "finding the rows. " + note, counter=counter)
+        server.rollback(ns, tname, plain["snapshot_id"])
+    finally:
+        server.stop()
+
+
 def markdown(report: dict) -> str:
     out = [
         f"# iceberg-exec benchmark report ({report['scale']} scale)",
@@ -671,7 +814,12 @@ def markdown(report: dict) -> str:
     ]
     for sc in report["scenarios"]:
         out += [f"## {sc['title']}", "", f"Goal: {sc['goal']}." + (f" {sc['note']}" if sc["note"] else ""), ""]
-        out += ["| engine | median | peak RSS | correct | iceberg-exec / engine | note |", "|---|---:|---:|---|---:|---|"]
+        counted = sc.get("counted")
+        if counted:
+            out += ["| engine | median | peak RSS | correct | iceberg-exec / engine | S3 requests | GETs: iceberg-exec / engine | note |",
+                    "|---|---:|---:|---|---:|---|---:|---|"]
+        else:
+            out += ["| engine | median | peak RSS | correct | iceberg-exec / engine | note |", "|---|---:|---:|---|---:|---|"]
         for r in sc["engines"]:
             if r["status"] == "ok":
                 t = f"{r['median_s']:.3f} s"
@@ -682,7 +830,12 @@ def markdown(report: dict) -> str:
                 t, rss, correct, ratio = f"> {report['cap_s']:g} s", "", "not known", "< " + ratio_vs_cap(report, sc)
             else:
                 t, rss, correct, ratio = "", "", {"wrong": "**WRONG**"}.get(r["status"], r["status"]), ""
-            out.append(f"| {r['engine']} | {t} | {rss} | {correct} | {ratio} | {r['detail']} |")
+            if counted:
+                reqs = ", ".join(f"{k} {v}" for k, v in sorted(r.get("requests", {}).items()))
+                gets = f"{r['ours_over_engine_gets']:.2f}" if "ours_over_engine_gets" in r else ""
+                out.append(f"| {r['engine']} | {t} | {rss} | {correct} | {ratio} | {reqs} | {gets} | {r['detail']} |")
+            else:
+                out.append(f"| {r['engine']} | {t} | {rss} | {correct} | {ratio} | {r['detail']} |")
         out.append("")
     return "\n".join(out)
 

@@ -371,3 +371,61 @@ async fn bad_storage_settings_fail_in_one_line_and_change_nothing() {
     let file = data.rsplit('/').next().unwrap();
     assert!(e.contains(file), "{e}");
 }
+
+/// The sum of one metric over an `EXPLAIN ANALYZE` plan.
+fn metric(plan: &[String], name: &str) -> u64 {
+    plan.join("\n")
+        .split(&format!("{name}="))
+        .skip(1)
+        .map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u64>().unwrap_or(0)
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_filtered_scan_reads_each_footer_with_its_page_index_in_one_request() {
+    let server = SeaweedFs::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = format!("s3://{BUCKET}/pages");
+    let s = open(&server, dir.path(), &warehouse).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.p (id BIGINT NOT NULL, v BIGINT NOT NULL) STORED AS ICEBERG \
+         LOCATION ''",
+    )
+    .await
+    .unwrap();
+    for part in 0..3 {
+        let (lo, hi) = (part * 1000, part * 1000 + 999);
+        sql(
+            &s,
+            &format!("INSERT INTO ns.p SELECT value, value * 2 FROM generate_series({lo}, {hi})"),
+        )
+        .await
+        .unwrap();
+    }
+    drop(s);
+    // A new session has no footer cached: each file it opens costs its footer and page index
+    // (one request, from the end of the file), then its rows (one more).
+    let cold = open(&server, dir.path(), &warehouse).await;
+    let query = "SELECT count(*), sum(v) FROM ns.p WHERE id BETWEEN 1100 AND 1199";
+    let plan = render(
+        &sql(&cold, &format!("EXPLAIN ANALYZE {query}"))
+            .await
+            .unwrap(),
+    );
+    let (requests, opened) = (
+        metric(&plan, "object_store_requests"),
+        metric(&plan, "files_opened"),
+    );
+    assert!(opened >= 1, "no file opened: {plan:?}");
+    assert_eq!(requests, 2 * opened, "{plan:?}");
+    let sum: i64 = (1100..1200).map(|v| v * 2).sum();
+    assert_eq!(
+        render(&sql(&cold, query).await.unwrap()),
+        vec![format!("100|{sum}")]
+    );
+}

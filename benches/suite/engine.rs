@@ -3,11 +3,17 @@
 //! are its own. Every command prints one JSON document on stdout.
 //!
 //! ```text
-//! bench-engine generate --warehouse DIR --rows N --files F [--pos-every M] [--eq-keys K]
+//! bench-engine generate CATALOG [--table NAME] --rows N --files F [--pos-every M] [--eq-keys K]
 //! bench-engine generate-planning --warehouse DIR --delete-files N
-//! bench-engine sql --warehouse DIR --sql SQL [--memory-limit 64M] [--set KEY=VALUE]..
+//! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE]..
 //! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M]
+//!     [--catalog-prop KEY=VALUE]..
 //! ```
+//!
+//! `CATALOG` is `--warehouse DIR` (a local warehouse with its SQLite catalog) or
+//! `--catalog-uri URI [--warehouse URI] [--catalog-prop KEY=VALUE]..` (any catalog the session
+//! opens, e.g. an Iceberg REST catalog with its tables on S3; the properties in Iceberg's names).
+//! `datafusion` takes the same storage properties for `s3://` files.
 //!
 //! Tables have the columns `id BIGINT, k BIGINT, value BIGINT, s VARCHAR`; row `g` (0-based) holds
 //! `id = g`, `k = g * 7919 % 1000003`, `value = g % 1000`, `s = 'str-' || g % 5000`, one append
@@ -15,6 +21,7 @@
 //! also prints the SQL condition that keeps exactly the live rows (`live_where`): the oracle
 //! evaluates it with plain DataFusion over the bare data files.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,16 +29,19 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::util::display::array_value_to_string;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Operation, Struct};
 use iceberg::TableIdent;
 use iceberg_exec::physical_plan::write::{write_equality_delete_file, write_position_delete_file};
 use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
-use iceberg_exec::{IcebergSession, MetadataStore, WarehouseConfig};
+use iceberg_exec::{IcebergSession, MetadataStore, ObjectStores, StorageOptions, WarehouseConfig};
 use serde_json::{json, Value};
 
-/// The table every scenario uses.
+/// The namespace of every table; the table is `t` unless `--table` names another.
+const NAMESPACE: &str = "bench";
+/// The table of `generate-planning`.
 const TABLE: &str = "bench.t";
 
 struct Args(Vec<String>);
@@ -82,8 +92,31 @@ fn rows(batches: &[RecordBatch]) -> Result<Vec<Vec<String>>> {
     Ok(out)
 }
 
-async fn session(warehouse: &str, memory_limit: Option<&str>) -> Result<IcebergSession> {
-    let mut config = WarehouseConfig::local(warehouse);
+/// `--catalog-prop KEY=VALUE` pairs.
+fn catalog_props(args: &Args) -> Result<BTreeMap<String, String>> {
+    args.all("--catalog-prop")
+        .into_iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| {
+                    DataFusionError::Plan(format!("--catalog-prop {kv}: expected KEY=VALUE"))
+                })
+        })
+        .collect()
+}
+
+/// The session of `CATALOG` (see the module documentation).
+async fn session(args: &Args, memory_limit: Option<&str>) -> Result<IcebergSession> {
+    let mut config = match args.one("--catalog-uri") {
+        Some(uri) => WarehouseConfig {
+            warehouse: args.one("--warehouse").unwrap_or_default().to_string(),
+            catalog_uri: Some(uri.to_string()),
+            ..WarehouseConfig::local("")
+        },
+        None => WarehouseConfig::local(args.need("--warehouse")?),
+    };
+    config.properties = catalog_props(args)?;
     if let Some(limit) = memory_limit {
         config.memory_limit = Some(iceberg_exec::parse_size(limit)?);
     }
@@ -98,7 +131,6 @@ async fn run(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
 /// `--eq-keys` equality-deleted ids in two waves: the first committed after half of the appends
 /// (so it cannot delete rows appended later), the second after all of them.
 async fn generate(args: &Args) -> Result<Value> {
-    let warehouse = args.need("--warehouse")?;
     let rows = args.num("--rows", 10_000_000)?;
     let files = args.num("--files", 20)?.max(1);
     let pos_every = args.num("--pos-every", 0)?;
@@ -109,16 +141,18 @@ async fn generate(args: &Args) -> Result<Value> {
         )));
     }
     let per_file = rows / files;
-    let s = session(warehouse, None).await?;
+    let name = args.one("--table").unwrap_or("t");
+    let table_name = format!("{NAMESPACE}.{name}");
+    let s = session(args, None).await?;
     let ctx = s.context().clone();
-    run(&ctx, "CREATE SCHEMA IF NOT EXISTS bench").await?;
+    run(&ctx, &format!("CREATE SCHEMA IF NOT EXISTS {NAMESPACE}")).await?;
     run(
         &ctx,
-        &format!("CREATE TABLE {TABLE} (id BIGINT, k BIGINT, value BIGINT, s VARCHAR)"),
+        &format!("CREATE TABLE {table_name} (id BIGINT, k BIGINT, value BIGINT, s VARCHAR)"),
     )
     .await?;
-    let ident =
-        TableIdent::from_strs(["bench", "t"]).map_err(|e| DataFusionError::External(e.into()))?;
+    let ident = TableIdent::from_strs([NAMESPACE, name])
+        .map_err(|e| DataFusionError::External(e.into()))?;
     let store: Arc<dyn MetadataStore> = s.catalog().clone();
     let (k1, k2) = (eq_keys / 2, eq_keys - eq_keys / 2);
     let half = files / 2;
@@ -131,7 +165,7 @@ async fn generate(args: &Args) -> Result<Value> {
         run(
             &ctx,
             &format!(
-                "INSERT INTO {TABLE} SELECT value, value * 7919 % 1000003, value % 1000, \
+                "INSERT INTO {table_name} SELECT value, value * 7919 % 1000003, value % 1000, \
                  'str-' || CAST(value % 5000 AS VARCHAR) FROM generate_series({lo}, {hi})"
             ),
         )
@@ -151,7 +185,8 @@ async fn generate(args: &Args) -> Result<Value> {
         let r = 3 % pos_every;
         for file in iceberg_exec::scan::plan_files(&table, &snapshot).await? {
             // Positions are where the deleted ids sit in the file, read from the file itself.
-            let positions: Vec<(String, i64)> = file_ids(&file.path)?
+            let positions: Vec<(String, i64)> = file_ids(&table, &file.path)
+                .await?
                 .into_iter()
                 .enumerate()
                 .filter(|(_, id)| id.rem_euclid(pos_every as i64) == r as i64)
@@ -179,27 +214,43 @@ async fn generate(args: &Args) -> Result<Value> {
     let data_files: Vec<String> = iceberg_exec::scan::plan_files(&table, &snapshot)
         .await?
         .into_iter()
-        .map(|f| f.path.trim_start_matches("file://").to_string())
+        .map(|f| local_path(&f.path))
         .collect();
     let live_where = match dead.is_empty() {
         true => "true".to_string(),
         false => format!("NOT ({})", dead.join(" OR ")),
     };
     Ok(json!({
-        "table": TABLE,
-        "metadata": table.metadata_location().unwrap_or_default().trim_start_matches("file://"),
+        "table": table_name,
+        "snapshot_id": snapshot.snapshot_id(),
+        "metadata": local_path(table.metadata_location().unwrap_or_default()),
         "data_files": data_files,
         "rows": rows,
         "live_where": live_where,
     }))
 }
 
-/// The `id` column of a data file, in row order.
-fn file_ids(path: &str) -> Result<Vec<i64>> {
+/// A `file://` location as a path; any other location as it is.
+fn local_path(location: &str) -> String {
+    location
+        .strip_prefix("file://")
+        .unwrap_or(location)
+        .to_string()
+}
+
+/// The `id` column of a data file, in row order, read through the table's storage.
+async fn file_ids(table: &iceberg::table::Table, path: &str) -> Result<Vec<i64>> {
     use arrow::array::AsArray;
     use arrow::datatypes::Int64Type;
-    let file = std::fs::File::open(path.trim_start_matches("file://"))?;
-    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)?;
+    let external = |e: iceberg::Error| DataFusionError::External(e.into());
+    let bytes = table
+        .file_io()
+        .new_input(path)
+        .map_err(external)?
+        .read()
+        .await
+        .map_err(external)?;
+    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)?;
     let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), [0]);
     let mut ids = vec![];
     for batch in builder.with_projection(mask).build()? {
@@ -293,7 +344,7 @@ async fn generate_planning(args: &Args) -> Result<Value> {
     let deletes = args.num("--delete-files", 200_000)? as usize;
     let data_files = args.num("--data-files", 2000)?.max(1) as usize;
     let partitions = 50usize;
-    let s = session(warehouse, None).await?;
+    let s = session(args, None).await?;
     for q in [
         "CREATE SCHEMA bench".to_string(),
         format!(
@@ -361,7 +412,7 @@ async fn generate_planning(args: &Args) -> Result<Value> {
 /// `sql`: runs `--sql` through iceberg-exec (after `--set` options), timed, and reports the
 /// pool's reservation afterwards.
 async fn sql(args: &Args) -> Result<Value> {
-    let s = session(args.need("--warehouse")?, args.one("--memory-limit")).await?;
+    let s = session(args, args.one("--memory-limit")).await?;
     let ctx = s.context();
     for kv in args.all("--set") {
         let (k, v) = kv
@@ -394,7 +445,12 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
             limit,
         )?)));
     }
-    let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
+    let runtime = runtime.build_arc()?;
+    let ctx = SessionContext::new_with_config_rt(config, Arc::clone(&runtime));
+    let stores = ObjectStores::new(
+        Arc::clone(&runtime.object_store_registry),
+        StorageOptions::new(catalog_props(args)?),
+    );
     for spec in args.all("--parquet") {
         let (name, list) = spec.split_once('=').ok_or_else(|| {
             DataFusionError::Plan(format!("--parquet {spec}: expected NAME=LISTFILE"))
@@ -404,6 +460,10 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
             .filter(|l| !l.is_empty())
             .map(str::to_string)
             .collect();
+        for file in files.iter().filter(|f| f.contains("://")) {
+            let url = ObjectStoreUrl::parse(file.split('/').take(3).collect::<Vec<_>>().join("/"))?;
+            stores.register_in(&runtime, &url)?;
+        }
         let df = ctx
             .read_parquet(files, ParquetReadOptions::default())
             .await?;

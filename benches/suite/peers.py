@@ -6,7 +6,9 @@ what the engine does for the statement, including loading the table's metadata, 
 interpreter's start or imports.
 
   duckdb          --metadata M --sql SQL            DuckDB iceberg_scan; {t} is the table
-  pyiceberg-scan  --metadata M [--filter F] --aggs JSON
+  duckdb-rest     --catalog JSON --table T --sql SQL  DuckDB ATTACHed to a REST catalog (S3)
+  pyiceberg-scan  (--metadata M | --catalog JSON --table T) [--filter F] --aggs JSON
+  rest-register   --catalog JSON --table T --metadata M   (setup: register a metadata file)
   pyiceberg-delete --warehouse W --table T --filter F
   pyiceberg-append --warehouse W --table T --rows N --sort-by COL
   delta-create    --path P --files LISTFILE         (setup, untimed answer)
@@ -34,7 +36,7 @@ def text(v) -> str:
     return str(v)
 
 
-def duckdb_connection():
+def duckdb_connection(extensions=("avro", "iceberg")):
     import duckdb
 
     con = duckdb.connect(
@@ -47,7 +49,8 @@ def duckdb_connection():
     # The extensions come from PyPI wheels (duckdb-extension-avro / -iceberg), pinned to duckdb.
     import importlib
 
-    for module_name, ext in (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg")):
+    for ext in extensions:
+        module_name = f"duckdb_extension_{ext}"
         mod = importlib.import_module(module_name)
         hits = glob.glob(os.path.join(os.path.dirname(mod.__file__), "extensions", "*", f"{ext}.duckdb_extension"))
         if not hits:
@@ -64,6 +67,46 @@ def cmd_duckdb(a) -> dict:
     row = con.execute(query).fetchone()
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "answer": [text(v) for v in row]}
+
+
+def cmd_duckdb_rest(a) -> dict:
+    """DuckDB with httpfs + iceberg, the catalog ATTACHed as `lake` (the connection, secrets and
+    ATTACH are not timed, like iceberg-exec's session; the statement, with its metadata and
+    manifest reads, is)."""
+    from urllib.parse import urlparse
+
+    props = json.loads(a.catalog)
+    con = duckdb_connection(("httpfs", "avro", "iceberg"))
+    endpoint = urlparse(props["s3.endpoint"])
+    con.execute(
+        "CREATE SECRET s3 (TYPE S3, KEY_ID ?, SECRET ?, ENDPOINT ?, REGION ?, URL_STYLE 'path', USE_SSL ?)",
+        [props["s3.access-key-id"], props["s3.secret-access-key"], endpoint.netloc,
+         props.get("s3.region", "us-east-1"), endpoint.scheme == "https"],
+    )
+    client_id, client_secret = props["credential"].split(":", 1)
+    con.execute(
+        "CREATE SECRET rest (TYPE ICEBERG, CLIENT_ID ?, CLIENT_SECRET ?, OAUTH2_SERVER_URI ?)",
+        [client_id, client_secret, props["uri"].rstrip("/") + "/v1/oauth/tokens"],
+    )
+    warehouse = urlparse(props["warehouse"]).netloc
+    con.execute(f"ATTACH '{warehouse}' AS lake (TYPE ICEBERG, ENDPOINT '{props['uri']}', SECRET rest)")
+    query = a.sql.replace("{t}", f"lake.{a.table}")
+    start = time.perf_counter()
+    rows = con.execute(query).fetchall()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "answer": [text(v) for v in rows[0]] if rows else []}
+
+
+def rest_catalog(catalog_json: str):
+    from pyiceberg.catalog import load_catalog
+
+    props = json.loads(catalog_json)
+    return load_catalog("bench", **props)
+
+
+def cmd_rest_register(a) -> dict:
+    table = rest_catalog(a.catalog).register_table(a.table, a.metadata)
+    return {"seconds": 0.0, "answer": [table.metadata_location]}
 
 
 def aggregate(table, aggs) -> list:
@@ -95,7 +138,10 @@ def cmd_pyiceberg_scan(a) -> dict:
     aggs = json.loads(a.aggs)
     cols = agg_columns(aggs) or ["id"]
     start = time.perf_counter()
-    table = StaticTable.from_metadata(os.path.abspath(a.metadata))
+    if a.catalog:
+        table = rest_catalog(a.catalog).load_table(a.table)
+    else:
+        table = StaticTable.from_metadata(os.path.abspath(a.metadata))
     scan = table.scan(row_filter=a.filter or "True", selected_fields=tuple(cols))
     try:
         arrow = scan.to_arrow()
@@ -299,8 +345,18 @@ def main() -> int:
     c = sub.add_parser("duckdb")
     c.add_argument("--metadata", required=True)
     c.add_argument("--sql", required=True)
-    c = sub.add_parser("pyiceberg-scan")
+    c = sub.add_parser("duckdb-rest")
+    c.add_argument("--catalog", required=True)
+    c.add_argument("--table", required=True)
+    c.add_argument("--sql", required=True)
+    c = sub.add_parser("rest-register")
+    c.add_argument("--catalog", required=True)
+    c.add_argument("--table", required=True)
     c.add_argument("--metadata", required=True)
+    c = sub.add_parser("pyiceberg-scan")
+    c.add_argument("--metadata")
+    c.add_argument("--catalog")
+    c.add_argument("--table")
     c.add_argument("--filter")
     c.add_argument("--aggs", required=True)
     c = sub.add_parser("pyiceberg-delete")

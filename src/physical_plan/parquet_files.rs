@@ -105,13 +105,17 @@ async fn footer_by_real_size(
 /// The footer of the object `meta` describes, read through DataFusion's metadata cache; by the
 /// object's real size when reading by the recorded one fails and the sizes differ. Returns the
 /// metadata and the object's metadata as read (with the real size when it was corrected).
+/// `hint` is how many bytes the first read takes from the end of the object (DataFusion's
+/// `metadata_size_hint`): footers and page indexes that fit are read in one request.
 pub(crate) async fn fetch_footer(
     store: &dyn ObjectStore,
     meta: &ObjectMeta,
     cache: Option<Arc<FileMetadataCache>>,
+    hint: Option<usize>,
 ) -> Result<(Arc<ParquetMetaData>, ObjectMeta)> {
     let first = DFParquetMetadata::new(store, meta)
         .with_file_metadata_cache(cache.clone())
+        .with_metadata_size_hint(hint)
         .fetch_metadata()
         .await;
     match first {
@@ -133,6 +137,8 @@ pub(crate) struct RecordedSizeReaderFactory {
     counts: RequestCounts,
     /// Whether the counts are in the plan's metrics yet (they are added once per scan).
     registered: std::sync::atomic::AtomicBool,
+    /// Whether footers are read with their page indexes (see [`parquet_exec`]).
+    page_index: bool,
 }
 
 impl RecordedSizeReaderFactory {
@@ -149,7 +155,16 @@ impl RecordedSizeReaderFactory {
             cache,
             counts,
             registered: std::sync::atomic::AtomicBool::new(false),
+            page_index: false,
         }
+    }
+
+    /// Readers that load each footer with its page indexes, from the same read when they fit
+    /// in the metadata size hint (DataFusion otherwise reads them by a second request when a
+    /// filter can use them).
+    pub(crate) fn with_page_index(mut self, page_index: bool) -> Self {
+        self.page_index = page_index;
+        self
     }
 }
 
@@ -312,6 +327,7 @@ impl ParquetFileReaderFactory for RecordedSizeReaderFactory {
             store: Arc::clone(&self.store),
             cache: Arc::clone(&self.cache),
             file: partitioned_file,
+            page_index: self.page_index,
         }))
     }
 }
@@ -322,6 +338,7 @@ struct RecordedSizeReader {
     store: Arc<dyn ObjectStore>,
     cache: Arc<FileMetadataCache>,
     file: PartitionedFile,
+    page_index: bool,
 }
 
 impl AsyncFileReader for RecordedSizeReader {
@@ -341,7 +358,17 @@ impl AsyncFileReader for RecordedSizeReader {
         options: Option<&'a ArrowReaderOptions>,
     ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         async move {
-            let first = self.inner.get_metadata(options).await;
+            let with_index = match (self.page_index, options) {
+                (true, Some(o)) => Some(
+                    o.clone()
+                        .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional),
+                ),
+                _ => None,
+            };
+            let first = self
+                .inner
+                .get_metadata(with_index.as_ref().or(options))
+                .await;
             let Err(e) = first else {
                 return first;
             };
@@ -367,17 +394,30 @@ pub(crate) fn with_recorded_size_reader(
     runtime: &RuntimeEnv,
     url: &ObjectStoreUrl,
 ) -> Result<ParquetSource> {
+    with_recorded_size_reader_indexed(source, runtime, url, false)
+}
+
+/// [`with_recorded_size_reader`], loading page indexes with footers when `page_index`.
+fn with_recorded_size_reader_indexed(
+    source: ParquetSource,
+    runtime: &RuntimeEnv,
+    url: &ObjectStoreUrl,
+    page_index: bool,
+) -> Result<ParquetSource> {
     let store = runtime.object_store(url)?;
     let cache = runtime.cache_manager.get_file_metadata_cache();
-    Ok(source
-        .with_parquet_file_reader_factory(Arc::new(RecordedSizeReaderFactory::new(store, cache))))
+    let factory = RecordedSizeReaderFactory::new(store, cache).with_page_index(page_index);
+    Ok(source.with_parquet_file_reader_factory(Arc::new(factory)))
 }
 
 /// The parquet scan `config` describes, with the session's parquet options, as
-/// `ParquetFormat` plans it but reading through [`RecordedSizeReaderFactory`].
+/// `ParquetFormat` plans it but reading through [`RecordedSizeReaderFactory`]. `filtered`: the
+/// query has filters that reach the reader, so page indexes (when enabled) are read with the
+/// footers, in the same request.
 pub(crate) fn parquet_exec(
     state: &dyn Session,
     config: FileScanConfig,
+    filtered: bool,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let source = config
         .file_source()
@@ -386,15 +426,71 @@ pub(crate) fn parquet_exec(
         .ok_or_else(|| DataFusionError::Internal("expected a ParquetSource".into()))?;
     let options = state.table_options().parquet.clone();
     let hint = options.global.metadata_size_hint;
+    let page_index = filtered && options.global.enable_page_index;
     let mut source = source.with_table_parquet_options(options);
     if let Some(hint) = hint {
         source = source.with_metadata_size_hint(hint);
     }
-    let source = with_recorded_size_reader(source, state.runtime_env(), &config.object_store_url)?;
+    let source = with_recorded_size_reader_indexed(
+        source,
+        state.runtime_env(),
+        &config.object_store_url,
+        page_index,
+    )?;
     let config = FileScanConfigBuilder::from(config)
         .with_source(Arc::new(source))
         .build();
     Ok(DataSourceExec::from_data_source(config))
+}
+
+/// A parquet file fetched whole in one request (small files: its footer and rows together),
+/// read from memory. The object is fetched without a range, so a size recorded wrongly in a
+/// manifest does not matter.
+pub(crate) struct InMemoryParquet {
+    bytes: Bytes,
+    footer: Arc<ParquetMetaData>,
+}
+
+impl InMemoryParquet {
+    /// Fetches `location` from `store` and parses its footer.
+    pub(crate) async fn fetch(
+        store: &dyn ObjectStore,
+        location: &object_store::path::Path,
+    ) -> Result<Self> {
+        let bytes = store.get(location).await?.bytes().await?;
+        let footer = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes)
+            .map_err(|e| DataFusionError::Execution(format!("parquet file {location}: {e}")))?;
+        Ok(Self {
+            bytes,
+            footer: Arc::new(footer),
+        })
+    }
+
+    /// The file's footer.
+    pub(crate) fn footer(&self) -> Arc<ParquetMetaData> {
+        Arc::clone(&self.footer)
+    }
+}
+
+impl AsyncFileReader for InMemoryParquet {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        let len = self.bytes.len() as u64;
+        let out = match range.start <= range.end && range.end <= len {
+            true => Ok(self.bytes.slice(range.start as usize..range.end as usize)),
+            false => Err(parquet::errors::ParquetError::EOF(format!(
+                "range {range:?} is outside the file's {len} bytes"
+            ))),
+        };
+        futures::future::ready(out).boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        futures::future::ready(Ok(Arc::clone(&self.footer))).boxed()
+    }
 }
 
 /// A boxed reader as a sized one (what parquet's stream builder takes); reads pass through.

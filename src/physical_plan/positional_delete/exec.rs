@@ -68,7 +68,7 @@ use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::statistics::Statistics as ParquetStatistics;
 
 use crate::location::file_at;
-use crate::physical_plan::parquet_files::{fetch_footer, BoxedReader};
+use crate::physical_plan::parquet_files::{fetch_footer, BoxedReader, InMemoryParquet};
 use crate::physical_plan::{single_child, without_work_stealing};
 
 /// Field id of a position delete file's `file_path` column (Iceberg spec, reserved ids).
@@ -478,6 +478,13 @@ impl Gathered {
 /// Position delete files read at once by one partition.
 const DELETE_FILES_IN_FLIGHT: usize = 4;
 
+/// Position delete files up to this size are fetched whole, in one request (on object storage a
+/// footer read and a row read are two round trips); larger ones are read by range.
+const WHOLE_DELETE_FILE_BYTES: u64 = 4 << 20;
+
+/// The first footer read of a larger position delete file: its last 64 KiB.
+const DELETE_FOOTER_HINT: usize = 64 << 10;
+
 /// Spill metrics of the anti-join's sort.
 struct SpillCounters {
     count: Count,
@@ -657,10 +664,22 @@ impl FileOpener {
         let mut reads = futures::stream::iter(delete_files)
             .map(|file| {
                 let store = Arc::clone(&self.store);
+                // A small file is fetched whole, its bytes held (and reserved) while it is read.
+                let whole = reservation.new_empty();
+                let whole = (file.size <= WHOLE_DELETE_FILE_BYTES
+                    && whole.try_grow(file.size as usize).is_ok())
+                .then_some(whole);
                 async move {
                     let mut local: HashMap<String, Gathered> = HashMap::new();
-                    let fits =
-                        read_position_deletes(&store, &file, wanted_paths, &mut local).await?;
+                    let fits = read_position_deletes(
+                        &store,
+                        &file,
+                        whole.is_some(),
+                        wanted_paths,
+                        &mut local,
+                    )
+                    .await?;
+                    drop(whole);
                     Ok::<_, DataFusionError>(fits.then_some(local))
                 }
             })
@@ -680,6 +699,7 @@ impl FileOpener {
                     .sum(),
             )?;
         }
+        drop(reads);
         let positions: HashMap<String, Deleted> = gathered
             .into_iter()
             .map(|(location, g)| (location, g.finish()))
@@ -719,8 +739,15 @@ impl FileOpener {
                 .runtime_env()
                 .cache_manager
                 .get_file_metadata_cache();
+            let hint = self
+                .context
+                .session_config()
+                .options()
+                .execution
+                .parquet
+                .metadata_size_hint;
             let (metadata, _) =
-                fetch_footer(self.store.as_ref(), &file.object_meta, Some(cache)).await?;
+                fetch_footer(self.store.as_ref(), &file.object_meta, Some(cache), hint).await?;
             let groups = metadata.row_groups();
             let rows: Vec<u64> = groups
                 .iter()
@@ -1093,22 +1120,30 @@ fn column_index(schema: &arrow::datatypes::Schema, id: i32, name: &str) -> Optio
 /// Adds the positions `file` deletes in the data files of `wanted` (recorded path → location)
 /// to `gathered` (by location); `false` when one does not fit in 32 bits. Row groups whose
 /// `file_path` bounds exclude every wanted path are not read.
+/// `whole`: the file is fetched in one request and read from memory (small files); otherwise its
+/// footer, then the row groups it needs, are read by range.
 async fn read_position_deletes(
     store: &Arc<dyn ObjectStore>,
     file: &PositionDeleteFile,
+    whole: bool,
     wanted: &HashMap<String, String>,
     gathered: &mut HashMap<String, Gathered>,
 ) -> Result<bool> {
     let recorded = file_at(&file.location, file.size)?.object_meta;
-    let (footer, meta) = fetch_footer(store.as_ref(), &recorded, None).await?;
-    let reader = BoxedReader(
-        DefaultParquetFileReaderFactory::new(Arc::clone(store)).create_reader(
-            0,
-            meta.into(),
-            None,
-            &ExecutionPlanMetricsSet::new(),
-        )?,
-    );
+    let (footer, reader) =
+        match whole {
+            true => {
+                let file = InMemoryParquet::fetch(store.as_ref(), &recorded.location).await?;
+                (file.footer(), BoxedReader(Box::new(file)))
+            }
+            false => {
+                let (footer, meta) =
+                    fetch_footer(store.as_ref(), &recorded, None, Some(DELETE_FOOTER_HINT)).await?;
+                let reader = DefaultParquetFileReaderFactory::new(Arc::clone(store))
+                    .create_reader(0, meta.into(), None, &ExecutionPlanMetricsSet::new())?;
+                (footer, BoxedReader(reader))
+            }
+        };
     let metadata = ArrowReaderMetadata::try_new(footer, ArrowReaderOptions::new())?;
     let schema = Arc::clone(metadata.schema());
     let (Some(path_col), Some(pos_col)) = (

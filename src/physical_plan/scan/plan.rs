@@ -196,7 +196,7 @@ pub(crate) async fn plan_scan(
             // Deletes remove rows after the read: a limit cannot go to the reader then.
             .with_limit(req.limit.filter(|_| !has_deletes))
             .build();
-    let mut plan = parquet_exec(state, config)?;
+    let mut plan = parquet_exec(state, config, req.filtered)?;
     if !has_deletes && hidden_columns == 0 && !req.position_column {
         return Ok(plan);
     }
@@ -403,7 +403,7 @@ async fn delete_scan(
         .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
         .with_expr_adapter(Some(Arc::new(adapter)))
         .build();
-    parquet_exec(state, config)
+    parquet_exec(state, config, false)
 }
 
 /// The Arrow schema DataFusion sees for an Iceberg schema (no field-id metadata).
