@@ -796,6 +796,27 @@ def s3_scenarios(s, rows, files, agg, q_full, aggs_full, q_sel, sel_range, q_mor
                        (lambda w: lambda e: None if e == LIMIT_S3 else w)(want_after), before, read_back,
                        "Both write position deletes (DuckDB's UPDATE also appends the new rows). The limit is "
                        "finding the rows. " + note, counter=counter)
+
+        # INSERT through the catalog: new data files and a commit, against DuckDB's INSERT and
+        # DataFusion's COPY of the same rows to the same server.
+        n = max(rows // 10, 1000)
+        row_sql = ("SELECT value AS id, value * 7919 % 1000003 AS k, value % 1000 AS value, "
+                   "'str-' || CAST(value % 5000 AS VARCHAR) AS s FROM {source}")
+        ours_rows = row_sql.format(source=f"generate_series({rows}, {rows + n - 1})")
+        duck_rows = row_sql.format(source=f"range({rows}, {rows + n}) AS g(value)")
+        base = s.oracle(plain, agg)
+        want_insert = [str(int(base[0]) + n), str(int(base[1]) + sum(v % 1000 for v in range(rows, rows + n)))]
+        out = f"s3://{seaweed.BUCKET}/copy-out/out.parquet"
+        s.scenario(
+            "s3_insert", f"S3 + REST: INSERT of {n:,} rows, 64 MiB pool", "at least as fast as DuckDB; close to the COPY limit",
+            [(OURS, [E, "sql", *ours_args, "--memory-limit", "64M", "--sql", f"INSERT INTO {plain['table']} {ours_rows}"]),
+             (DUCKDB_REST, s.peers("duckdb-rest", "--catalog", catalog_json, "--table", plain["table"], "--sql",
+                                   f"INSERT INTO {{t}} {duck_rows}")),
+             (LIMIT_S3, [E, "datafusion", *storage_args, "--store", f"s3://{seaweed.BUCKET}", "--memory-limit", "64M",
+                         "--sql", f"COPY ({ours_rows}) TO '{out}'"])],
+            lambda e: None if e == LIMIT_S3 else want_insert, before, read_back,
+            "The limit is DataFusion's COPY of the same rows to one parquet object on the same server (no "
+            "manifests, no commit). " + note, counter=counter)
         server.rollback(ns, tname, plain["snapshot_id"])
     finally:
         server.stop()

@@ -7,7 +7,7 @@
 //! bench-engine generate-planning --warehouse DIR --delete-files N
 //! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE]..
 //! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M]
-//!     [--catalog-prop KEY=VALUE]..
+//!     [--catalog-prop KEY=VALUE].. [--store s3://BUCKET]..
 //! ```
 //!
 //! `CATALOG` is `--warehouse DIR` (a local warehouse with its SQLite catalog) or
@@ -420,13 +420,20 @@ async fn sql(args: &Args) -> Result<Value> {
             .ok_or_else(|| DataFusionError::Plan(format!("--set {kv}: expected KEY=VALUE")))?;
         run(ctx, &format!("SET {k} = '{v}'")).await?;
     }
+    // The phases of the timed statement: the logical plan (the table's metadata loaded from
+    // the catalog), the physical plan (its files planned from the manifests), the execution.
     let started = Instant::now();
-    let answer = run(ctx, args.need("--sql")?).await?;
+    let df = ctx.sql(args.need("--sql")?).await?;
+    let logical = started.elapsed().as_secs_f64();
+    let plan = df.create_physical_plan().await?;
+    let physical = started.elapsed().as_secs_f64();
+    let answer = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await?;
     let seconds = started.elapsed().as_secs_f64();
     let reserved = ctx.runtime_env().memory_pool.reserved();
     let all = rows(&answer)?;
     Ok(json!({
         "seconds": seconds,
+        "phases_s": {"logical": logical, "physical": physical - logical, "execute": seconds - physical},
         "answer": all.first(),
         "rows": all,
         "reserved_after": reserved,
@@ -451,6 +458,10 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
         Arc::clone(&runtime.object_store_registry),
         StorageOptions::new(catalog_props(args)?),
     );
+    // Stores written to (a COPY's target) or read without a file list.
+    for url in args.all("--store") {
+        stores.register_in(&runtime, &ObjectStoreUrl::parse(url)?)?;
+    }
     for spec in args.all("--parquet") {
         let (name, list) = spec.split_once('=').ok_or_else(|| {
             DataFusionError::Plan(format!("--parquet {spec}: expected NAME=LISTFILE"))

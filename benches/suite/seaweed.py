@@ -18,6 +18,8 @@ ACCESS_KEY = "iceberg-exec-bench"
 SECRET_KEY = "iceberg-exec-bench-secret"
 # The S3 Tables bucket that is the REST catalog's warehouse.
 TABLE_BUCKET = "warehouse"
+# A plain bucket (where the limits' COPY writes).
+BUCKET = "lake"
 
 
 def _free_port(taken: set) -> int:
@@ -53,7 +55,7 @@ class SeaweedFs:
             [
                 weed, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 "-master.telemetry=false", "-admin.ui=false", "-webdav=false", "-s3.port.lance=0",
-                "-s3.autoCreateBucket=false", f"-tableBucket={TABLE_BUCKET}",
+                "-s3.autoCreateBucket=false", f"-bucket={BUCKET}", f"-tableBucket={TABLE_BUCKET}",
                 f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}",
                 f"-s3.port={s3}", f"-s3.port.iceberg={iceberg}", f"-admin.port={admin}",
                 f"-metricsPort={metrics}",

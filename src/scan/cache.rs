@@ -122,6 +122,11 @@ pub fn set_manifest_cache_capacity(bytes: usize) {
     c.lists.shrink_to(bytes / 8);
 }
 
+/// The bound of the manifest cache (0: off).
+pub(crate) fn manifest_cache_capacity() -> usize {
+    caches().manifests.capacity
+}
+
 /// The manifest cache's use so far and what it holds.
 pub fn manifest_cache_stats() -> ManifestCacheStats {
     let c = caches();

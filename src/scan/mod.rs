@@ -1,7 +1,7 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
 mod bounded;
-mod cache;
+pub(crate) mod cache;
 mod deletes;
 mod field_ids;
 mod manifest;
