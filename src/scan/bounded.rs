@@ -339,7 +339,15 @@ mod tests {
                 })
                 .collect();
             let listing = SnapshotListing {
-                data: data.iter().map(|d| (d.clone(), 10, 10)).collect(),
+                data: data
+                    .iter()
+                    .map(|d| super::super::ListedFile {
+                        data: d.clone(),
+                        size: 10,
+                        rows: 10,
+                        stats: None,
+                    })
+                    .collect(),
                 deletes: DeleteIndex::new(deletes.clone()),
             };
             let indexed = normal(listing.plan(|_| true));

@@ -122,11 +122,6 @@ pub fn set_manifest_cache_capacity(bytes: usize) {
     c.lists.shrink_to(bytes / 8);
 }
 
-/// The bound of the manifest cache (0: off).
-pub(crate) fn manifest_cache_capacity() -> usize {
-    caches().manifests.capacity
-}
-
 /// The manifest cache's use so far and what it holds.
 pub fn manifest_cache_stats() -> ManifestCacheStats {
     let c = caches();
@@ -164,7 +159,21 @@ fn struct_bytes(s: &iceberg::spec::Struct) -> usize {
 fn manifest_bytes((data, deletes): &ManifestFiles) -> usize {
     let data: usize = data
         .iter()
-        .map(|(d, _, _)| 80 + d.path.len() + struct_bytes(&d.partition))
+        .map(|f| {
+            // The entry's file: its path, partition and column statistics.
+            let stats = f.stats.as_deref().map_or(0, |s| {
+                240 + s.file_path().len()
+                    + struct_bytes(s.partition())
+                    + (s.lower_bounds().len() + s.upper_bounds().len()) * 64
+                    + (s.column_sizes().len()
+                        + s.value_counts().len()
+                        + s.null_value_counts().len()
+                        + s.nan_value_counts().len())
+                        * 24
+                    + s.split_offsets().map_or(0, |o| o.len() * 8)
+            });
+            96 + f.data.path.len() + struct_bytes(&f.data.partition) + stats
+        })
         .sum();
     let deletes: usize = deletes
         .iter()

@@ -1,7 +1,7 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
 mod bounded;
-pub(crate) mod cache;
+mod cache;
 mod deletes;
 mod field_ids;
 mod manifest;
@@ -27,10 +27,10 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::Expr;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use iceberg::expr::Predicate;
 use iceberg::spec::{
-    DataContentType, ManifestContentType, ManifestFile, SnapshotRef, Struct, TableMetadataRef,
+    DataContentType, DataFile, ManifestFile, SnapshotRef, Struct, TableMetadataRef,
 };
 use iceberg::table::Table;
 
@@ -119,12 +119,10 @@ pub const DEFAULT_PLANNING_THRESHOLD: u64 = 100_000;
 /// What a scan's filters let planning prune.
 #[derive(Debug, Clone, Default)]
 pub struct FileFilter {
-    /// The filters as an Iceberg predicate, for the iceberg crate's manifest and file
-    /// evaluators.
+    /// The filters as an Iceberg predicate (what `EXPLAIN` shows the scan was pruned by).
     pub predicate: Option<Predicate>,
     /// The same conjuncts as DataFusion expressions over top-level columns of `schema`, for
-    /// pruning by this crate's file statistics (the planner of snapshots with very many delete
-    /// files).
+    /// pruning by this crate's file statistics.
     pub exprs: Vec<Expr>,
     /// The schema `exprs` name columns of.
     pub schema: Option<iceberg::spec::SchemaRef>,
@@ -147,9 +145,11 @@ impl FileFilter {
 }
 
 /// The data files of `snapshot` that may hold rows matching `filter` (all of them without one),
-/// each with the delete files that apply to it: manifests are skipped by their partition
-/// summaries, files by partition values and column bounds, through the iceberg crate's
-/// evaluators; which deletes apply is decided by this crate's own rules ([`DeleteIndex`]).
+/// each with the delete files that apply to it: files are pruned by their partition values and
+/// column bounds through this crate's file statistics ([`strict::FileStats`]), from the
+/// snapshot's listing (every live file of its manifests, decoded in parallel and cached, so the
+/// same snapshot is planned again without reading a manifest); which deletes apply is decided by
+/// this crate's own rules ([`DeleteIndex`]).
 ///
 /// A snapshot with more than `planning_threshold` live delete files is planned in bounded
 /// memory instead: its delete manifests stream past the scan's data files, and only the delete
@@ -169,78 +169,35 @@ pub async fn plan_files_pruned(
     if bounded::delete_file_count(&list) > planning_threshold {
         return bounded::plan(table, &list, filter).await;
     }
-    // Without a filter, every file; a snapshot listing its manifests inline has no manifest
-    // list for the iceberg crate's planner: every file too, pruned later by the parquet reader.
-    let predicate = match filter.predicate.clone() {
-        Some(f)
-            if f != Predicate::AlwaysTrue
-                && inline_manifests(snapshot.manifest_list()).is_none() =>
-        {
-            f
-        }
-        _ => {
-            return Ok(list_snapshot(table, locations, snapshot)
-                .await?
-                .plan(|_| true))
-        }
-    };
-    let scan = table
-        .scan()
-        .snapshot_id(snapshot.snapshot_id())
-        .select_all()
-        .with_filter(predicate)
-        .build()
-        .df()?;
-    let tasks: Vec<_> = match plan_with_iceberg(scan).await {
-        Ok(tasks) => tasks,
-        Err(e) => {
-            // The iceberg crate's planner reads manifests only as it writes them. This crate's
-            // own pruning planner reads what other writers write ([`manifest`]) and names the
-            // file at fault when a manifest really is unreadable.
-            log::debug!(
-                "planning snapshot {} with the iceberg crate failed ({e}): planning it here",
-                snapshot.snapshot_id()
-            );
-            return bounded::plan(table, &list, filter).await.map_err(|own| {
-                DataFusionError::Execution(format!(
-                    "planning snapshot {} failed: {own}",
-                    snapshot.snapshot_id()
-                ))
-            });
-        }
-    };
-    if !may_have_deletes(table, locations, snapshot).await? {
-        let files = tasks
-            .into_iter()
-            .map(|task| {
-                let data = DataFileRef {
-                    path: task.data_file_path,
-                    data_seq: 0,
-                    spec_id: task.partition_spec.as_ref().map_or(0, |s| s.spec_id()),
-                    partition: task.partition.unwrap_or_else(Struct::empty),
-                };
-                PlannedFile::new(
-                    data,
-                    task.file_size_in_bytes,
-                    task.record_count.unwrap_or(0),
-                )
-            })
-            .collect();
-        return Ok(ScanFiles {
-            files,
-            equality_deletes: vec![],
-            streamed: false,
-        });
-    }
-    let kept: HashSet<String> = tasks.into_iter().map(|t| t.data_file_path).collect();
     let listing = list_snapshot(table, locations, snapshot).await?;
-    Ok(listing.plan(|d| kept.contains(&d.path)))
+    // Without a filter, every file; with one, the files whose partition values and column
+    // bounds may hold matching rows (the manifests' files are listed, and cached, either way).
+    let prune = match (&filter.schema, filter.exprs.is_empty()) {
+        (Some(schema), false) => Some((schema, filter_columns(&filter.exprs)?)),
+        _ => None,
+    };
+    let Some((schema, columns)) = prune else {
+        return Ok(listing.plan(|_| true));
+    };
+    let metadata = table.metadata();
+    Ok(listing.plan(|f| {
+        let (Some(file), Some(spec)) = (
+            f.stats.as_deref(),
+            metadata.partition_spec_by_id(f.data.spec_id),
+        ) else {
+            return true;
+        };
+        !strict::FileStats::of(file, spec, schema, &columns).none_match(&filter.exprs)
+    }))
 }
 
-async fn plan_with_iceberg(
-    scan: iceberg::scan::TableScan,
-) -> iceberg::Result<Vec<iceberg::scan::FileScanTask>> {
-    scan.plan_files().await?.try_collect().await
+/// The top-level columns `exprs` name.
+fn filter_columns(exprs: &[Expr]) -> Result<Vec<String>> {
+    let mut columns = HashSet::new();
+    for e in exprs {
+        datafusion::logical_expr::utils::expr_to_columns(e, &mut columns)?;
+    }
+    Ok(columns.into_iter().map(|c| c.name).collect())
 }
 
 /// The absolute location a recorded location is read from: the cache key of the file.
@@ -347,45 +304,37 @@ async fn inline_entry(table: &Table, snapshot: &SnapshotRef, path: String) -> Re
     })
 }
 
-/// Whether the snapshot's manifest list names any delete manifest that may hold live files.
-async fn may_have_deletes(
-    table: &Table,
-    locations: &LocationMap,
-    snapshot: &SnapshotRef,
-) -> Result<bool> {
-    let list = manifest_list(table, locations, snapshot).await?;
-    Ok(list.iter().any(|m| {
-        m.content == ManifestContentType::Deletes
-            && (m.added_files_count.is_none_or(|n| n > 0)
-                || m.existing_files_count.is_none_or(|n| n > 0))
-    }))
-}
-
 /// Every live file of a snapshot: data files with what delete planning needs, delete files
 /// indexed by scope.
 struct SnapshotListing {
-    data: Vec<(DataFileRef, u64, u64)>,
+    data: Vec<ListedFile>,
     deletes: DeleteIndex,
 }
 
 impl SnapshotListing {
     /// The data files `keep` accepts, with the delete files that apply to them.
-    fn plan(self, keep: impl Fn(&DataFileRef) -> bool) -> ScanFiles {
+    fn plan(self, keep: impl Fn(&ListedFile) -> bool) -> ScanFiles {
         let deletes = self.deletes;
-        let kept: Vec<(DataFileRef, u64, u64)> =
-            self.data.into_iter().filter(|(d, _, _)| keep(d)).collect();
-        let equality_deletes = deletes.equality_deletes_for(kept.iter().map(|(d, _, _)| d));
+        let kept: Vec<ListedFile> = self.data.into_iter().filter(|f| keep(f)).collect();
+        let equality_deletes = deletes.equality_deletes_for(kept.iter().map(|f| &f.data));
         let files = kept
             .into_iter()
-            .map(|(d, size, rows)| {
-                let position_deletes = deletes.position_deletes(&d);
-                let equality = deletes.has_equality_deletes(&d);
-                PlannedFile {
-                    position_deletes,
-                    equality_deletes: equality,
-                    ..PlannedFile::new(d, size, rows)
-                }
-            })
+            .map(
+                |ListedFile {
+                     data: d,
+                     size,
+                     rows,
+                     ..
+                 }| {
+                    let position_deletes = deletes.position_deletes(&d);
+                    let equality = deletes.has_equality_deletes(&d);
+                    PlannedFile {
+                        position_deletes,
+                        equality_deletes: equality,
+                        ..PlannedFile::new(d, size, rows)
+                    }
+                },
+            )
             .collect();
         ScanFiles {
             files,
@@ -399,7 +348,17 @@ impl SnapshotListing {
 const MANIFEST_READ_CONCURRENCY: usize = 4;
 
 /// The live files of one manifest.
-type ManifestFiles = (Vec<(DataFileRef, u64, u64)>, Vec<Arc<DeleteFileRef>>);
+type ManifestFiles = (Vec<ListedFile>, Vec<Arc<DeleteFileRef>>);
+
+/// A live data file of a snapshot as listed from its manifest.
+#[derive(Debug, Clone)]
+pub(crate) struct ListedFile {
+    data: DataFileRef,
+    size: u64,
+    rows: u64,
+    /// The manifest entry's file, with its column statistics (for pruning by filters).
+    stats: Option<Arc<DataFile>>,
+}
 
 async fn list_snapshot(
     table: &Table,
@@ -463,16 +422,17 @@ pub(crate) async fn read_manifest(
         let file = entry.data_file();
         let data_seq = entry.sequence_number().unwrap_or(0);
         match entry.content_type() {
-            DataContentType::Data => data.push((
-                DataFileRef {
+            DataContentType::Data => data.push(ListedFile {
+                data: DataFileRef {
                     path: file.file_path().to_string(),
                     data_seq,
                     spec_id,
                     partition: file.partition().clone(),
                 },
-                file.file_size_in_bytes(),
-                file.record_count(),
-            )),
+                size: file.file_size_in_bytes(),
+                rows: file.record_count(),
+                stats: Some(Arc::new(file.clone())),
+            }),
             content => deletes.push(Arc::new(DeleteFileRef {
                 path: file.file_path().to_string(),
                 size: file.file_size_in_bytes(),

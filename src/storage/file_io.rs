@@ -75,30 +75,11 @@ impl TableStorage {
         }
     }
 
-    fn resolve(&self, location: &str) -> iceberg::Result<String> {
-        self.map
-            .resolve(location)
-            .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()))
-    }
-
-    /// The key `location` is kept under in the session's write-once files, when it is one.
-    fn written_once_key(&self, location: &str) -> iceberg::Result<Option<String>> {
-        match super::written_once::is_written_once(location) {
-            true => self.resolve(location).map(Some),
-            false => Ok(None),
-        }
-    }
-
-    /// Drops what is kept of `location` (it is written or deleted).
-    fn forget(&self, location: &str) -> iceberg::Result<()> {
-        if let Some(key) = self.written_once_key(location)? {
-            self.stores.written_once().remove(&key);
-        }
-        Ok(())
-    }
-
     fn target(&self, location: &str) -> iceberg::Result<Target> {
-        let resolved = self.resolve(location)?;
+        let resolved = self
+            .map
+            .resolve(location)
+            .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()))?;
         if super::remote_scheme(&resolved).is_none() {
             return Ok(Target::Local(resolved));
         }
@@ -140,27 +121,16 @@ impl Storage for TableStorage {
     }
 
     async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
-        let kept = self.written_once_key(path)?;
-        if let Some(bytes) = kept
-            .as_deref()
-            .and_then(|k| self.stores.written_once().get(k))
-        {
-            return Ok(bytes);
-        }
-        let bytes = match self.target(path)? {
-            Target::Local(p) => self.local.read(&p).await?,
+        match self.target(path)? {
+            Target::Local(p) => self.local.read(&p).await,
             Target::Remote(store, key) => {
                 let got = store
                     .get(&key)
                     .await
                     .map_err(|e| err("cannot read", path, e))?;
-                got.bytes().await.map_err(|e| err("cannot read", path, e))?
+                got.bytes().await.map_err(|e| err("cannot read", path, e))
             }
-        };
-        if let Some(key) = kept {
-            self.stores.written_once().put(&key, &bytes);
         }
-        Ok(bytes)
     }
 
     async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
@@ -175,7 +145,6 @@ impl Storage for TableStorage {
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
-        self.forget(path)?;
         match self.target(path)? {
             Target::Local(p) => self.local.write(&p, bs).await,
             Target::Remote(store, key) => store
@@ -187,7 +156,6 @@ impl Storage for TableStorage {
     }
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
-        self.forget(path)?;
         match self.target(path)? {
             Target::Local(p) => self.local.writer(&p).await,
             Target::Remote(store, key) => Ok(Box::new(ObjectWriter {
@@ -203,7 +171,6 @@ impl Storage for TableStorage {
     }
 
     async fn delete(&self, path: &str) -> iceberg::Result<()> {
-        self.forget(path)?;
         match self.target(path)? {
             Target::Local(p) => self.local.delete(&p).await,
             Target::Remote(store, key) => match store.delete(&key).await {
@@ -214,9 +181,6 @@ impl Storage for TableStorage {
     }
 
     async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
-        self.stores
-            .written_once()
-            .remove_under(&self.resolve(path)?);
         match self.target(path)? {
             Target::Local(p) => self.local.delete_prefix(&p).await,
             Target::Remote(store, key) => {

@@ -12,7 +12,6 @@
 mod cloud;
 mod file_io;
 mod tidy;
-mod written_once;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -118,7 +117,6 @@ pub struct ObjectStores {
     registry: Arc<dyn ObjectStoreRegistry>,
     options: StorageOptions,
     building: Mutex<()>,
-    written_once: written_once::WrittenOnce,
 }
 
 impl std::fmt::Debug for ObjectStores {
@@ -136,13 +134,7 @@ impl ObjectStores {
             registry,
             options,
             building: Mutex::new(()),
-            written_once: Default::default(),
         })
-    }
-
-    /// Manifest lists and manifests read through these stores' file I/O, kept for the session.
-    pub(crate) fn written_once(&self) -> &written_once::WrittenOnce {
-        &self.written_once
     }
 
     /// Stores of their own (a registry no session shares), built with `options`.
