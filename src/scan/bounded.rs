@@ -25,7 +25,7 @@ use iceberg::table::Table;
 
 use super::deletes::{DataFileRef, DeleteFileRef};
 use super::strict::FileStats;
-use super::{load_manifest, read_manifest, FileFilter, PlannedFile, ScanFiles};
+use super::{read_manifest, FileFilter, PlannedFile, ScanFiles};
 
 /// Manifests decoded at once.
 const CONCURRENCY: usize = 2;
@@ -236,9 +236,9 @@ async fn data_files(
     spec: Option<iceberg::spec::PartitionSpecRef>,
     prune: Pruning,
 ) -> Result<Vec<PlannedFile>> {
-    let loaded = load_manifest(&manifest, &metadata, &file_io).await?;
+    let loaded = super::manifest::load_entries(&manifest, &metadata, &file_io).await?;
     let mut out = vec![];
-    for entry in loaded.entries() {
+    for entry in &loaded {
         if !entry.is_alive() || entry.content_type() != DataContentType::Data {
             continue;
         }

@@ -72,6 +72,43 @@ pub(crate) async fn load_manifest(
     Ok(Manifest::new(metadata, entries))
 }
 
+/// The entries of `manifest` for planning, with the spec's inheritance applied: through this
+/// crate's decoder ([`super::avro_manifest`]) when it reads the file, else as
+/// [`load_manifest`]. (Commits, which write entries back, read through [`load_manifest`].)
+pub(crate) async fn load_entries(
+    manifest: &ManifestFile,
+    table: &TableMetadata,
+    file_io: &FileIO,
+) -> Result<Vec<ManifestEntry>> {
+    let named = |e: &dyn std::fmt::Display| {
+        DataFusionError::Execution(format!(
+            "manifest {} could not be read: {e}",
+            manifest.manifest_path
+        ))
+    };
+    if manifest.key_metadata.is_none() {
+        let bytes = file_io
+            .new_input(&manifest.manifest_path)
+            .df()?
+            .read()
+            .await
+            .map_err(|e| named(&e))?;
+        let bytes = complete_header(bytes, manifest, table).map_err(|e| named(&e))?;
+        if let Some(spec) = table.partition_spec_by_id(manifest.partition_spec_id) {
+            if let Some(mut entries) =
+                super::avro_manifest::decode(&bytes, spec).map_err(|e| named(&e))?
+            {
+                for e in &mut entries {
+                    inherit(e, manifest);
+                }
+                return Ok(entries);
+            }
+        }
+    }
+    let (entries, _) = load_manifest(manifest, table, file_io).await?.into_parts();
+    Ok(entries.into_iter().map(Arc::unwrap_or_clone).collect())
+}
+
 /// The spec's inheritance: entries without a snapshot id or sequence numbers take them from the
 /// manifest-list entry (added entries, and every entry of a v1 manifest).
 fn inherit(entry: &mut ManifestEntry, manifest: &ManifestFile) {

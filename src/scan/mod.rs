@@ -1,5 +1,6 @@
 //! Scan planning: snapshot → manifest list → manifests → data files, grouped for parallel reads.
 
+mod avro_manifest;
 mod bounded;
 mod cache;
 mod deletes;
@@ -412,10 +413,10 @@ pub(crate) async fn read_manifest(
     let unpartitioned = metadata
         .partition_spec_by_id(spec_id)
         .is_none_or(|s| s.is_unpartitioned());
-    let loaded = load_manifest(&manifest, &metadata, &file_io).await?;
+    let loaded = manifest::load_entries(&manifest, &metadata, &file_io).await?;
     let mut data = vec![];
     let mut deletes = vec![];
-    for entry in loaded.entries() {
+    for entry in &loaded {
         if !entry.is_alive() {
             continue;
         }
