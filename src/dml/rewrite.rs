@@ -194,25 +194,16 @@ async fn proven_files(
     let wanted: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let metadata = table.metadata();
     let schema = metadata.current_schema();
-    let list = crate::scan::manifest_list(table, locations, snapshot).await?;
     let mut proven = HashSet::new();
-    for manifest in list.iter() {
-        if manifest.content != iceberg::spec::ManifestContentType::Data {
-            continue;
-        }
-        let Some(spec) = metadata.partition_spec_by_id(manifest.partition_spec_id) else {
+    // From the snapshot's listing, which planning the scan has just read (and cached).
+    for (spec_id, file) in
+        crate::scan::listed_data_files(table, locations, snapshot, &wanted).await?
+    {
+        let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
             continue;
         };
-        let loaded =
-            crate::scan::load_manifest(manifest, table.metadata(), table.file_io()).await?;
-        for entry in loaded.entries() {
-            let file = entry.data_file();
-            if entry.is_alive()
-                && wanted.contains(file.file_path())
-                && FileStats::of(file, spec, schema, columns).all_match(filters)
-            {
-                proven.insert(file.file_path().to_string());
-            }
+        if FileStats::of(&file, spec, schema, columns).all_match(filters) {
+            proven.insert(file.file_path().to_string());
         }
     }
     Ok(proven)

@@ -106,16 +106,21 @@ async fn footer_by_real_size(
 /// object's real size when reading by the recorded one fails and the sizes differ. Returns the
 /// metadata and the object's metadata as read (with the real size when it was corrected).
 /// `hint` is how many bytes the first read takes from the end of the object (DataFusion's
-/// `metadata_size_hint`): footers and page indexes that fit are read in one request.
+/// `metadata_size_hint`): footers and page indexes that fit are read in one request. With
+/// `page_index`, the page indexes are loaded too (a scan of the same file that can use them then
+/// finds them in the cache rather than reading the footer again).
 pub(crate) async fn fetch_footer(
     store: &dyn ObjectStore,
     meta: &ObjectMeta,
     cache: Option<Arc<FileMetadataCache>>,
     hint: Option<usize>,
+    page_index: bool,
 ) -> Result<(Arc<ParquetMetaData>, ObjectMeta)> {
+    let policy = page_index.then_some(parquet::file::metadata::PageIndexPolicy::Optional);
     let first = DFParquetMetadata::new(store, meta)
         .with_file_metadata_cache(cache.clone())
         .with_metadata_size_hint(hint)
+        .with_page_index_policy(policy)
         .fetch_metadata()
         .await;
     match first {

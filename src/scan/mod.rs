@@ -192,6 +192,24 @@ pub async fn plan_files_pruned(
     }))
 }
 
+/// The live data files of `snapshot` among `wanted` (recorded paths), each with its partition
+/// spec id and its manifest entry's file (statistics included), from the snapshot's cached
+/// listing.
+pub(crate) async fn listed_data_files(
+    table: &Table,
+    locations: &LocationMap,
+    snapshot: &SnapshotRef,
+    wanted: &HashSet<&str>,
+) -> Result<Vec<(i32, Arc<DataFile>)>> {
+    let listing = list_snapshot(table, locations, snapshot).await?;
+    Ok(listing
+        .data
+        .into_iter()
+        .filter(|f| wanted.contains(f.data.path.as_str()))
+        .filter_map(|f| f.stats.map(|s| (f.data.spec_id, s)))
+        .collect())
+}
+
 /// The top-level columns `exprs` name.
 fn filter_columns(exprs: &[Expr]) -> Result<Vec<String>> {
     let mut columns = HashSet::new();

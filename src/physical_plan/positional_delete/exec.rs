@@ -746,8 +746,14 @@ impl FileOpener {
                 .execution
                 .parquet
                 .metadata_size_hint;
-            let (metadata, _) =
-                fetch_footer(self.store.as_ref(), &file.object_meta, Some(cache), hint).await?;
+            let (metadata, _) = fetch_footer(
+                self.store.as_ref(),
+                &file.object_meta,
+                Some(cache),
+                hint,
+                true,
+            )
+            .await?;
             let groups = metadata.row_groups();
             let rows: Vec<u64> = groups
                 .iter()
@@ -1137,8 +1143,14 @@ async fn read_position_deletes(
                 (file.footer(), BoxedReader(Box::new(file)))
             }
             false => {
-                let (footer, meta) =
-                    fetch_footer(store.as_ref(), &recorded, None, Some(DELETE_FOOTER_HINT)).await?;
+                let (footer, meta) = fetch_footer(
+                    store.as_ref(),
+                    &recorded,
+                    None,
+                    Some(DELETE_FOOTER_HINT),
+                    false,
+                )
+                .await?;
                 let reader = DefaultParquetFileReaderFactory::new(Arc::clone(store))
                     .create_reader(0, meta.into(), None, &ExecutionPlanMetricsSet::new())?;
                 (footer, BoxedReader(reader))
