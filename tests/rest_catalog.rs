@@ -77,6 +77,25 @@ async fn rest_catalog_tables_read_and_write_like_pyiceberg() {
         1
     );
 
+    // Nested namespaces are listed with the top level, each once.
+    for levels in [vec!["org"], vec!["org", "team"]] {
+        let ns = iceberg::NamespaceIdent::from_strs(levels).unwrap();
+        s.catalog()
+            .create_namespace(&ns, Default::default())
+            .await
+            .unwrap();
+    }
+    let mut listed: Vec<String> = s
+        .catalog()
+        .list_namespaces()
+        .await
+        .unwrap()
+        .iter()
+        .map(|ns| ns.as_ref().join("."))
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["org", "org.team", "pyns"]);
+
     // INSERT, DELETE in both modes, UPDATE: pyiceberg and DuckDB read what we read.
     write_and_compare(&s, &catalog).await;
 

@@ -147,12 +147,39 @@ impl RestCatalog {
             .url(true, &["namespaces", &ns, "tables", ident.name()])
     }
 
-    /// Every namespace (top level).
+    /// Every namespace, nested ones included: the top level, then each namespace's children
+    /// (`parent=`), as the spec lists them one level at a time. Servers that answer every level
+    /// at once are read the same way (children already seen are not listed again).
     pub async fn list_namespaces(&self) -> Result<Vec<NamespaceIdent>> {
+        let mut seen: std::collections::BTreeSet<Vec<String>> = Default::default();
+        let mut pending: Vec<Option<NamespaceIdent>> = vec![None];
+        while let Some(parent) = pending.pop() {
+            for ns in self.list_children(parent.as_ref()).await? {
+                let deeper = parent
+                    .as_ref()
+                    .is_none_or(|p| ns.len() > p.len() && ns.as_ref()[..p.len()] == p.as_ref()[..]);
+                if deeper && seen.insert(ns.as_ref().clone()) {
+                    pending.push(Some(ns));
+                }
+            }
+        }
+        seen.into_iter()
+            .map(|levels| {
+                NamespaceIdent::from_vec(levels).map_err(|e| DataFusionError::External(Box::new(e)))
+            })
+            .collect()
+    }
+
+    /// The namespaces the server lists under `parent` (the top level when `None`), all pages.
+    async fn list_children(&self, parent: Option<&NamespaceIdent>) -> Result<Vec<NamespaceIdent>> {
         let mut out = vec![];
         let mut page: Option<String> = None;
         loop {
             let mut url = self.client.url(true, &["namespaces"])?;
+            if let Some(p) = parent {
+                url.query_pairs_mut()
+                    .append_pair("parent", &p.to_url_string());
+            }
             if let Some(p) = &page {
                 url.query_pairs_mut().append_pair("pageToken", p);
             }
