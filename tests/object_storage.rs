@@ -385,7 +385,7 @@ fn metric(plan: &[String], name: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cold_filtered_scan_reads_each_footer_with_its_page_index_in_one_request() {
+async fn a_cold_scan_reads_each_footer_page_index_and_delete_file_in_one_request() {
     let server = SeaweedFs::start().await;
     let dir = tempfile::tempdir().unwrap();
     let warehouse = format!("s3://{BUCKET}/pages");
@@ -427,5 +427,36 @@ async fn a_cold_filtered_scan_reads_each_footer_with_its_page_index_in_one_reque
     assert_eq!(
         render(&sql(&cold, query).await.unwrap()),
         vec![format!("100|{sum}")]
+    );
+
+    // Merge-on-read deletes in every file: a new session reads each (small) position delete
+    // file in one request, and each data file's footer once, for the scan too.
+    sql(&cold, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    sql(&cold, "DELETE FROM ns.p WHERE id % 10 = 0")
+        .await
+        .unwrap();
+    drop(cold);
+    let cold = open(&server, dir.path(), &warehouse).await;
+    let plan = render(
+        &sql(&cold, "EXPLAIN ANALYZE SELECT count(*), sum(v) FROM ns.p")
+            .await
+            .unwrap(),
+    );
+    let delete_files = metric(&plan, "position_delete_files_read");
+    assert_eq!(delete_files, 3, "{plan:?}");
+    // One request per delete file, one per footer of a file with deletes.
+    assert_eq!(metric(&plan, "delete_load_requests"), 6, "{plan:?}");
+    // The scan then reads each file's rows in one request, its footer already known.
+    assert_eq!(metric(&plan, "object_store_requests"), 3, "{plan:?}");
+    let kept: i64 = (0..3000).filter(|v| v % 10 != 0).map(|v| v * 2).sum();
+    assert_eq!(
+        render(
+            &sql(&cold, "SELECT count(*), sum(v) FROM ns.p")
+                .await
+                .unwrap()
+        ),
+        vec![format!("2700|{kept}")]
     );
 }

@@ -173,6 +173,19 @@ impl RecordedSizeReaderFactory {
     }
 }
 
+/// `store`, counting the requests made through it into `requests` and the bytes they return
+/// into `bytes` (metrics of the caller's plan node).
+pub(crate) fn counted_store(
+    store: Arc<dyn ObjectStore>,
+    requests: Count,
+    bytes: Count,
+) -> Arc<dyn ObjectStore> {
+    Arc::new(CountedStore {
+        inner: store,
+        counts: RequestCounts { requests, bytes },
+    })
+}
+
 /// Requests a scan made of its object store, and the bytes they returned.
 #[derive(Debug, Clone, Default)]
 struct RequestCounts {

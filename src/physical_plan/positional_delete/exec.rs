@@ -269,9 +269,15 @@ impl ExecutionPlan for PositionalDeleteExec {
                 .input
                 .execute(partition, without_work_stealing(context));
         }
-        let store = context
-            .runtime_env()
-            .object_store(&config.object_store_url)?;
+        // What this node reads itself (delete files, footers of the files they apply to) is
+        // counted apart from the scan below it.
+        let store = crate::physical_plan::parquet_files::counted_store(
+            context
+                .runtime_env()
+                .object_store(&config.object_store_url)?,
+            MetricBuilder::new(&self.metrics).counter("delete_load_requests", partition),
+            MetricBuilder::new(&self.metrics).counter("delete_load_bytes", partition),
+        );
         let reservation = MemoryConsumer::new(format!("PositionalDeleteExec[{partition}]"))
             .register(context.memory_pool());
         let opener = Arc::new(FileOpener {
