@@ -58,9 +58,16 @@ pub(crate) async fn load_manifest(
         .await
         .map_err(|e| named(&e))?;
     let bytes = complete_header(bytes, manifest, table).map_err(|e| named(&e))?;
-    let (entries, metadata) = Manifest::parse_avro(&bytes)
-        .map_err(|e| named(&e))?
-        .into_parts();
+    let (metadata, entries) = parse_with_iceberg(&bytes, manifest).map_err(|e| named(&e))?;
+    Ok(Manifest::new(metadata, entries))
+}
+
+/// A manifest's (completed) bytes decoded by the iceberg crate, with the spec's inheritance.
+fn parse_with_iceberg(
+    bytes: &[u8],
+    manifest: &ManifestFile,
+) -> iceberg::Result<(iceberg::spec::ManifestMetadata, Vec<ManifestEntry>)> {
+    let (entries, metadata) = Manifest::parse_avro(bytes)?.into_parts();
     let entries = entries
         .into_iter()
         .map(|e| {
@@ -69,7 +76,7 @@ pub(crate) async fn load_manifest(
             e
         })
         .collect();
-    Ok(Manifest::new(metadata, entries))
+    Ok((metadata, entries))
 }
 
 /// The entries of `manifest` for planning, with the spec's inheritance applied: through this
@@ -104,6 +111,9 @@ pub(crate) async fn load_entries(
                 return Ok(entries);
             }
         }
+        // Left to the iceberg crate: the bytes already read.
+        let (_, entries) = parse_with_iceberg(&bytes, manifest).map_err(|e| named(&e))?;
+        return Ok(entries);
     }
     let (entries, _) = load_manifest(manifest, table, file_io).await?.into_parts();
     Ok(entries.into_iter().map(Arc::unwrap_or_clone).collect())
