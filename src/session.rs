@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use datafusion::dataframe::DataFrame;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
@@ -227,6 +228,28 @@ impl IcebergSession {
     /// The DataFusion context: run SQL or DataFrames here.
     pub fn context(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// Runs one SQL statement: `ALTER TABLE name SET|UNSET TBLPROPERTIES (...)` here (table
+    /// properties, and `'format-version'` upgrades), every other statement through DataFusion
+    /// ([`SessionContext::sql`]).
+    pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        let Some(alter) = crate::table::alter::parse(sql) else {
+            return self.ctx.sql(sql).await;
+        };
+        let alter = alter?;
+        let mut parts = alter.name;
+        if parts.len() >= 3 && parts[0] == self.catalog.name() {
+            parts.remove(0);
+        }
+        if parts.len() == 1 {
+            parts.insert(0, "default".to_string());
+        }
+        let ident = iceberg::TableIdent::from_strs(&parts)
+            .map_err(|e| DataFusionError::Plan(format!("ALTER TABLE: {e}")))?;
+        let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
+        crate::table::alter::apply(store, &ident, &alter.change).await?;
+        self.ctx.read_empty()
     }
 
     /// The Iceberg catalog.

@@ -792,3 +792,129 @@ fn merge_into_pyiceberg_table(mode: &str) {
     );
     assert_eq!(check("after the failed MERGE"), after_merge);
 }
+
+/// A pyiceberg table (v2, partitioned, NULLs) deleted from by position, upgraded to v3 with
+/// `ALTER TABLE`, then changed again by merge-on-read DELETE and UPDATE (deletion vectors): pyiceberg
+/// and DuckDB read exactly the oracle's rows, and pyiceberg finds one vector per data file.
+#[test]
+fn deletion_vectors_after_an_upgrade_to_v3_read_the_same_in_pyiceberg_and_duckdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    let created = tool(&["create-warehouse", "--warehouse", &whs]);
+    let mut events: Vec<Vec<Value>> = normalise(
+        created["tables"]["pyns.events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_array().unwrap().clone())
+            .collect(),
+    );
+    let run = |statement: &str| -> Vec<serde_json::Map<String, Value>> {
+        ours(
+            &wh,
+            &format!(
+                "SET iceberg.delete_mode = 'merge-on-read'; \
+                 SET iceberg.update_mode = 'merge-on-read'; {statement}"
+            ),
+        )
+    };
+    let count = |out: Vec<serde_json::Map<String, Value>>| out[0]["count"].as_u64().unwrap();
+    let before = events.len();
+    let n = count(run("DELETE FROM pyns.events WHERE name = 'name_1'"));
+    events.retain(|r| r[1] != "name_1");
+    assert_eq!(n as usize, before - events.len());
+    let v2 = tool(&[
+        "delete-files",
+        "--warehouse",
+        &whs,
+        "--table",
+        "pyns.events",
+    ]);
+    assert_eq!(v2["format_version"], 2);
+    assert!(v2["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["file_format"] == "parquet"));
+
+    run("ALTER TABLE pyns.events SET TBLPROPERTIES ('format-version' = '3')");
+    let before = events.len();
+    let n = count(run("DELETE FROM pyns.events WHERE amount > 80"));
+    events.retain(|r| r[3].as_f64().is_none_or(|a| a <= 80.0));
+    assert_eq!(n as usize, before - events.len());
+    let n = count(run(
+        "UPDATE pyns.events SET name = 'changed' WHERE id % 10 = 3 OR name IS NULL",
+    ));
+    let mut want = 0;
+    for r in events
+        .iter_mut()
+        .filter(|r| r[0].as_f64().unwrap() as i64 % 10 == 3 || r[1].is_null())
+    {
+        r[1] = Value::from("changed");
+        want += 1;
+    }
+    assert_eq!(n, want);
+    events.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+
+    let theirs = tool(&["read", "--warehouse", &whs, "--table", "pyns.events"]);
+    assert_eq!(tool_rows(&theirs), events, "pyiceberg reads the v3 table");
+    let metadata = theirs["metadata_location"].as_str().unwrap().to_string();
+    let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+    assert_eq!(tool_rows(&duck), events, "DuckDB reads the v3 table");
+    let mine = ours(&wh, "SELECT id, name, ts, amount, day FROM pyns.events");
+    let mut mine = normalise(as_lists(&mine, &["id", "name", "ts", "amount", "day"]));
+    mine.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
+    assert_eq!(mine, events);
+
+    // pyiceberg sees a v3 table whose deleted-from files each have one deletion vector, the
+    // position delete files they replaced gone, and row ids handed out.
+    let v3 = tool(&[
+        "delete-files",
+        "--warehouse",
+        &whs,
+        "--table",
+        "pyns.events",
+    ]);
+    assert_eq!(v3["format_version"], 3);
+    assert!(v3["next_row_id"].as_u64().unwrap() >= created_rows(&created));
+    let entries = v3["entries"].as_array().unwrap();
+    let vectors: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["file_format"] == "puffin")
+        .collect();
+    assert!(!vectors.is_empty());
+    let mut targets: Vec<&str> = vectors
+        .iter()
+        .map(|e| e["referenced_data_file"].as_str().unwrap())
+        .collect();
+    let n = targets.len();
+    targets.sort();
+    targets.dedup();
+    assert_eq!(
+        targets.len(),
+        n,
+        "one deletion vector per data file: {vectors:?}"
+    );
+    for v in &vectors {
+        assert!(v["content_offset"].as_i64().unwrap() >= 4);
+        assert!(v["content_size_in_bytes"].as_i64().unwrap() > 12);
+    }
+    // A position delete file that stays names a data file no vector covers.
+    for e in entries.iter().filter(|e| e["file_format"] == "parquet") {
+        if let Some(target) = e["referenced_data_file"].as_str() {
+            assert!(!targets.contains(&target), "{e}");
+        }
+    }
+}
+
+fn created_rows(created: &Value) -> u64 {
+    created["tables"]
+        .as_object()
+        .unwrap()
+        .get("pyns.events")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .len() as u64
+}

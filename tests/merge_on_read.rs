@@ -15,7 +15,9 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 use iceberg::spec::{Literal, Operation, Struct};
 use iceberg::table::Table;
 use iceberg::TableIdent;
-use iceberg_exec::physical_plan::write::{write_equality_delete_file, write_position_delete_file};
+use iceberg_exec::physical_plan::write::{
+    write_deletion_vectors, write_equality_delete_file, write_position_delete_file, DeletionVector,
+};
 use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
 use iceberg_exec::{IcebergSession, MetadataStore};
 use rand::rngs::StdRng;
@@ -100,6 +102,8 @@ struct Harness {
     next_v: i64,
     /// The session's `iceberg.planning_threshold` (0: every plan streams its delete manifests).
     planning_threshold: u64,
+    /// The table's format version (3: position deletes are deletion vectors).
+    version: u8,
 }
 
 fn local(path: &str) -> String {
@@ -141,6 +145,15 @@ fn read_rows(path: &str) -> Vec<Row> {
 
 impl Harness {
     async fn new(dir: &std::path::Path, partitioned: bool, limit: Option<usize>) -> Self {
+        Self::with_version(dir, partitioned, limit, 2).await
+    }
+
+    async fn with_version(
+        dir: &std::path::Path,
+        partitioned: bool,
+        limit: Option<usize>,
+        version: u8,
+    ) -> Self {
         let session = match limit {
             Some(l) => session_with_limit(dir, l).await,
             None => session(dir).await,
@@ -155,7 +168,8 @@ impl Harness {
             &session,
             &format!(
                 "CREATE EXTERNAL TABLE ns.t (id BIGINT, k2 VARCHAR, part INT NOT NULL, v BIGINT NOT NULL) \
-                 STORED AS ICEBERG LOCATION ''{by} OPTIONS ('write.parquet.row-group-limit' '100')"
+                 STORED AS ICEBERG LOCATION ''{by} OPTIONS ('write.parquet.row-group-limit' '100', \
+                 'format-version' '{version}')"
             ),
         )
         .await
@@ -167,7 +181,23 @@ impl Harness {
             oracle: Oracle::default(),
             next_v: 0,
             planning_threshold: iceberg_exec::scan::DEFAULT_PLANNING_THRESHOLD,
+            version,
         }
+    }
+
+    /// Upgrades the table to format v3 in SQL: its position delete files keep applying, new
+    /// position deletes are deletion vectors.
+    async fn upgrade(&mut self) {
+        self.session
+            .sql("ALTER TABLE ns.t SET TBLPROPERTIES ('format-version' = '3')")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let table = self.table().await;
+        assert_eq!(table.metadata().format_version() as u8, 3);
+        self.version = 3;
     }
 
     async fn table(&self) -> Table {
@@ -296,6 +326,9 @@ impl Harness {
         if by_file.is_empty() {
             return;
         }
+        if self.version >= 3 {
+            return self.delete_with_vectors(rng, by_file).await;
+        }
         // Some delete files cover one data file, others every touched file of a partition.
         let mut groups: HashMap<(i32, usize), Vec<(String, i64)>> = HashMap::new();
         for (i, (part, path, pos)) in by_file.iter().enumerate() {
@@ -321,6 +354,74 @@ impl Harness {
                     .positions
                     .entry((path.clone(), p))
                     .or_insert(seq);
+            }
+        }
+    }
+
+    /// Format v3: one deletion vector per touched file, holding its earlier deletes too and
+    /// replacing its vector, several vectors to a Puffin file.
+    async fn delete_with_vectors(
+        &mut self,
+        rng: &mut StdRng,
+        by_file: Vec<(i32, String, Vec<i64>)>,
+    ) {
+        let table = self.table().await;
+        let spec_id = table.metadata().default_partition_spec_id();
+        let snapshot = table.metadata().current_snapshot().unwrap().clone();
+        let planned: HashMap<String, iceberg_exec::scan::PlannedFile> =
+            iceberg_exec::scan::plan_files(&table, &snapshot)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|f| (f.path.clone(), f))
+                .collect();
+        let mut vectors = vec![];
+        let mut removed = HashSet::new();
+        for (part, path, pos) in &by_file {
+            let mut positions: roaring::RoaringTreemap = self
+                .oracle
+                .positions
+                .keys()
+                .filter(|(p, _)| p == path)
+                .map(|(_, i)| *i as u64)
+                .collect();
+            positions.extend(pos.iter().map(|p| *p as u64));
+            for d in &planned[path].position_deletes {
+                if let Some(blob) = d.deletion_vector {
+                    removed.insert((d.path.clone(), blob.offset));
+                }
+            }
+            vectors.push(DeletionVector {
+                data_file: path.clone(),
+                spec_id,
+                partition: self.partition(*part),
+                positions,
+            });
+        }
+        let split = rng.random_range(0..=vectors.len());
+        let mut files = vec![];
+        for chunk in [&vectors[..split], &vectors[split..]] {
+            files.extend(write_deletion_vectors(&table, chunk).await.unwrap());
+        }
+        let store: Arc<dyn MetadataStore> = self.session.catalog().clone();
+        let changes = SnapshotChanges {
+            operation: Operation::Delete,
+            added_delete_files: files,
+            removed_deletion_vectors: removed,
+            ..Default::default()
+        };
+        let outcome = commit(store, &self.ident, changes).await.unwrap();
+        let seq = outcome
+            .table
+            .metadata()
+            .current_snapshot()
+            .unwrap()
+            .sequence_number();
+        for v in vectors {
+            for p in v.positions.iter() {
+                self.oracle
+                    .positions
+                    .insert((v.data_file.clone(), p as i64), seq);
             }
         }
     }
@@ -453,6 +554,7 @@ impl Harness {
             .map(|(p, i, _)| (p, i))
             .collect();
         let snapshot_before = self.table().await.metadata().current_snapshot_id();
+        let touched: HashSet<String> = doomed.iter().map(|(p, _)| p.clone()).collect();
         let before = self.oracle.live();
         let (statement, expected): (String, Vec<Row>) = if update {
             (
@@ -491,6 +593,24 @@ impl Harness {
             let files = iceberg_exec::scan::plan_files(&table, &snapshot)
                 .await
                 .unwrap();
+            if mor && Some(snapshot.snapshot_id()) != snapshot_before {
+                // Each data file deleted from holds one delete file of its own after the
+                // statement (its earlier ones merged in): a deletion vector on v3, a file-scoped
+                // position delete file on v2.
+                for f in files.iter().filter(|f| touched.contains(&f.path)) {
+                    let own: Vec<_> = f
+                        .position_deletes
+                        .iter()
+                        .filter(|d| d.referenced_data_file.as_deref() == Some(f.path.as_str()))
+                        .collect();
+                    assert_eq!(own.len(), 1, "{context}: {statement}: {}", f.path);
+                    assert_eq!(own[0].data_seq, snapshot.sequence_number());
+                    if self.version >= 3 {
+                        assert!(own[0].deletion_vector.is_some(), "{context}: {statement}");
+                        assert_eq!(f.position_deletes.len(), 1, "{context}: {statement}");
+                    }
+                }
+            }
             let live: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
             self.oracle.files.retain(|f| live.contains(f.path.as_str()));
             let known: HashSet<String> = self.oracle.files.iter().map(|f| f.path.clone()).collect();
@@ -514,6 +634,23 @@ impl Harness {
     /// Checks the whole table, a projection without the key columns, a filter and count(*).
     async fn check(&self, context: &str) {
         let expected: Vec<Row> = self.oracle.live();
+        if self.version >= 3 {
+            // At most one deletion vector applies to a data file.
+            let table = self.table().await;
+            if let Some(snapshot) = table.metadata().current_snapshot().cloned() {
+                for f in iceberg_exec::scan::plan_files(&table, &snapshot)
+                    .await
+                    .unwrap()
+                {
+                    let vectors = f
+                        .position_deletes
+                        .iter()
+                        .filter(|d| d.deletion_vector.is_some())
+                        .count();
+                    assert!(vectors <= 1, "{context}: {} has {vectors} vectors", f.path);
+                }
+            }
+        }
         let got = sorted(render(
             &sql(&self.session, "SELECT id, k2, part, v FROM ns.t")
                 .await
@@ -659,8 +796,22 @@ impl Harness {
 }
 
 async fn random_history(seed: u64, partitioned: bool) {
+    random_history_of(seed, partitioned, History::V2, None).await
+}
+
+/// The format versions a random history runs through.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum History {
+    V2,
+    V3,
+    /// Starts on v2 and is upgraded to v3 halfway.
+    Upgraded,
+}
+
+async fn random_history_of(seed: u64, partitioned: bool, history: History, limit: Option<usize>) {
     let dir = tempfile::tempdir().unwrap();
-    let mut h = Harness::new(dir.path(), partitioned, None).await;
+    let version = if history == History::V3 { 3 } else { 2 };
+    let mut h = Harness::with_version(dir.path(), partitioned, limit, version).await;
     if seed % 2 == 1 {
         // Odd seeds plan everything, DML included, by streaming delete manifests.
         h.planning_threshold = 0;
@@ -684,7 +835,11 @@ async fn random_history(seed: u64, partitioned: bool) {
     h.append(&mut rng, 300, 40).await;
     h.check("first append").await;
     for step in 0..8 {
-        let context = format!("seed {seed} partitioned {partitioned} step {step}");
+        let context = format!("seed {seed} partitioned {partitioned} {history:?} step {step}");
+        if history == History::Upgraded && step == 4 {
+            h.upgrade().await;
+            h.check(&format!("{context}: upgraded")).await;
+        }
         // Every history ends with a SQL DELETE over all its deletes (UPDATEs come at random).
         let kind = if step == 7 { 4 } else { rng.random_range(0..6) };
         match kind {
@@ -798,6 +953,27 @@ async fn deleting_a_partition_drops_its_equality_deletes() {
 async fn random_histories_unpartitioned() {
     for seed in [1, 2, 3] {
         random_history(seed, false).await;
+    }
+}
+
+#[tokio::test]
+async fn random_histories_v3_with_deletion_vectors() {
+    for (seed, partitioned) in [(31, false), (32, true), (33, false)] {
+        random_history_of(seed, partitioned, History::V3, None).await;
+    }
+}
+
+#[tokio::test]
+async fn random_histories_upgraded_from_v2_to_v3() {
+    for (seed, partitioned) in [(41, true), (42, false)] {
+        random_history_of(seed, partitioned, History::Upgraded, None).await;
+    }
+}
+
+#[tokio::test]
+async fn random_histories_v3_under_a_small_pool() {
+    for (seed, history) in [(51, History::V3), (52, History::Upgraded)] {
+        random_history_of(seed, true, history, Some(4 * 1024 * 1024)).await;
     }
 }
 

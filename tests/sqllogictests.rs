@@ -88,7 +88,7 @@ impl sqllogictest::AsyncDB for Db {
         let sql = sql
             .replace("$WAREHOUSE", &self.warehouse)
             .replace("$FIXTURES", &fixtures());
-        let df = self.session.context().sql(&sql).await?;
+        let df = self.session.sql(&sql).await?;
         let width = df.schema().fields().len();
         let batches = df.collect().await?;
         if width == 0 {

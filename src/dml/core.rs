@@ -170,25 +170,32 @@ pub(crate) async fn commit_or_clean_up(
 }
 
 /// Every file a commit removing the data files `removed` removes: those, the position delete
-/// files that reference exactly one of them, and the delete files (`equality_deletes` of the
-/// scan, partition-scoped position deletes of removed files) that may apply to no data file
-/// that stays. Also returns how many delete files go. (Files the commit adds are newer than
-/// every existing delete: none applies to them.)
+/// files and deletion vectors that reference exactly one of them, and the delete files
+/// (`equality_deletes` of the scan, partition-scoped position deletes of removed files) that
+/// may apply to no data file that stays. Also returns the deletion vectors that go and how many
+/// delete files (vectors included) go. (Files the commit adds are newer than every existing
+/// delete: none applies to them.)
 pub(crate) async fn removed_with_deletes(
     table: &Table,
     locations: &LocationMap,
     planning_threshold: u64,
     removed: &[&PlannedFile],
     equality_deletes: &[Arc<DeleteFileRef>],
-) -> Result<(HashSet<String>, usize)> {
+) -> Result<(HashSet<String>, HashSet<(String, u64)>, usize)> {
     let removed_paths: HashSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
     let mut removed_files: HashSet<String> = removed_paths.iter().map(|p| p.to_string()).collect();
+    let mut vectors: HashSet<(String, u64)> = HashSet::new();
     let mut delete_files_removed = 0;
     for f in removed {
         for d in &f.position_deletes {
-            if d.referenced_data_file.as_deref() == Some(f.path.as_str())
-                && removed_files.insert(d.path.clone())
-            {
+            if d.referenced_data_file.as_deref() != Some(f.path.as_str()) {
+                continue;
+            }
+            let new = match d.deletion_vector {
+                Some(blob) => vectors.insert((d.path.clone(), blob.offset)),
+                None => removed_files.insert(d.path.clone()),
+            };
+            if new {
                 delete_files_removed += 1;
             }
         }
@@ -198,7 +205,7 @@ pub(crate) async fn removed_with_deletes(
         candidates.extend(
             f.position_deletes
                 .iter()
-                .filter(|d| d.referenced_data_file.is_none())
+                .filter(|d| d.referenced_data_file.is_none() && d.deletion_vector.is_none())
                 .cloned(),
         );
     }
@@ -217,7 +224,7 @@ pub(crate) async fn removed_with_deletes(
             }
         }
     }
-    Ok((removed_files, delete_files_removed))
+    Ok((removed_files, vectors, delete_files_removed))
 }
 
 /// Those of `deletes` that may apply to no data file of the base snapshot except `removed` ones

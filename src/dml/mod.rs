@@ -13,6 +13,7 @@
 
 mod core;
 pub(crate) mod delete;
+mod deletes;
 mod guard;
 pub(crate) mod merge;
 mod mor_pass;

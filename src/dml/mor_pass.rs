@@ -17,12 +17,11 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::ExecutionPlanProperties;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning, SendableRecordBatchStream};
 use futures::StreamExt;
-use iceberg::table::Table;
 use roaring::RoaringTreemap;
 
-use crate::physical_plan::write::{write_file_position_deletes, WrittenFiles};
-use crate::snapshot::NewFile;
+use crate::physical_plan::write::WrittenFiles;
 
+use super::deletes::{DeleteWriter, FileDeletes};
 use super::rewrite::DmlJob;
 
 /// The object paths of the files whose rows reach several partitions of `plan`: files split
@@ -76,7 +75,7 @@ struct PartitionPositions {
     /// Matching rows per data file.
     counts: HashMap<String, u64>,
     /// Delete files written.
-    written: Vec<NewFile>,
+    written: Vec<FileDeletes>,
     /// Positions in files split over several partitions, held to be written as one file, and
     /// the memory they take.
     held: Vec<Positions>,
@@ -84,12 +83,15 @@ struct PartitionPositions {
 }
 
 /// Merge-on-read pass 1: runs `plan` (rows `(_file, _pos)`) partition by partition, each on its
-/// own task, and writes one position delete file per data file with matching rows. A partition
+/// own task, and writes one position delete file (format v3: deletion vector) per data file with
+/// matching rows, merged with the file's earlier deletes ([`DeleteWriter`]). A partition
 /// reads a data file's positions in order, so one bitmap per partition is held at a time
 /// (reserved from the pool). A file DataFusion split into byte ranges, or whose batches it
 /// deals round-robin, reaches several partitions: their bitmaps are held (reserved) and merged
 /// into its one delete file at the end; when the pool refuses that memory, each is written as
-/// it completes (several delete files for one data file, as valid, only less tidy). Returns
+/// it completes (several delete files for one data file, as valid, only less tidy), except on
+/// format v3, which allows one deletion vector per data file (the statement then fails with
+/// `ResourcesExhausted`). Returns
 /// the matching rows per data file and the files. Files the statement removes whole are
 /// counted, not written for.
 pub(super) async fn write_position_deletes(
@@ -97,7 +99,7 @@ pub(super) async fn write_position_deletes(
     plan: Arc<dyn ExecutionPlan>,
     context: &Arc<TaskContext>,
     written: &WrittenFiles,
-) -> Result<(HashMap<String, u64>, Vec<NewFile>)> {
+) -> Result<(HashMap<String, u64>, Vec<FileDeletes>)> {
     // Files removed whole are only counted.
     let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
     let spread = files_in_several_partitions(&plan);
@@ -111,21 +113,20 @@ pub(super) async fn write_position_deletes(
             }
         };
         let target = FileTarget {
-            spec_id: f.spec_id,
-            partition: f.partition.clone(),
             write: !whole.contains(f.path.as_str()),
             split,
         };
         files.insert(f.path.clone(), target);
     }
     let files = Arc::new(files);
+    let writer = DeleteWriter::new(&job.table, &job.locations, &job.checked.files, context)?;
     let partitions = plan.output_partitioning().partition_count();
     let mut tasks = vec![];
     for i in 0..partitions {
         let stream = plan.execute(i, Arc::clone(context))?;
         let pass = PositionsPass {
             files: Arc::clone(&files),
-            table: job.table.clone(),
+            writer: writer.clone(),
             written: written.clone(),
             pool: Arc::clone(context.memory_pool()),
             partition: i,
@@ -158,31 +159,11 @@ pub(super) async fn write_position_deletes(
     }
     let mut held: Vec<Positions> = held.into_iter().collect();
     held.sort_by(|a, b| a.0.cmp(&b.0));
-    for positions in held {
-        out.push(write_positions(&job.table, &files, written, positions).await?);
+    for (path, positions) in held {
+        out.push(writer.write(&path, positions, written).await?);
     }
     drop(held_memory);
     Ok((counts, out))
-}
-
-/// Writes the position delete file of one data file's positions and records it.
-async fn write_positions(
-    table: &Table,
-    files: &HashMap<String, FileTarget>,
-    written: &WrittenFiles,
-    (path, bitmap): Positions,
-) -> Result<NewFile> {
-    let target = target_of(files, &path)?;
-    let file = write_file_position_deletes(
-        table,
-        target.spec_id,
-        target.partition.clone(),
-        &path,
-        &bitmap,
-    )
-    .await?;
-    written.record(file.file.file_path().to_string());
-    Ok(file)
 }
 
 fn target_of<'a>(files: &'a HashMap<String, FileTarget>, path: &str) -> Result<&'a FileTarget> {
@@ -193,8 +174,6 @@ fn target_of<'a>(files: &'a HashMap<String, FileTarget>, path: &str) -> Result<&
 
 /// Where a data file's position deletes go.
 struct FileTarget {
-    spec_id: i32,
-    partition: iceberg::spec::Struct,
     /// False for files the statement removes whole.
     write: bool,
     /// Whether several partitions read it.
@@ -204,7 +183,7 @@ struct FileTarget {
 /// One partition's task of merge-on-read pass 1.
 struct PositionsPass {
     files: Arc<HashMap<String, FileTarget>>,
-    table: Table,
+    writer: DeleteWriter,
     written: WrittenFiles,
     pool: Arc<dyn MemoryPool>,
     partition: usize,
@@ -234,7 +213,11 @@ impl PositionsPass {
                 }
             }
             let size = current.as_ref().map_or(0, |(_, b)| b.serialized_size());
-            if reservation.try_resize(size).is_err() {
+            if let Err(e) = reservation.try_resize(size) {
+                // One deletion vector per data file: held parts cannot be written apart.
+                if self.writer.writes_vectors() {
+                    return Err(e);
+                }
                 // Held positions give way to the file being read: written now, they free
                 // their memory (their files then get more than one delete file).
                 self.write_held(&mut found).await?;
@@ -249,8 +232,8 @@ impl PositionsPass {
 
     /// Writes the positions this partition holds and frees their memory.
     async fn write_held(&self, found: &mut PartitionPositions) -> Result<()> {
-        for positions in std::mem::take(&mut found.held) {
-            let file = write_positions(&self.table, &self.files, &self.written, positions).await?;
+        for (path, positions) in std::mem::take(&mut found.held) {
+            let file = self.writer.write(&path, positions, &self.written).await?;
             found.written.push(file);
         }
         if let Some(memory) = &found.held_memory {
@@ -279,12 +262,17 @@ impl PositionsPass {
                 ))
                 .register(&self.pool)
             });
-            if memory.try_grow(bitmap.serialized_size()).is_ok() {
-                found.held.push((path, bitmap));
-                return Ok(());
+            match memory.try_grow(bitmap.serialized_size()) {
+                Ok(()) => {
+                    found.held.push((path, bitmap));
+                    return Ok(());
+                }
+                // One deletion vector per data file: the parts cannot be written apart.
+                Err(e) if self.writer.writes_vectors() => return Err(e),
+                Err(_) => {}
             }
         }
-        let file = write_positions(&self.table, &self.files, &self.written, (path, bitmap)).await?;
+        let file = self.writer.write(&path, bitmap, &self.written).await?;
         found.written.push(file);
         Ok(())
     }

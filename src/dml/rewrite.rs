@@ -61,7 +61,7 @@ use crate::physical_plan::write::{
 };
 use crate::scan::strict::FileStats;
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
-use crate::snapshot::{is_concurrent_change, NewFile, SnapshotChanges, Validation};
+use crate::snapshot::{is_concurrent_change, NewFile, RemovedDeletes, SnapshotChanges, Validation};
 use crate::IcebergOptions;
 
 use super::core::{DmlTarget, WriteMode};
@@ -566,12 +566,13 @@ async fn run_once(
     // Pass 1: matching live rows per file (merge-on-read: written as position deletes).
     let mut matched: HashMap<String, u64> = HashMap::new();
     let mut delete_files: Vec<NewFile> = vec![];
+    let mut replaced = RemovedDeletes::default();
     if let Some(plan) = pass1 {
         if mor {
             match write_position_deletes(&job, plan, &context, &written).await {
                 Ok((counts, files)) => {
                     matched = counts;
-                    delete_files = files;
+                    (delete_files, replaced) = super::deletes::fold(files);
                 }
                 Err(e) => {
                     written.remove_all(job.table.file_io()).await;
@@ -658,7 +659,7 @@ async fn run_once(
     }
 
     let threshold = IcebergOptions::from_config(job.state.config_options()).planning_threshold;
-    let (removed_files, delete_files_removed) = removed_with_deletes(
+    let (mut removed_files, mut removed_vectors, mut delete_files_removed) = removed_with_deletes(
         &job.table,
         &job.locations,
         threshold,
@@ -666,6 +667,9 @@ async fn run_once(
         &job.checked.equality_deletes,
     )
     .await?;
+    delete_files_removed += replaced.len();
+    removed_files.extend(replaced.files);
+    removed_vectors.extend(replaced.vectors);
     let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
     let (filters, columns) = (job.filters.clone(), job.columns.clone());
     let may_match: crate::snapshot::MayMatch =
@@ -684,6 +688,7 @@ async fn run_once(
         added_data_files: added,
         added_delete_files: delete_files,
         removed_files,
+        removed_deletion_vectors: removed_vectors,
         summary_properties: HashMap::new(),
         validation: Some(Validation {
             base_snapshot_id: job.base_snapshot_id,

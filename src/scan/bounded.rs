@@ -103,9 +103,12 @@ impl Assignment {
                         .map(Vec::as_slice)
                         .unwrap_or(&[]),
                 };
+                let named = d.referenced_data_file.is_some();
                 for &i in targets {
                     let file = &mut index.files[i];
-                    if file.data_seq <= d.data_seq {
+                    let same_partition =
+                        !named || (file.spec_id == d.spec_id && file.partition == d.partition);
+                    if file.data_seq <= d.data_seq && same_partition {
                         file.position_deletes.push(Arc::clone(&d));
                     }
                 }
@@ -143,6 +146,7 @@ impl Assignment {
             .files
             .into_iter()
             .map(|mut f| {
+                super::deletes::prefer_deletion_vectors(&mut f.position_deletes);
                 f.equality_deletes = self.equality_max_global.is_some_and(|m| m > f.data_seq)
                     || self
                         .equality_max_in_scope
@@ -335,9 +339,20 @@ mod tests {
                         referenced_data_file: (!equality && rng.random_bool(0.4))
                             .then(|| format!("d{}", rng.random_range(0..14))),
                         equality_ids: vec![1],
+                        deletion_vector: None,
                     }
                 })
                 .collect();
+            // Some file-scoped position deletes are deletion vectors (v3).
+            let mut deletes = deletes;
+            for d in deletes.iter_mut() {
+                if d.referenced_data_file.is_some() && rng.random_bool(0.5) {
+                    d.deletion_vector = Some(super::super::BlobRange {
+                        offset: 4,
+                        length: 10,
+                    });
+                }
+            }
             let listing = SnapshotListing {
                 data: data
                     .iter()

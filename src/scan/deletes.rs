@@ -6,6 +6,8 @@
 //!                       else same spec and partition)
 //! equality delete  applies to data file D  iff  D.data_seq <  delete.data_seq
 //!                  and (same spec and partition, or the delete's spec is unpartitioned)
+//! deletion vector  a position delete (format v3) naming D: when one applies to D, D's position
+//!                  delete files do not (the vector holds their positions)
 //! ```
 
 use std::collections::HashMap;
@@ -49,6 +51,18 @@ pub struct DeleteFileRef {
     pub referenced_data_file: Option<String>,
     /// Equality field ids (equality deletes).
     pub equality_ids: Vec<i32>,
+    /// For a deletion vector (a position delete stored in a Puffin file): where its blob lies.
+    pub deletion_vector: Option<BlobRange>,
+}
+
+/// Where a deletion vector's blob lies in its Puffin file (`content_offset`,
+/// `content_size_in_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlobRange {
+    /// Offset of the blob's first byte.
+    pub offset: u64,
+    /// The blob's length in bytes.
+    pub length: u64,
 }
 
 /// Delete files indexed for assignment to data files.
@@ -128,12 +142,15 @@ impl DeleteIndex {
             && self.global.is_empty()
     }
 
-    /// The position delete files that apply to `data`.
+    /// The position delete files that apply to `data`: its deletion vector when one applies
+    /// (it holds the positions of the older delete files), else its position delete files.
     pub fn position_deletes(&self, data: &DataFileRef) -> Vec<Arc<DeleteFileRef>> {
-        self.by_data_file
+        let mut all: Vec<Arc<DeleteFileRef>> = self
+            .by_data_file
             .get(&data.path)
             .into_iter()
             .flatten()
+            .filter(|d| d.spec_id == data.spec_id && d.partition == data.partition)
             .chain(
                 self.positions_by_partition
                     .get(&(data.spec_id, data.partition.clone()))
@@ -142,7 +159,9 @@ impl DeleteIndex {
             )
             .filter(|d| data.data_seq <= d.data_seq)
             .cloned()
-            .collect()
+            .collect();
+        prefer_deletion_vectors(&mut all);
+        all
     }
 
     /// Whether some equality delete applies to `data`.
@@ -192,6 +211,14 @@ impl DeleteIndex {
     }
 }
 
+/// Keeps only the deletion vectors of `deletes` (the position deletes that apply to one data
+/// file) when there is one: a deletion vector replaces the position delete files before it.
+pub(crate) fn prefer_deletion_vectors(deletes: &mut Vec<Arc<DeleteFileRef>>) {
+    if deletes.iter().any(|d| d.deletion_vector.is_some()) {
+        deletes.retain(|d| d.deletion_vector.is_some());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use iceberg::spec::Literal;
@@ -223,6 +250,7 @@ mod tests {
             partition: p.map(part).unwrap_or_else(Struct::empty),
             referenced_data_file: None,
             equality_ids: vec![1],
+            deletion_vector: None,
         }
     }
 
@@ -291,5 +319,39 @@ mod tests {
         assert!(idx.applicable(&data("b", 1, 0)).is_empty());
         assert!(!idx.is_empty());
         assert!(DeleteIndex::default().is_empty());
+    }
+
+    #[test]
+    fn a_deletion_vector_replaces_position_delete_files() {
+        let scoped = delete(DataContentType::PositionDeletes, 4, Some(0));
+        let mut named = delete(DataContentType::PositionDeletes, 4, Some(0));
+        named.path = "named".into();
+        named.referenced_data_file = Some("a".into());
+        let mut dv = delete(DataContentType::PositionDeletes, 5, Some(0));
+        dv.path = "dvs.puffin".into();
+        dv.referenced_data_file = Some("a".into());
+        dv.deletion_vector = Some(BlobRange {
+            offset: 4,
+            length: 40,
+        });
+        let idx = DeleteIndex::new([scoped.clone(), named, dv]);
+        let for_a = idx.position_deletes(&data("a", 1, 0));
+        assert_eq!(for_a.len(), 1);
+        assert_eq!(for_a[0].path, "dvs.puffin");
+        // Another file of the partition keeps the partition-scoped file.
+        let for_b = idx.position_deletes(&data("b", 1, 0));
+        assert_eq!(for_b.len(), 1);
+        assert_eq!(for_b[0].path, scoped.path);
+        // Data newer than every delete: none applies.
+        assert!(idx.position_deletes(&data("a", 6, 0)).is_empty());
+        // A vector recorded in another partition than its data file does not apply to it.
+        let mut elsewhere = delete(DataContentType::PositionDeletes, 5, Some(1));
+        elsewhere.referenced_data_file = Some("a".into());
+        elsewhere.deletion_vector = Some(BlobRange {
+            offset: 4,
+            length: 40,
+        });
+        let idx = DeleteIndex::new([elsewhere]);
+        assert!(idx.position_deletes(&data("a", 1, 0)).is_empty());
     }
 }

@@ -13,7 +13,7 @@ pub use cache::{
     manifest_cache_stats, set_manifest_cache_capacity, ManifestCacheStats,
     DEFAULT_MANIFEST_CACHE_BYTES,
 };
-pub use deletes::{DataFileRef, DeleteFileRef, DeleteIndex};
+pub use deletes::{BlobRange, DataFileRef, DeleteFileRef, DeleteIndex};
 pub use field_ids::FieldIdAdapterFactory;
 pub(crate) use manifest::load_manifest;
 pub use predicate::{prunable_filters, to_predicate, unprunable_columns};
@@ -31,7 +31,7 @@ use datafusion::logical_expr::Expr;
 use futures::StreamExt;
 use iceberg::expr::Predicate;
 use iceberg::spec::{
-    DataContentType, DataFile, ManifestFile, SnapshotRef, Struct, TableMetadataRef,
+    DataContentType, DataFile, DataFileFormat, ManifestFile, SnapshotRef, Struct, TableMetadataRef,
 };
 use iceberg::table::Table;
 
@@ -79,13 +79,16 @@ impl ScanFiles {
         !self.equality_deletes.is_empty() || self.files.iter().any(|f| !f.is_clean())
     }
 
-    /// Distinct delete files that apply.
+    /// Distinct delete files (each deletion vector counts as one) that apply.
     pub fn delete_file_count(&self) -> usize {
-        let mut paths: Vec<&str> = self
+        fn key(d: &Arc<DeleteFileRef>) -> (&str, Option<u64>) {
+            (d.path.as_str(), d.deletion_vector.map(|b| b.offset))
+        }
+        let mut paths: Vec<(&str, Option<u64>)> = self
             .files
             .iter()
-            .flat_map(|f| f.position_deletes.iter().map(|d| d.path.as_str()))
-            .chain(self.equality_deletes.iter().map(|d| d.path.as_str()))
+            .flat_map(|f| f.position_deletes.iter().map(key))
+            .chain(self.equality_deletes.iter().map(key))
             .collect();
         paths.sort_unstable();
         paths.dedup();
@@ -453,6 +456,7 @@ pub(crate) async fn read_manifest(
                 stats: Some(Arc::new(file.clone())),
             }),
             content => deletes.push(Arc::new(DeleteFileRef {
+                deletion_vector: deletion_vector(file)?,
                 path: file.file_path().to_string(),
                 size: file.file_size_in_bytes(),
                 record_count: file.record_count(),
@@ -467,6 +471,33 @@ pub(crate) async fn read_manifest(
         }
     }
     Ok((data, deletes))
+}
+
+/// Where the deletion vector `file` (a delete entry) lies in its Puffin file; `None` for delete
+/// files of other formats. A vector without its range or data file is an error naming it.
+fn deletion_vector(file: &DataFile) -> Result<Option<BlobRange>> {
+    if file.file_format() != DataFileFormat::Puffin {
+        return Ok(None);
+    }
+    let bad = |what: &str| {
+        DataFusionError::Execution(format!(
+            "deletion vector in {} has {what}; its manifest entry is invalid",
+            file.file_path()
+        ))
+    };
+    if file.content_type() != DataContentType::PositionDeletes {
+        return Err(bad("content other than position deletes"));
+    }
+    if file.referenced_data_file().is_none() {
+        return Err(bad("no referenced_data_file"));
+    }
+    match (file.content_offset(), file.content_size_in_bytes()) {
+        (Some(offset), Some(length)) if offset >= 0 && length >= 0 => Ok(Some(BlobRange {
+            offset: offset as u64,
+            length: length as u64,
+        })),
+        _ => Err(bad("no valid content_offset and content_size_in_bytes")),
+    }
 }
 
 /// The data files of `snapshot`, each with the position deletes that apply to it (the

@@ -7,6 +7,6 @@ mod producer;
 
 pub use commit::{commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown};
 pub use producer::{
-    is_concurrent_change, ConcurrentChange, MayMatch, NewFile, SnapshotChanges, SnapshotProducer,
-    Validation, MAIN_BRANCH,
+    is_concurrent_change, ConcurrentChange, MayMatch, NewFile, RemovedDeletes, SnapshotChanges,
+    SnapshotProducer, Validation, MAIN_BRANCH,
 };

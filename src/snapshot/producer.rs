@@ -52,12 +52,53 @@ pub struct SnapshotChanges {
     pub added_data_files: Vec<NewFile>,
     /// New position or equality delete files.
     pub added_delete_files: Vec<NewFile>,
-    /// Paths of data or delete files that this snapshot removes from the table.
+    /// Paths of data or delete files that this snapshot removes from the table (deletion
+    /// vectors are not removed by path: several may share a Puffin file).
     pub removed_files: HashSet<String>,
+    /// Deletion vectors this snapshot removes, by Puffin file path and blob offset.
+    pub removed_deletion_vectors: HashSet<(String, u64)>,
     /// Extra summary properties (e.g. the engine that wrote the snapshot).
     pub summary_properties: HashMap<String, String>,
     /// Checks against commits that happened since the statement read the table.
     pub validation: Option<Validation>,
+}
+
+/// Delete files a commit removes: position or equality delete files by path, deletion vectors
+/// by Puffin file path and blob offset.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RemovedDeletes {
+    /// Delete files (not deletion vectors), by path.
+    pub files: HashSet<String>,
+    /// Deletion vectors, by Puffin file path and blob offset.
+    pub vectors: HashSet<(String, u64)>,
+}
+
+impl RemovedDeletes {
+    /// Adds what `other` removes.
+    pub fn extend(&mut self, other: RemovedDeletes) {
+        self.files.extend(other.files);
+        self.vectors.extend(other.vectors);
+    }
+
+    /// How many delete files and vectors are removed.
+    pub fn len(&self) -> usize {
+        self.files.len() + self.vectors.len()
+    }
+
+    /// Whether nothing is removed.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.vectors.is_empty()
+    }
+}
+
+/// The key a deletion vector is removed by, for a manifest entry that is one.
+fn vector_key(file: &DataFile) -> Option<(String, u64)> {
+    match (file.file_format(), file.content_offset()) {
+        (iceberg::spec::DataFileFormat::Puffin, Some(offset)) => {
+            Some((file.file_path().to_string(), offset.max(0) as u64))
+        }
+        _ => None,
+    }
 }
 
 /// A commit refused because a concurrent commit changed what the statement read: running the
@@ -208,8 +249,10 @@ impl SnapshotProducer {
         if let Some(parent) = &parent {
             // Commits go to catalog tables: their locations are read as recorded.
             let list = crate::scan::manifest_list(base, &LocationMap::default(), parent).await?;
+            let removes_nothing = self.changes.removed_files.is_empty()
+                && self.changes.removed_deletion_vectors.is_empty();
             for (i, manifest) in list.iter().cloned().enumerate() {
-                if self.changes.removed_files.is_empty() {
+                if removes_nothing {
                     manifests.push(manifest);
                     continue;
                 }
@@ -227,12 +270,13 @@ impl SnapshotProducer {
                 manifests.push(rewritten.unwrap_or(manifest));
             }
         }
-        let missing: Vec<&String> = self
-            .changes
-            .removed_files
-            .iter()
-            .filter(|p| !found_removed.contains(*p))
-            .collect();
+        let wanted = self.changes.removed_files.iter().cloned().chain(
+            self.changes
+                .removed_deletion_vectors
+                .iter()
+                .map(|(path, offset)| vector_name(path, *offset)),
+        );
+        let missing: Vec<String> = wanted.filter(|p| !found_removed.contains(p)).collect();
         if !missing.is_empty() {
             return Err(conflict(format!(
                 "commit conflict: {} file(s) to remove are no longer in the table (e.g. {})",
@@ -401,7 +445,7 @@ impl SnapshotProducer {
         let hits = loaded
             .entries()
             .iter()
-            .any(|e| e.is_alive() && self.changes.removed_files.contains(e.file_path()));
+            .any(|e| e.is_alive() && self.removes(e.data_file()));
         if !hits {
             return Ok(None);
         }
@@ -436,8 +480,8 @@ impl SnapshotProducer {
                 DataFusionError::Internal("manifest entry without sequence number".into())
             })?;
             let file_seq = entry.file_sequence_number.or(Some(seq));
-            if self.changes.removed_files.contains(entry.file_path()) {
-                found.insert(entry.file_path().to_string());
+            if self.removes(entry.data_file()) {
+                found.insert(removal_name(entry.data_file()));
                 summary.remove_file(
                     entry.data_file(),
                     metadata.current_schema().clone(),
@@ -459,6 +503,14 @@ impl SnapshotProducer {
             }
         }
         Ok(Some(writer.write_manifest_file().await.df()?))
+    }
+
+    /// Whether this snapshot removes the live entry `file`.
+    fn removes(&self, file: &DataFile) -> bool {
+        match vector_key(file) {
+            Some(key) => self.changes.removed_deletion_vectors.contains(&key),
+            None => self.changes.removed_files.contains(file.file_path()),
+        }
     }
 
     /// Deletes the files written for the last attempt (after a lost compare-and-swap).
@@ -548,6 +600,18 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
         at = snapshot.parent_snapshot_id();
     }
     Ok(())
+}
+
+/// How a removed entry is named in the commit's bookkeeping (and its conflict message).
+fn removal_name(file: &DataFile) -> String {
+    match vector_key(file) {
+        Some((path, offset)) => vector_name(&path, offset),
+        None => file.file_path().to_string(),
+    }
+}
+
+fn vector_name(path: &str, offset: u64) -> String {
+    format!("{path} (deletion vector at offset {offset})")
 }
 
 /// Deletes a file written for a failed commit; one that cannot be removed is only an orphan.

@@ -1,6 +1,7 @@
 //! The DataFusion face of one Iceberg table: [`IcebergTableProvider`] (scan, INSERT) and the
 //! `CREATE EXTERNAL TABLE ... STORED AS ICEBERG` factory.
 
+pub(crate) mod alter;
 mod by_path;
 mod factory;
 mod function;
@@ -25,4 +26,10 @@ pub(crate) fn register_store(
         return Ok(());
     }
     stores.register_in(state.runtime_env(), url)
+}
+
+/// Whether `sql` is a statement [`crate::IcebergSession::sql`] runs itself rather than handing
+/// to DataFusion (`ALTER TABLE ... SET|UNSET TBLPROPERTIES`).
+pub fn is_session_statement(sql: &str) -> bool {
+    alter::parse(sql).is_some()
 }

@@ -548,6 +548,38 @@ def cmd_write_pos_deletes(args) -> dict:
     return {"size": os.path.getsize(args.out), "rows": len(deletes)}
 
 
+def cmd_delete_files(args) -> dict:
+    """The live delete entries of a table's current snapshot, as pyiceberg reads its manifests,
+    with its format version and next row id."""
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        table = catalog.load_table(args.table)
+        snapshot = table.current_snapshot()
+        entries = []
+        for manifest in snapshot.manifests(table.io) if snapshot else []:
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                f = entry.data_file
+                if f.content.value == 0:
+                    continue
+                entries.append(
+                    {
+                        "content": f.content.value,
+                        "file_path": f.file_path,
+                        "file_format": str(f.file_format.value).lower(),
+                        "record_count": f.record_count,
+                        "referenced_data_file": getattr(f, "referenced_data_file", None),
+                        "content_offset": getattr(f, "content_offset", None),
+                        "content_size_in_bytes": getattr(f, "content_size_in_bytes", None),
+                    }
+                )
+        version = table.metadata.format_version
+        next_row_id = getattr(table.metadata, "next_row_id", None)
+    finally:
+        catalog.close()
+    return {"entries": entries, "format_version": version, "next_row_id": next_row_id}
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -595,6 +627,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--runs", type=int, default=5)
     b.add_argument("--threads", type=int, default=2)
     b.set_defaults(func=cmd_duckdb_bench)
+
+    df = sub.add_parser("delete-files", help="list the live delete entries of a table")
+    df.add_argument("--warehouse", required=True)
+    df.add_argument("--table", required=True, help="NS.NAME")
+    df.set_defaults(func=cmd_delete_files)
 
     w = sub.add_parser("write-pos-deletes", help="write a position delete parquet file with pyarrow")
     w.add_argument("--out", required=True)

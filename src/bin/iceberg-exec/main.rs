@@ -193,8 +193,16 @@ async fn run_statements(session: &IcebergSession, sql: &str, format: Format) -> 
         return Err(DataFusionError::Plan("no SQL statement given".into()));
     }
     for statement in statements {
-        let plan = ctx.state().statement_to_plan(statement).await?;
-        let df = ctx.execute_logical_plan(plan).await?;
+        // Statements DataFusion does not plan (ALTER TABLE ... TBLPROPERTIES) run in the
+        // session's own entry point.
+        let text = statement.to_string();
+        let df = match iceberg_exec::table::is_session_statement(&text) {
+            true => session.sql(&text).await?,
+            false => {
+                let plan = ctx.state().statement_to_plan(statement).await?;
+                ctx.execute_logical_plan(plan).await?
+            }
+        };
         let schema = df.schema().inner().clone();
         let batches = df.collect().await?;
         print_batches(&schema, &batches, format)?;

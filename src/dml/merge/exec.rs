@@ -32,12 +32,13 @@ use super::positions::{DropCounts, DropPositionsExec, MergePositions, PositionMa
 use super::rewrite::RewriteExec;
 use crate::dml::core::WriteMode;
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
+use crate::dml::deletes::{DeleteWriter, FileDeletes};
 use crate::error::IcebergResultExt;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
-use crate::physical_plan::write::{write_file_position_deletes, WrittenFiles};
+use crate::physical_plan::write::WrittenFiles;
 use crate::scan::{PlannedFile, ScanFiles};
-use crate::snapshot::{is_concurrent_change, NewFile, SnapshotChanges};
+use crate::snapshot::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
 
 use super::{MergeJob, SOURCE_MARKER};
 
@@ -378,11 +379,13 @@ async fn changes(
     }
 
     let mut delete_files = vec![];
+    let mut replaced = RemovedDeletes::default();
     let mut rewritten = 0;
     if !touched.is_empty() {
         match job.mode {
             WriteMode::MergeOnRead => {
-                delete_files = write_deletes(job, &touched, &changed, written).await?;
+                let outputs = write_deletes(job, &touched, &changed, written, context).await?;
+                (delete_files, replaced) = crate::dml::deletes::fold(outputs);
             }
             WriteMode::CopyOnWrite => {
                 let counts = Arc::new(DropCounts::default());
@@ -460,19 +463,23 @@ async fn changes(
         WriteMode::CopyOnWrite => touched.iter().collect(),
         WriteMode::MergeOnRead => vec![],
     };
-    let (removed_files, delete_files_removed) = match removed.is_empty() {
-        true => (HashSet::new(), 0),
-        false => {
-            removed_with_deletes(
-                &job.table,
-                &job.locations,
-                job.planning_threshold(),
-                &removed,
-                &files.equality_deletes,
-            )
-            .await?
-        }
-    };
+    let (mut removed_files, mut removed_vectors, mut delete_files_removed) =
+        match removed.is_empty() {
+            true => (HashSet::new(), HashSet::new(), 0),
+            false => {
+                removed_with_deletes(
+                    &job.table,
+                    &job.locations,
+                    job.planning_threshold(),
+                    &removed,
+                    &files.equality_deletes,
+                )
+                .await?
+            }
+        };
+    delete_files_removed += replaced.len();
+    removed_files.extend(replaced.files);
+    removed_vectors.extend(replaced.vectors);
     let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
     let operation = match removed_files.is_empty() && delete_files.is_empty() {
         true => Operation::Append,
@@ -483,6 +490,7 @@ async fn changes(
         added_data_files: added,
         added_delete_files: delete_files,
         removed_files,
+        removed_deletion_vectors: removed_vectors,
         summary_properties: HashMap::new(),
         validation: Some(job.validation(&filters, read_files)?),
     };
@@ -492,39 +500,34 @@ async fn changes(
     )))
 }
 
-/// Merge-on-read: one position delete file per data file with changed rows, written a few at a
-/// time on the runtime's threads.
+/// Merge-on-read: one position delete file (format v3: deletion vector) per data file with
+/// changed rows, merged with the file's earlier deletes, written a few at a time on the
+/// runtime's threads.
 async fn write_deletes(
     job: &MergeJob,
     touched: &[PlannedFile],
     changed: &PositionMap,
     written: &WrittenFiles,
-) -> Result<Vec<NewFile>> {
+    context: &Arc<TaskContext>,
+) -> Result<Vec<FileDeletes>> {
+    let writer = DeleteWriter::new(&job.table, &job.locations, touched, context)?;
     let mut tasks = vec![];
     for f in touched {
         let bitmap = changed
             .get(&f.path)
             .ok_or_else(|| DataFusionError::Internal(format!("no positions for {}", f.path)))?
             .clone();
-        let (table, written) = (job.table.clone(), written.clone());
-        let (spec_id, partition, path) = (f.spec_id, f.partition.clone(), f.path.clone());
+        let (writer, written, path) = (writer.clone(), written.clone(), f.path.clone());
         tasks.push(async move {
-            SpawnedTask::spawn(async move {
-                let file =
-                    write_file_position_deletes(&table, spec_id, partition, &path, &bitmap).await;
-                if let Ok(file) = &file {
-                    written.record(file.file.file_path().to_string());
-                }
-                file
-            })
-            .join_unwind()
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?
+            SpawnedTask::spawn(async move { writer.write(&path, bitmap, &written).await })
+                .join_unwind()
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))?
         });
     }
     let parallel = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
     // Every task started runs to its end (and records its file), also after another failed.
-    let results: Vec<Result<NewFile>> = futures::stream::iter(tasks)
+    let results: Vec<Result<FileDeletes>> = futures::stream::iter(tasks)
         .buffered(parallel)
         .collect()
         .await;

@@ -67,6 +67,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
 use parquet::file::statistics::Statistics as ParquetStatistics;
 
+use super::dv::DeletionVectorRef;
 use crate::location::file_at;
 use crate::physical_plan::parquet_files::{fetch_footer, BoxedReader, InMemoryParquet};
 use crate::physical_plan::{single_child, without_work_stealing};
@@ -83,8 +84,10 @@ pub struct PositionDeleteFile {
     pub location: String,
     /// File size in bytes.
     pub size: u64,
-    /// Delete rows in the file (from its manifest entry).
+    /// Delete rows in the file (from its manifest entry; a deletion vector's cardinality).
     pub rows: u64,
+    /// When the file is a Puffin file: the deletion vector to read from it.
+    pub deletion_vector: Option<DeletionVectorRef>,
 }
 
 /// The position delete files that apply to one data file.
@@ -503,8 +506,15 @@ struct JoinState {
     opener: Arc<FileOpener>,
     /// Data files left, with the index of their recorded path when deletes apply to them.
     files: std::collections::VecDeque<(PartitionedFile, Option<u32>)>,
-    /// The file being read: its stream, path index and next row position.
-    current: Option<(SendableRecordBatchStream, Option<u32>, u64)>,
+    /// The file being read: its stream, path index, next row position and deletion vector.
+    current: Option<(
+        SendableRecordBatchStream,
+        Option<u32>,
+        u64,
+        Option<roaring::RoaringTreemap>,
+    )>,
+    /// Memory of the deletion vector of the file being read.
+    vector_memory: MemoryReservation,
     cursor: super::join::DeleteCursor,
     positions: Option<arrow::datatypes::SchemaRef>,
     sort: Arc<dyn ExecutionPlan>,
@@ -577,17 +587,27 @@ impl FileOpener {
             .collect();
         let delete_files =
             self.delete_files(&ordered.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>());
+        // Deletion vectors are read file by file as each data file is (one bitmap at a time);
+        // position delete files are sorted together.
+        let position_files: Vec<PositionDeleteFile> = delete_files
+            .iter()
+            .filter(|f| f.deletion_vector.is_none())
+            .cloned()
+            .collect();
         let (sort, stream) = super::join::sorted_deletes(
             &self.config.object_store_url,
-            &delete_files,
+            &position_files,
             &paths,
             Arc::clone(&self.context),
         )?;
         self.files_read.add(delete_files.len());
+        let vector_memory = MemoryConsumer::new("PositionalDeleteExec[deletion vector]")
+            .register(self.context.memory_pool());
         let state = JoinState {
             opener: self,
             files: numbered.into(),
             current: None,
+            vector_memory,
             cursor: super::join::DeleteCursor::new(stream),
             positions,
             sort,
@@ -604,11 +624,22 @@ impl FileOpener {
                         }
                         return Ok(None);
                     };
+                    let vector = match path {
+                        Some(_) => st.opener.deletion_vector_of(&file).await?,
+                        None => None,
+                    };
+                    let size = vector.as_ref().map_or(0, |v| v.serialized_size());
+                    st.vector_memory.try_resize(size).map_err(|e| {
+                        DataFusionError::ResourcesExhausted(format!(
+                            "the deletion vector of {} does not fit in memory: {e}",
+                            file.object_meta.location
+                        ))
+                    })?;
                     let (stream, first) =
                         st.opener.open(file, &HashMap::new(), false, true).await?;
-                    st.current = Some((stream, path, first));
+                    st.current = Some((stream, path, first, vector));
                 }
-                let Some((stream, path, start)) = st.current.as_mut() else {
+                let Some((stream, path, start, vector)) = st.current.as_mut() else {
                     continue;
                 };
                 let Some(batch) = stream.next().await else {
@@ -624,6 +655,7 @@ impl FileOpener {
                     batch,
                     at,
                     path,
+                    vector.as_ref(),
                     &mut st.cursor,
                     st.positions.as_ref(),
                     &st.opener.removed,
@@ -635,6 +667,25 @@ impl FileOpener {
             }
         });
         Ok(Box::pin(stream))
+    }
+
+    /// The deletion vectors that apply to `file`, as one set (`None` when it has none).
+    async fn deletion_vector_of(
+        &self,
+        file: &PartitionedFile,
+    ) -> Result<Option<roaring::RoaringTreemap>> {
+        let Some(deletes) = self.deletes.get(file.object_meta.location.as_ref()) else {
+            return Ok(None);
+        };
+        let mut out: Option<roaring::RoaringTreemap> = None;
+        for d in &deletes.delete_files {
+            if let Some(dv) = &d.deletion_vector {
+                let positions =
+                    super::dv::read(self.store.as_ref(), &d.location, dv, d.rows).await?;
+                *out.get_or_insert_with(Default::default) |= positions;
+            }
+        }
+        Ok(out)
     }
 
     /// Reads every delete file that applies to one of `files` once, keeping the positions of
@@ -670,21 +721,31 @@ impl FileOpener {
         let mut reads = futures::stream::iter(delete_files)
             .map(|file| {
                 let store = Arc::clone(&self.store);
-                // A small file is fetched whole, its bytes held (and reserved) while it is read.
+                // A small file is fetched whole, its bytes held (and reserved) while it is read;
+                // a deletion vector is one ranged read of its blob.
                 let whole = reservation.new_empty();
-                let whole = (file.size <= WHOLE_DELETE_FILE_BYTES
+                let whole = (file.deletion_vector.is_none()
+                    && file.size <= WHOLE_DELETE_FILE_BYTES
                     && whole.try_grow(file.size as usize).is_ok())
                 .then_some(whole);
                 async move {
                     let mut local: HashMap<String, Gathered> = HashMap::new();
-                    let fits = read_position_deletes(
-                        &store,
-                        &file,
-                        whole.is_some(),
-                        wanted_paths,
-                        &mut local,
-                    )
-                    .await?;
+                    let fits = match &file.deletion_vector {
+                        Some(dv) => {
+                            read_deletion_vector(&store, &file, dv, wanted_paths, &mut local)
+                                .await?
+                        }
+                        None => {
+                            read_position_deletes(
+                                &store,
+                                &file,
+                                whole.is_some(),
+                                wanted_paths,
+                                &mut local,
+                            )
+                            .await?
+                        }
+                    };
                     drop(whole);
                     Ok::<_, DataFusionError>(fits.then_some(local))
                 }
@@ -1129,6 +1190,77 @@ fn column_index(schema: &arrow::datatypes::Schema, id: i32, name: &str) -> Optio
     by_id.or_else(|| schema.fields().iter().position(|f| f.name() == name))
 }
 
+/// Adds the positions of the deletion vector `dv` of `file` to `gathered` when its data file
+/// is one of `wanted` (recorded path → location); `false` when one does not fit in 32 bits.
+async fn read_deletion_vector(
+    store: &Arc<dyn ObjectStore>,
+    file: &PositionDeleteFile,
+    dv: &DeletionVectorRef,
+    wanted: &HashMap<String, String>,
+    gathered: &mut impl PositionSink,
+) -> Result<bool> {
+    let Some(location) = wanted.get(&dv.data_file) else {
+        return Ok(true);
+    };
+    let positions = super::dv::read(store.as_ref(), &file.location, dv, file.rows).await?;
+    let mut iter = positions.iter();
+    loop {
+        let run: Vec<i64> = iter.by_ref().take(64 * 1024).map(|p| p as i64).collect();
+        if run.is_empty() {
+            return Ok(true);
+        }
+        if !gathered.add(location, &run) {
+            return Ok(false);
+        }
+    }
+}
+
+/// Where the positions read from delete files go.
+trait PositionSink {
+    /// Adds a run of non-negative positions of the data file at `location`; `false` when the
+    /// sink cannot hold them (the reading stops).
+    fn add(&mut self, location: &String, run: &[i64]) -> bool;
+}
+
+impl PositionSink for HashMap<String, Gathered> {
+    fn add(&mut self, location: &String, run: &[i64]) -> bool {
+        let list = match self.get_mut(location) {
+            Some(g) => g,
+            None => self.entry(location.clone()).or_default(),
+        };
+        list.extend(run)
+    }
+}
+
+/// Positions of one data file, any width.
+impl PositionSink for roaring::RoaringTreemap {
+    fn add(&mut self, _location: &String, run: &[i64]) -> bool {
+        self.extend(run.iter().map(|p| *p as u64));
+        true
+    }
+}
+
+/// Every position that the delete files `files` (position delete files and deletion vectors,
+/// at object store locations of `store`) delete in the data file recorded as `data_file`.
+pub(crate) async fn positions_in(
+    store: &Arc<dyn ObjectStore>,
+    files: &[PositionDeleteFile],
+    data_file: &str,
+) -> Result<roaring::RoaringTreemap> {
+    let wanted = HashMap::from([(data_file.to_string(), data_file.to_string())]);
+    let mut out = roaring::RoaringTreemap::new();
+    for file in files {
+        match &file.deletion_vector {
+            Some(dv) => read_deletion_vector(store, file, dv, &wanted, &mut out).await?,
+            None => {
+                let whole = file.size <= WHOLE_DELETE_FILE_BYTES;
+                read_position_deletes(store, file, whole, &wanted, &mut out).await?
+            }
+        };
+    }
+    Ok(out)
+}
+
 /// Adds the positions `file` deletes in the data files of `wanted` (recorded path → location)
 /// to `gathered` (by location); `false` when one does not fit in 32 bits. Row groups whose
 /// `file_path` bounds exclude every wanted path are not read.
@@ -1139,7 +1271,7 @@ async fn read_position_deletes(
     file: &PositionDeleteFile,
     whole: bool,
     wanted: &HashMap<String, String>,
-    gathered: &mut HashMap<String, Gathered>,
+    gathered: &mut impl PositionSink,
 ) -> Result<bool> {
     let recorded = file_at(&file.location, file.size)?.object_meta;
     let (footer, reader) =
@@ -1267,11 +1399,7 @@ async fn read_position_deletes(
                         file.location
                     )));
                 }
-                let list = match gathered.get_mut(location) {
-                    Some(g) => g,
-                    None => gathered.entry(location.clone()).or_default(),
-                };
-                if !list.extend(run) {
+                if !gathered.add(location, run) {
                     return Ok(false);
                 }
             }

@@ -168,20 +168,27 @@ impl DeleteCursor {
 }
 
 /// Removes the deleted rows of one batch of `path` whose first row is at position `start`
-/// (batches of a file come in order); with `positions`, appends the surviving rows' positions.
+/// (batches of a file come in order): those of the sorted delete stream and of the file's
+/// deletion vector `vector`. With `positions`, appends the surviving rows' positions.
 pub(crate) async fn filter_batch(
     batch: RecordBatch,
     start: u64,
     path: Option<u32>,
+    vector: Option<&roaring::RoaringTreemap>,
     cursor: &mut DeleteCursor,
     positions: Option<&Arc<Schema>>,
     removed: &Count,
 ) -> Result<RecordBatch> {
     let n = batch.num_rows() as u64;
-    let deleted = match path {
+    let mut deleted = match path {
         Some(path) => cursor.take(path, start + n).await?,
         None => vec![],
     };
+    if let Some(vector) = vector {
+        let mut iter = vector.iter();
+        iter.advance_to(start);
+        deleted.extend(iter.take_while(|p| *p < start + n));
+    }
     let mut keep = vec![true; n as usize];
     let mut hits = 0;
     for p in deleted {

@@ -35,7 +35,11 @@ pub const DELETE_POS_ID: i32 = 2147483545;
 const NO_ROLLING: usize = usize::MAX;
 
 /// The partition key of (`spec_id`, `partition`) in `table`, `None` when unpartitioned.
-fn partition_key(table: &Table, spec_id: i32, partition: Struct) -> Result<Option<PartitionKey>> {
+pub(super) fn partition_key(
+    table: &Table,
+    spec_id: i32,
+    partition: Struct,
+) -> Result<Option<PartitionKey>> {
     let metadata = table.metadata();
     let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
         DataFusionError::Plan(format!(

@@ -3,6 +3,7 @@
 //! order (DataFusion inserts a spilling sort below it to meet its ordering requirement).
 
 mod delete_files;
+mod deletion_vectors;
 mod exec;
 mod locations;
 mod sort_order;
@@ -12,6 +13,7 @@ pub use delete_files::{
     write_equality_delete_file, write_file_position_deletes, write_position_delete_file,
     DELETE_FILE_PATH_ID, DELETE_POS_ID,
 };
+pub use deletion_vectors::{write_deletion_vectors, DeletionVector};
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;
 pub(crate) use writer::decode_data_files;
