@@ -556,9 +556,29 @@ def cmd_delete_files(args) -> dict:
     try:
         table = catalog.load_table(args.table)
         snapshot = table.current_snapshot()
+        from pyiceberg.avro.file import AvroFile
+        from pyiceberg.manifest import (
+            MANIFEST_ENTRY_SCHEMAS,
+            DataFile,
+            DataFileContent,
+            FileFormat,
+            ManifestEntry,
+            ManifestEntryStatus,
+        )
+
+        # Read with the v3 entry schema: pyiceberg's own reading stops at v2's fields.
         entries = []
         for manifest in snapshot.manifests(table.io) if snapshot else []:
-            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            with AvroFile[ManifestEntry](
+                table.io.new_input(manifest.manifest_path),
+                MANIFEST_ENTRY_SCHEMAS[3],
+                read_types={-1: ManifestEntry, 2: DataFile},
+                read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+            ) as reader:
+                read = [e for e in reader if e.status != ManifestEntryStatus.DELETED]
+            # The record holds the v3 fields by position (its names stop at v2's).
+            names = [fld.name for fld in MANIFEST_ENTRY_SCHEMAS[3].find_field("data_file").field_type.fields]
+            for entry in read:
                 f = entry.data_file
                 if f.content.value == 0:
                     continue
@@ -568,9 +588,9 @@ def cmd_delete_files(args) -> dict:
                         "file_path": f.file_path,
                         "file_format": str(f.file_format.value).lower(),
                         "record_count": f.record_count,
-                        "referenced_data_file": getattr(f, "referenced_data_file", None),
-                        "content_offset": getattr(f, "content_offset", None),
-                        "content_size_in_bytes": getattr(f, "content_size_in_bytes", None),
+                        "referenced_data_file": f[names.index("referenced_data_file")],
+                        "content_offset": f[names.index("content_offset")],
+                        "content_size_in_bytes": f[names.index("content_size_in_bytes")],
                     }
                 )
         version = table.metadata.format_version
