@@ -71,6 +71,9 @@ fn expected(rows: &BTreeMap<i64, String>) -> Vec<String> {
     rows.iter().map(|(id, v)| format!("{id}|{v}")).collect()
 }
 
+/// What a statement does to a row (`None`: deletes it).
+type Change = Box<dyn Fn(i64, &str) -> Option<String>>;
+
 #[tokio::test]
 async fn merge_on_read_on_v3_keeps_one_vector_per_data_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -78,7 +81,7 @@ async fn merge_on_read_on_v3_keeps_one_vector_per_data_file() {
     three_files(&s, 3, "merge-on-read").await;
     let mut oracle: BTreeMap<i64, String> = (0..3000).map(|i| (i, format!("v{i}"))).collect();
 
-    let statements: [(&str, Box<dyn Fn(i64, &str) -> Option<String>>); 4] = [
+    let statements: [(&str, Change); 4] = [
         (
             "DELETE FROM ns.t WHERE id % 7 = 0",
             Box::new(|id, v| (id % 7 != 0).then(|| v.to_string())),

@@ -1219,14 +1219,14 @@ async fn read_deletion_vector(
 trait PositionSink {
     /// Adds a run of non-negative positions of the data file at `location`; `false` when the
     /// sink cannot hold them (the reading stops).
-    fn add(&mut self, location: &String, run: &[i64]) -> bool;
+    fn add(&mut self, location: &str, run: &[i64]) -> bool;
 }
 
 impl PositionSink for HashMap<String, Gathered> {
-    fn add(&mut self, location: &String, run: &[i64]) -> bool {
+    fn add(&mut self, location: &str, run: &[i64]) -> bool {
         let list = match self.get_mut(location) {
             Some(g) => g,
-            None => self.entry(location.clone()).or_default(),
+            None => self.entry(location.to_string()).or_default(),
         };
         list.extend(run)
     }
@@ -1234,7 +1234,7 @@ impl PositionSink for HashMap<String, Gathered> {
 
 /// Positions of one data file, any width.
 impl PositionSink for roaring::RoaringTreemap {
-    fn add(&mut self, _location: &String, run: &[i64]) -> bool {
+    fn add(&mut self, _location: &str, run: &[i64]) -> bool {
         self.extend(run.iter().map(|p| *p as u64));
         true
     }
