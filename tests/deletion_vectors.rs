@@ -436,3 +436,66 @@ async fn alter_table_upgrades_v2_to_v3_and_refuses_bad_input() {
         t.metadata().next_row_id()
     );
 }
+
+#[tokio::test]
+async fn each_format_takes_its_own_kind_of_position_deletes() {
+    use iceberg_exec::physical_plan::write::write_position_delete_file;
+    for version in [2u8, 3] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(dir.path()).await;
+        three_files(&s, version, "merge-on-read").await;
+        let t = table(&s).await;
+        let f = planned(&s).await.remove(0);
+        let file = match version {
+            // A position delete file into a v3 table.
+            3 => write_position_delete_file(
+                &t,
+                f.spec_id,
+                f.partition.clone(),
+                vec![(f.path.clone(), 0)],
+            )
+            .await
+            .unwrap(),
+            // A deletion vector into a v2 table.
+            _ => write_deletion_vectors(
+                &t,
+                &[DeletionVector {
+                    data_file: f.path.clone(),
+                    spec_id: f.spec_id,
+                    partition: f.partition.clone(),
+                    positions: [0u64].into_iter().collect(),
+                }],
+            )
+            .await
+            .unwrap()
+            .remove(0),
+        };
+        let store: Arc<dyn MetadataStore> = s.catalog().clone();
+        let e = commit(
+            store,
+            &TableIdent::from_strs(["ns", "t"]).unwrap(),
+            SnapshotChanges {
+                operation: Operation::Delete,
+                added_delete_files: vec![file],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        let wanted = match version {
+            3 => "must be deletion vectors",
+            _ => "must be position delete files",
+        };
+        assert!(e.contains(wanted), "v{version}: {e}");
+        assert_eq!(
+            table(&s).await.metadata_location(),
+            t.metadata_location(),
+            "v{version}: nothing committed"
+        );
+        assert_eq!(
+            render(&sql(&s, "SELECT count(*) FROM ns.t").await.unwrap()),
+            ["3000"]
+        );
+    }
+}

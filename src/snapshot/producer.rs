@@ -391,11 +391,28 @@ impl SnapshotProducer {
                 .or_default()
                 .push(f.file.clone());
         }
+        let v3 = metadata.format_version() >= FormatVersion::V3;
         for f in &self.changes.added_delete_files {
             if f.file.content_type() == DataContentType::Data {
                 return Err(DataFusionError::Internal(
                     "a data file was given as an added delete file".into(),
                 ));
+            }
+            // The spec: position delete files must not be added to v3 tables, and deletion
+            // vectors exist from v3 on.
+            let vector = f.file.file_format() == iceberg::spec::DataFileFormat::Puffin;
+            if f.file.content_type() == DataContentType::PositionDeletes && vector != v3 {
+                return Err(DataFusionError::Plan(format!(
+                    "table '{}' is format v{}: its position deletes must be {}, not {}",
+                    base.identifier(),
+                    metadata.format_version() as u8,
+                    if v3 {
+                        "deletion vectors"
+                    } else {
+                        "position delete files"
+                    },
+                    f.file.file_path()
+                )));
             }
             groups
                 .entry((f.spec_id, true))
