@@ -24,7 +24,9 @@ use crate::location::LocationMap;
 use crate::physical_plan::commit::count_schema;
 use crate::physical_plan::write::WrittenFiles;
 use crate::scan::{plan_files_pruned, DeleteFileRef, FileFilter, PlannedFile};
-use crate::snapshot::{commit, is_commit_state_unknown, CommitOutcome, SnapshotChanges};
+use crate::snapshot::{
+    commit, is_commit_state_unknown, CommitOutcome, RemovedDeletes, SnapshotChanges,
+};
 
 /// The table a statement changes, as the provider holds it.
 pub(crate) struct DmlTarget<'a> {
@@ -172,20 +174,23 @@ pub(crate) async fn commit_or_clean_up(
 /// Every file a commit removing the data files `removed` removes: those, the position delete
 /// files and deletion vectors that reference exactly one of them, and the delete files
 /// (`equality_deletes` of the scan, partition-scoped position deletes of removed files) that
-/// may apply to no data file that stays. Also returns the deletion vectors that go and how many
-/// delete files (vectors included) go. (Files the commit adds are newer than every existing
-/// delete: none applies to them.)
+/// may apply to no data file that stays, plus `replaced` (the delete files the statement's new
+/// ones take in). Also returns the deletion vectors that go and how many delete files (vectors
+/// included) go. (Files the commit adds are newer than every existing delete: none applies to
+/// them.)
 pub(crate) async fn removed_with_deletes(
     table: &Table,
     locations: &LocationMap,
     planning_threshold: u64,
     removed: &[&PlannedFile],
     equality_deletes: &[Arc<DeleteFileRef>],
+    replaced: RemovedDeletes,
 ) -> Result<(HashSet<String>, HashSet<(String, u64)>, usize)> {
     let removed_paths: HashSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
-    let mut removed_files: HashSet<String> = removed_paths.iter().map(|p| p.to_string()).collect();
-    let mut vectors: HashSet<(String, u64)> = HashSet::new();
-    let mut delete_files_removed = 0;
+    let mut delete_files_removed = replaced.len();
+    let mut removed_files: HashSet<String> = replaced.files;
+    removed_files.extend(removed_paths.iter().map(|p| p.to_string()));
+    let mut vectors: HashSet<(String, u64)> = replaced.vectors;
     for f in removed {
         for d in &f.position_deletes {
             if d.referenced_data_file.as_deref() != Some(f.path.as_str()) {

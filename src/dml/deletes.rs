@@ -24,9 +24,7 @@ use object_store::ObjectStore;
 use roaring::RoaringTreemap;
 
 use crate::location::LocationMap;
-use crate::physical_plan::positional_delete::{
-    positions_in, DeletionVectorRef, PositionDeleteFile,
-};
+use crate::physical_plan::positional_delete::{positions_in, PositionDeleteFile};
 use crate::physical_plan::write::{
     write_deletion_vectors, write_file_position_deletes, DeletionVector, WrittenFiles,
 };
@@ -153,19 +151,11 @@ impl DeleteWriter {
     }
 
     fn delete_file(&self, d: &DeleteFileRef, data_file: &str) -> Result<PositionDeleteFile> {
-        Ok(PositionDeleteFile {
-            location: self
-                .locations
-                .object_path_in(&self.url, &d.path)?
-                .to_string(),
-            size: d.size,
-            rows: d.record_count,
-            deletion_vector: d.deletion_vector.map(|b| DeletionVectorRef {
-                data_file: data_file.to_string(),
-                offset: b.offset,
-                length: b.length,
-            }),
-        })
+        let location = self
+            .locations
+            .object_path_in(&self.url, &d.path)?
+            .to_string();
+        Ok(PositionDeleteFile::of(d, location, data_file))
     }
 }
 

@@ -659,17 +659,15 @@ async fn run_once(
     }
 
     let threshold = IcebergOptions::from_config(job.state.config_options()).planning_threshold;
-    let (mut removed_files, mut removed_vectors, mut delete_files_removed) = removed_with_deletes(
+    let (removed_files, removed_vectors, delete_files_removed) = removed_with_deletes(
         &job.table,
         &job.locations,
         threshold,
         &removed,
         &job.checked.equality_deletes,
+        replaced,
     )
     .await?;
-    delete_files_removed += replaced.len();
-    removed_files.extend(replaced.files);
-    removed_vectors.extend(replaced.vectors);
     let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
     let (filters, columns) = (job.filters.clone(), job.columns.clone());
     let may_match: crate::snapshot::MayMatch =

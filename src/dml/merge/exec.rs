@@ -463,23 +463,15 @@ async fn changes(
         WriteMode::CopyOnWrite => touched.iter().collect(),
         WriteMode::MergeOnRead => vec![],
     };
-    let (mut removed_files, mut removed_vectors, mut delete_files_removed) =
-        match removed.is_empty() {
-            true => (HashSet::new(), HashSet::new(), 0),
-            false => {
-                removed_with_deletes(
-                    &job.table,
-                    &job.locations,
-                    job.planning_threshold(),
-                    &removed,
-                    &files.equality_deletes,
-                )
-                .await?
-            }
-        };
-    delete_files_removed += replaced.len();
-    removed_files.extend(replaced.files);
-    removed_vectors.extend(replaced.vectors);
+    let (removed_files, removed_vectors, delete_files_removed) = removed_with_deletes(
+        &job.table,
+        &job.locations,
+        job.planning_threshold(),
+        &removed,
+        &files.equality_deletes,
+        replaced,
+    )
+    .await?;
     let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
     let operation = match removed_files.is_empty() && delete_files.is_empty() {
         true => Operation::Append,

@@ -90,6 +90,23 @@ pub struct PositionDeleteFile {
     pub deletion_vector: Option<DeletionVectorRef>,
 }
 
+impl PositionDeleteFile {
+    /// The planned delete file `d` of the data file recorded as `data_file`, at the object
+    /// store location `location`.
+    pub fn of(d: &crate::scan::DeleteFileRef, location: String, data_file: &str) -> Self {
+        Self {
+            location,
+            size: d.size,
+            rows: d.record_count,
+            deletion_vector: d.deletion_vector.map(|b| DeletionVectorRef {
+                data_file: data_file.to_string(),
+                offset: b.offset,
+                length: b.length,
+            }),
+        }
+    }
+}
+
 /// The position delete files that apply to one data file.
 #[derive(Debug, Clone)]
 pub struct FileDeletes {

@@ -40,7 +40,7 @@ use crate::physical_plan::equality_delete::{
 };
 use crate::physical_plan::parquet_files::parquet_exec;
 use crate::physical_plan::positional_delete::{
-    DeletionVectorRef, FileDeletes, PositionDeleteFile, PositionalDeleteExec,
+    FileDeletes, PositionDeleteFile, PositionalDeleteExec,
 };
 use crate::scan::{group_files, DeleteFileRef, FieldIdAdapterFactory, ScanFiles};
 use crate::IcebergOptions;
@@ -207,16 +207,11 @@ pub(crate) async fn plan_scan(
             .position_deletes
             .iter()
             .map(|d| {
-                Ok(PositionDeleteFile {
-                    location: req.locations.object_path_in(&url, &d.path)?.to_string(),
-                    size: d.size,
-                    rows: d.record_count,
-                    deletion_vector: d.deletion_vector.map(|b| DeletionVectorRef {
-                        data_file: f.path.clone(),
-                        offset: b.offset,
-                        length: b.length,
-                    }),
-                })
+                Ok(PositionDeleteFile::of(
+                    d,
+                    req.locations.object_path_in(&url, &d.path)?.to_string(),
+                    &f.path,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         if !delete_files.is_empty() {
