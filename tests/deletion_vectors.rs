@@ -499,3 +499,97 @@ async fn each_format_takes_its_own_kind_of_position_deletes() {
         );
     }
 }
+
+/// Each live data file's first row id, by path.
+async fn row_ids(s: &IcebergSession) -> BTreeMap<String, (i64, u64)> {
+    planned(s)
+        .await
+        .into_iter()
+        .map(|f| {
+            let first = f
+                .first_row_id
+                .unwrap_or_else(|| panic!("{} has no first row id", f.path));
+            (f.path, (first, f.record_count))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn row_ids_are_handed_out_once_and_kept_by_rewritten_manifests() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, region VARCHAR) STORED AS ICEBERG \
+         LOCATION '' PARTITIONED BY (region) OPTIONS ('format-version' '3')",
+    )
+    .await
+    .unwrap();
+    // One statement, three partitions: one manifest listing three files.
+    sql(
+        &s,
+        "INSERT INTO ns.t SELECT value, CASE value % 3 WHEN 0 THEN 'eu' WHEN 1 THEN 'us' \
+         ELSE 'ap' END FROM generate_series(1, 300)",
+    )
+    .await
+    .unwrap();
+    let first = row_ids(&s).await;
+    assert_eq!(first.len(), 3);
+    // The files' ranges tile [0, 300): inherited from the manifest in file order.
+    let mut ranges: Vec<(i64, u64)> = first.values().copied().collect();
+    ranges.sort();
+    assert_eq!(ranges[0].0, 0);
+    for w in ranges.windows(2) {
+        assert_eq!(w[0].0 + w[0].1 as i64, w[1].0, "{ranges:?}");
+    }
+    assert_eq!(table(&s).await.metadata().next_row_id(), 300);
+
+    // Dropping a whole partition rewrites that manifest: the other files keep their ids.
+    sql(&s, "DELETE FROM ns.t WHERE region = 'eu'")
+        .await
+        .unwrap();
+    let after = row_ids(&s).await;
+    assert_eq!(after.len(), 2);
+    for (path, ids) in &after {
+        assert_eq!(first.get(path), Some(ids), "{path} changed its row ids");
+    }
+    // New rows get ids no file had.
+    let before_insert = table(&s).await.metadata().next_row_id();
+    sql(&s, "INSERT INTO ns.t VALUES (1000, 'eu')")
+        .await
+        .unwrap();
+    let now = row_ids(&s).await;
+    let new: Vec<_> = now
+        .iter()
+        .filter(|(p, _)| !after.contains_key(*p))
+        .collect();
+    assert_eq!(new.len(), 1);
+    assert!(new[0].1 .0 as u64 >= before_insert, "{new:?}");
+    for (path, ids) in &after {
+        assert_eq!(now.get(path), Some(ids), "{path} changed its row ids");
+    }
+}
+
+#[tokio::test]
+async fn an_upgraded_table_hands_out_row_ids_on_its_first_v3_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    three_files(&s, 2, "merge-on-read").await;
+    assert!(planned(&s).await.iter().all(|f| f.first_row_id.is_none()));
+    s.sql("ALTER TABLE ns.t SET TBLPROPERTIES ('format-version' = '3')")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    sql(&s, "DELETE FROM ns.t WHERE id = 5").await.unwrap();
+    let ids = row_ids(&s).await;
+    let mut ranges: Vec<(i64, u64)> = ids.values().copied().collect();
+    ranges.sort();
+    assert_eq!(ranges, [(0, 1000), (1000, 1000), (2000, 1000)]);
+    assert_eq!(table(&s).await.metadata().next_row_id(), 3000);
+    // Later commits keep them (a cached listing of those manifests is not reused stale).
+    sql(&s, "DELETE FROM ns.t WHERE id = 6").await.unwrap();
+    assert_eq!(row_ids(&s).await, ids);
+}

@@ -254,16 +254,19 @@ async fn data_files(
                 continue;
             }
         }
-        out.push(PlannedFile::new(
-            DataFileRef {
-                path: file.file_path().to_string(),
-                data_seq: entry.sequence_number().unwrap_or(0),
-                spec_id: manifest.partition_spec_id,
-                partition: file.partition().clone(),
-            },
-            file.file_size_in_bytes(),
-            file.record_count(),
-        ));
+        out.push(PlannedFile {
+            first_row_id: file.first_row_id(),
+            ..PlannedFile::new(
+                DataFileRef {
+                    path: file.file_path().to_string(),
+                    data_seq: entry.sequence_number().unwrap_or(0),
+                    spec_id: manifest.partition_spec_id,
+                    partition: file.partition().clone(),
+                },
+                file.file_size_in_bytes(),
+                file.record_count(),
+            )
+        });
     }
     Ok(out)
 }

@@ -22,8 +22,8 @@ use bytes::Bytes;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    FieldSummary, FormatVersion, Manifest, ManifestContentType, ManifestEntry, ManifestFile,
-    ManifestStatus, TableMetadata,
+    DataFile, DataFileBuilder, FieldSummary, FormatVersion, Manifest, ManifestContentType,
+    ManifestEntry, ManifestFile, ManifestStatus, TableMetadata,
 };
 use serde::Deserialize;
 
@@ -68,7 +68,7 @@ fn parse_with_iceberg(
     manifest: &ManifestFile,
 ) -> iceberg::Result<(iceberg::spec::ManifestMetadata, Vec<ManifestEntry>)> {
     let (entries, metadata) = Manifest::parse_avro(bytes)?.into_parts();
-    let entries = entries
+    let mut entries: Vec<ManifestEntry> = entries
         .into_iter()
         .map(|e| {
             let mut e = Arc::unwrap_or_clone(e);
@@ -76,6 +76,7 @@ fn parse_with_iceberg(
             e
         })
         .collect();
+    inherit_row_ids(&mut entries, manifest)?;
     Ok((metadata, entries))
 }
 
@@ -108,6 +109,7 @@ pub(crate) async fn load_entries(
                 for e in &mut entries {
                     inherit(e, manifest);
                 }
+                inherit_row_ids(&mut entries, manifest).map_err(|e| named(&e))?;
                 return Ok(entries);
             }
         }
@@ -133,6 +135,72 @@ fn inherit(entry: &mut ManifestEntry, manifest: &ManifestFile) {
     if inherits && entry.file_sequence_number.is_none() {
         entry.file_sequence_number = Some(manifest.sequence_number);
     }
+}
+
+/// Row lineage (format v3): data files without a `first_row_id` take the manifest's plus the
+/// record counts of the entries without one before them, in file order, whatever their status.
+/// (A manifest without a `first_row_id` predates row lineage: its files have none.) Commits that
+/// rewrite a manifest then write each entry's ids out, so rows keep them.
+fn inherit_row_ids(entries: &mut [ManifestEntry], manifest: &ManifestFile) -> iceberg::Result<()> {
+    let Some(first) = manifest.first_row_id else {
+        return Ok(());
+    };
+    if manifest.content != ManifestContentType::Data {
+        return Ok(());
+    }
+    let mut next = first;
+    for e in entries.iter_mut() {
+        if e.data_file.first_row_id().is_some() {
+            continue;
+        }
+        let rows = e.data_file.record_count();
+        e.data_file = with_first_row_id(&e.data_file, next as i64, manifest.partition_spec_id)?;
+        next = next.checked_add(rows).ok_or_else(|| {
+            iceberg::Error::new(
+                iceberg::ErrorKind::DataInvalid,
+                format!("row ids of {} overflow", manifest.manifest_path),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// `file` with `first_row_id` set (every other field kept).
+pub(crate) fn with_first_row_id(
+    file: &DataFile,
+    first_row_id: i64,
+    spec_id: i32,
+) -> iceberg::Result<DataFile> {
+    let mut b = DataFileBuilder::default();
+    b.content(file.content_type())
+        .file_path(file.file_path().to_string())
+        .file_format(file.file_format())
+        .partition(file.partition().clone())
+        .partition_spec_id(spec_id)
+        .record_count(file.record_count())
+        .file_size_in_bytes(file.file_size_in_bytes())
+        .column_sizes(file.column_sizes().clone())
+        .value_counts(file.value_counts().clone())
+        .null_value_counts(file.null_value_counts().clone())
+        .nan_value_counts(file.nan_value_counts().clone())
+        .lower_bounds(file.lower_bounds().clone())
+        .upper_bounds(file.upper_bounds().clone())
+        .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
+        .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+        .equality_ids(file.equality_ids())
+        .first_row_id(Some(first_row_id))
+        .referenced_data_file(file.referenced_data_file())
+        .content_offset(file.content_offset())
+        .content_size_in_bytes(file.content_size_in_bytes());
+    if let Some(id) = file.sort_order_id() {
+        b.sort_order_id(id);
+    }
+    b.build().map_err(|e| {
+        iceberg::Error::new(
+            iceberg::ErrorKind::Unexpected,
+            format!("{}: {e}", file.file_path()),
+        )
+    })
 }
 
 fn header_schema() -> AvroSchema {
@@ -322,5 +390,42 @@ mod tests {
         assert_eq!(header, map);
         assert_eq!(&file[end..], body);
         assert!(read_header(b"PAR1....").is_err());
+    }
+
+    /// A data file with every field set, and `first_row_id` as given.
+    fn full_file(first_row_id: Option<i64>) -> DataFile {
+        use iceberg::spec::{DataContentType, DataFileFormat, Datum, Literal, Struct};
+        let mut b = DataFileBuilder::default();
+        b.content(DataContentType::PositionDeletes)
+            .file_path("s3://b/t/data/x.puffin".into())
+            .file_format(DataFileFormat::Puffin)
+            .partition(Struct::from_iter([Some(Literal::int(3))]))
+            .partition_spec_id(7)
+            .record_count(12)
+            .file_size_in_bytes(345)
+            .column_sizes(HashMap::from([(1, 10)]))
+            .value_counts(HashMap::from([(1, 12)]))
+            .null_value_counts(HashMap::from([(1, 1)]))
+            .nan_value_counts(HashMap::from([(2, 0)]))
+            .lower_bounds(HashMap::from([(1, Datum::long(1))]))
+            .upper_bounds(HashMap::from([(1, Datum::long(99))]))
+            .key_metadata(Some(vec![1, 2]))
+            .split_offsets(Some(vec![4, 8]))
+            .equality_ids(Some(vec![1]))
+            .sort_order_id(2)
+            .first_row_id(first_row_id)
+            .referenced_data_file(Some("s3://b/t/data/a.parquet".into()))
+            .content_offset(Some(4))
+            .content_size_in_bytes(Some(40));
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn a_first_row_id_is_set_and_nothing_else_changes() {
+        let file = full_file(None);
+        assert_eq!(
+            with_first_row_id(&file, 42, 7).unwrap(),
+            full_file(Some(42))
+        );
     }
 }

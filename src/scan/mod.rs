@@ -58,6 +58,9 @@ pub struct PlannedFile {
     pub position_deletes: Vec<Arc<DeleteFileRef>>,
     /// Whether an equality delete applies to this file.
     pub equality_deletes: bool,
+    /// Row lineage (format v3): the row id of the file's first row, written or inherited from
+    /// its manifest; `None` for files from before row lineage.
+    pub first_row_id: Option<i64>,
 }
 
 /// What a scan reads: data files, and the equality delete files that apply to any of them
@@ -107,6 +110,7 @@ impl PlannedFile {
             partition: data.partition,
             position_deletes: vec![],
             equality_deletes: false,
+            first_row_id: None,
         }
     }
 
@@ -346,13 +350,14 @@ impl SnapshotListing {
                      data: d,
                      size,
                      rows,
-                     ..
+                     stats,
                  }| {
                     let position_deletes = deletes.position_deletes(&d);
                     let equality = deletes.has_equality_deletes(&d);
                     PlannedFile {
                         position_deletes,
                         equality_deletes: equality,
+                        first_row_id: stats.and_then(|f| f.first_row_id()),
                         ..PlannedFile::new(d, size, rows)
                     }
                 },
@@ -395,8 +400,15 @@ async fn list_snapshot(
     // before the next is read.
     let locations = locations.clone();
     let reads = jobs.into_iter().map(move |manifest| {
-        let key = cache_location(&locations, &manifest.manifest_path)
-            .map(|at| (at, manifest.manifest_length.max(0) as u64));
+        // What entries inherit from the list entry is part of the key: a manifest listed again
+        // with another sequence number or first row id (after an upgrade to v3) decodes anew.
+        let key = cache_location(&locations, &manifest.manifest_path).map(|at| {
+            let inherited = format!(
+                "{at}\0{}\0{:?}",
+                manifest.sequence_number, manifest.first_row_id
+            );
+            (inherited, manifest.manifest_length.max(0) as u64)
+        });
         let (metadata, file_io) = (Arc::clone(&metadata), file_io.clone());
         async move {
             let key = key?;
@@ -560,6 +572,7 @@ mod tests {
                 partition: Struct::empty(),
                 position_deletes: vec![],
                 equality_deletes: false,
+                first_row_id: None,
             })
             .collect();
         let local = ObjectStoreUrl::local_filesystem;
