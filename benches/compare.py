@@ -51,6 +51,8 @@ LIMIT = "DataFusion, bare parquet (limit)"
 LIMIT_FREE = "DataFusion, no memory limit (limit)"
 OURS_INDEXED = "iceberg-exec, every delete indexed in memory"
 OURS_UNLIMITED = "iceberg-exec, no memory limit"
+OURS_V2_POSITIONS = "iceberg-exec, v2 position delete files"
+DUCKDB_V2_POSITIONS = "DuckDB 1.5.5 iceberg_scan, v2 position delete files"
 DUCKDB_NATIVE = "DuckDB 1.5.5 MERGE (native table)"
 DUCKDB_REST = "DuckDB 1.5.5 (httpfs + iceberg, ATTACHed to the REST catalog)"
 PYICEBERG_REST = "pyiceberg 0.12 (REST catalog)"
@@ -455,6 +457,23 @@ def main() -> int:
         scale_note="The limit reads the data files and ignores the deletes.",
     )
     s.mark_capped({PEER_ID, DUCKDB}, "mor_scan", {"eq_big_64mib"})
+    # The same 10% of rows deleted as format v3 deletion vectors (one per data file, all in one
+    # Puffin file) and as v2 position delete files (one per data file).
+    if not args.scenarios or "dv_scan" in args.scenarios:
+        pos_v2 = s.generate("pos-v2", "--rows", str(rows), "--files", str(files), "--pos-every", "10")
+        pos_dv = s.generate("pos-dv", "--rows", str(rows), "--files", str(files), "--pos-every", "10",
+                            "--format-version", "3")
+        aggs_mor = [["count"], ["sum", "value"]]
+        dv = dict(iceberg_engines(pos_dv, q_mor, aggs_mor))
+        v2 = dict(iceberg_engines(pos_v2, q_mor, aggs_mor))
+        s.scenario(
+            "dv_scan", f"Merge-on-read scan, 10% deleted: deletion vectors (v3) and position delete files (v2), {rows:,} rows",
+            "deletion vectors at least as fast as our v2 path and faster than DuckDB",
+            [(OURS, dv[OURS]), (OURS_V2_POSITIONS, v2[OURS]), (DUCKDB, dv[DUCKDB]),
+             (DUCKDB_V2_POSITIONS, v2[DUCKDB]), (PYICEBERG, dv[PYICEBERG]), (LIMIT, dv[LIMIT])],
+            expect(s.oracle(pos_dv, agg), limit_ignores_deletes=True),
+            scale_note="Both tables hold the same rows and delete the same ones; the limit reads the data files and ignores the deletes.",
+        )
     s.scenario(
         "eq_big_64mib", f"{eq_big:,} equality-deleted keys, iceberg-exec under a 64 MiB pool",
         "completes; peak RSS <= 350 MB",

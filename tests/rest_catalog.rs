@@ -535,3 +535,143 @@ async fn tokens_are_renewed_before_they_expire() {
         );
     }
 }
+
+/// Each live data file of `dv.t` with the Puffin files of the deletion vectors that apply to it
+/// (and whether every delete that applies is one).
+async fn vectors_of(s: &IcebergSession) -> BTreeMap<String, Vec<String>> {
+    let table = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["dv", "t"]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        table.metadata().format_version(),
+        iceberg::spec::FormatVersion::V3
+    );
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|f| {
+            let vectors = f
+                .position_deletes
+                .iter()
+                .map(|d| {
+                    assert!(d.deletion_vector.is_some(), "{} is not a vector", d.path);
+                    d.path.clone()
+                })
+                .collect();
+            (f.path, vectors)
+        })
+        .collect()
+}
+
+/// Our rows of `dv.t` (`id`, `name`), sorted by id.
+async fn dv_ours(s: &IcebergSession) -> Vec<Vec<Value>> {
+    render(
+        &sql(s, "SELECT id, name FROM dv.t ORDER BY id")
+            .await
+            .unwrap(),
+    )
+    .into_iter()
+    .map(|line| {
+        let (id, name) = line.split_once('|').unwrap();
+        vec![Value::from(id.parse::<i64>().unwrap()), Value::from(name)]
+    })
+    .collect()
+}
+
+/// `dv.t`'s rows (`id`, `name`) as the oracle holds them.
+fn dv_rows(oracle: &BTreeMap<i64, String>) -> Vec<Vec<Value>> {
+    oracle
+        .iter()
+        .map(|(id, name)| vec![Value::from(*id), Value::from(name.as_str())])
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_vectors_duckdb_writes_read_here_and_ours_read_in_duckdb_and_pyiceberg() {
+    let server = SeaweedFs::start().await;
+    let props = rest_props(&server, &server.rest_uri);
+    let catalog = pyiceberg_catalog(&props);
+    // SeaweedFS's table buckets take only the file names of its Iceberg layout rules: a Puffin
+    // file under `data/` is refused (403), one under a `_`-prefixed directory is taken. DuckDB
+    // (like this crate) writes a vector beside its data files, so the table's data path is one.
+    let data_path = format!("s3://{TABLE_BUCKET}/dv/t/_data");
+    tool(&[
+        "duckdb-rest",
+        "--catalog",
+        &catalog,
+        "--sql",
+        "CREATE SCHEMA lake.dv",
+        "--sql",
+        &format!(
+            "CREATE TABLE lake.dv.t (id BIGINT, name VARCHAR) \
+             WITH ('format-version' = '3', 'write.data.path' = '{data_path}')"
+        ),
+        "--sql",
+        "INSERT INTO lake.dv.t SELECT i, 'n' || i FROM range(0, 500) r(i)",
+        "--sql",
+        "INSERT INTO lake.dv.t SELECT i, 'n' || i FROM range(500, 1000) r(i)",
+        "--sql",
+        "DELETE FROM lake.dv.t WHERE id % 10 = 3",
+    ]);
+    let mut oracle: BTreeMap<i64, String> = (0..1000)
+        .filter(|i| i % 10 != 3)
+        .map(|i| (i, format!("n{i}")))
+        .collect();
+    let s = open(&props).await.unwrap();
+    let ours_sorted = |rows: Vec<Vec<Value>>| {
+        let mut rows = rows;
+        rows.sort_by_key(|r| r[0].as_i64());
+        rows
+    };
+    // DuckDB's deletes are deletion vectors, one per data file; we apply them.
+    let theirs = vectors_of(&s).await;
+    assert_eq!(theirs.len(), 2, "{theirs:?}");
+    assert!(theirs.values().all(|v| v.len() == 1), "{theirs:?}");
+    assert_eq!(dv_ours(&s).await, dv_rows(&oracle));
+
+    // Our merge-on-read DELETE and UPDATE: each touched file's vector now holds DuckDB's
+    // positions and ours, in a Puffin file of ours; DuckDB's vectors are gone.
+    sql(&s, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    sql(&s, "SET iceberg.update_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    sql(&s, "DELETE FROM dv.t WHERE id % 10 = 7").await.unwrap();
+    oracle.retain(|id, _| id % 10 != 7);
+    sql(
+        &s,
+        "UPDATE dv.t SET name = 'changed' WHERE id < 100 OR id >= 950",
+    )
+    .await
+    .unwrap();
+    for (id, name) in oracle.iter_mut() {
+        if *id < 100 || *id >= 950 {
+            *name = "changed".into();
+        }
+    }
+    let now = vectors_of(&s).await;
+    for (file, vectors) in &theirs {
+        let mine = &now[file];
+        assert_eq!(mine.len(), 1, "{file}: {mine:?}");
+        assert_ne!(mine, vectors, "{file} still has DuckDB's vector");
+        assert!(mine[0].starts_with(&data_path), "{mine:?}");
+    }
+    assert_eq!(dv_ours(&s).await, dv_rows(&oracle));
+
+    // DuckDB (through the catalog) and pyiceberg read what we read.
+    let duck = tool(&[
+        "duckdb-rest",
+        "--catalog",
+        &catalog,
+        "--sql",
+        "SELECT id, name FROM lake.dv.t",
+    ]);
+    assert_eq!(ours_sorted(by_id(&duck)), dv_rows(&oracle));
+    let py = tool(&["read", "--catalog", &catalog, "--table", "dv.t"]);
+    assert_eq!(ours_sorted(by_id(&py)), dv_rows(&oracle));
+}

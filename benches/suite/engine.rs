@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! bench-engine generate CATALOG [--table NAME] --rows N --files F [--pos-every M] [--eq-keys K]
+//!     [--format-version 2|3]
 //! bench-engine generate-planning --warehouse DIR --delete-files N
 //! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE]..
 //! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M]
@@ -34,7 +35,9 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Operation, Struct};
 use iceberg::TableIdent;
-use iceberg_exec::physical_plan::write::{write_equality_delete_file, write_position_delete_file};
+use iceberg_exec::physical_plan::write::{
+    write_deletion_vectors, write_equality_delete_file, write_position_delete_file, DeletionVector,
+};
 use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
 use iceberg_exec::{IcebergSession, MetadataStore, ObjectStores, StorageOptions, WarehouseConfig};
 use serde_json::{json, Value};
@@ -127,7 +130,9 @@ async fn run(ctx: &SessionContext, sql: &str) -> Result<Vec<RecordBatch>> {
     ctx.sql(sql).await?.collect().await
 }
 
-/// `generate`: the data table, position deletes every `--pos-every` rows of each file, and
+/// `generate`: the data table, position deletes every `--pos-every` rows of each file (a
+/// position delete file per data file on format 2, a deletion vector per data file in one
+/// Puffin file on format 3), and
 /// `--eq-keys` equality-deleted ids in two waves: the first committed after half of the appends
 /// (so it cannot delete rows appended later), the second after all of them.
 async fn generate(args: &Args) -> Result<Value> {
@@ -135,6 +140,12 @@ async fn generate(args: &Args) -> Result<Value> {
     let files = args.num("--files", 20)?.max(1);
     let pos_every = args.num("--pos-every", 0)?;
     let eq_keys = args.num("--eq-keys", 0)?;
+    let version = args.num("--format-version", 2)?;
+    if !(2..=3).contains(&version) {
+        return Err(DataFusionError::Plan(format!(
+            "--format-version {version}: 2 or 3"
+        )));
+    }
     if rows % files != 0 || rows == 0 {
         return Err(DataFusionError::Plan(format!(
             "--rows ({rows}) must be a positive multiple of --files ({files})"
@@ -151,6 +162,14 @@ async fn generate(args: &Args) -> Result<Value> {
         &format!("CREATE TABLE {table_name} (id BIGINT, k BIGINT, value BIGINT, s VARCHAR)"),
     )
     .await?;
+    if version == 3 {
+        s.sql(&format!(
+            "ALTER TABLE {table_name} SET TBLPROPERTIES ('format-version' = '3')"
+        ))
+        .await?
+        .collect()
+        .await?;
+    }
     let ident = TableIdent::from_strs([NAMESPACE, name])
         .map_err(|e| DataFusionError::External(e.into()))?;
     let store: Arc<dyn MetadataStore> = s.catalog().clone();
@@ -182,6 +201,7 @@ async fn generate(args: &Args) -> Result<Value> {
             .cloned()
             .ok_or_else(|| DataFusionError::Internal("no snapshot".into()))?;
         let mut added = vec![];
+        let mut vectors = vec![];
         let r = 3 % pos_every;
         for file in iceberg_exec::scan::plan_files(&table, &snapshot).await? {
             // Positions are where the deleted ids sit in the file, read from the file itself.
@@ -192,11 +212,22 @@ async fn generate(args: &Args) -> Result<Value> {
                 .filter(|(_, id)| id.rem_euclid(pos_every as i64) == r as i64)
                 .map(|(p, _)| (file.path.clone(), p as i64))
                 .collect();
-            if !positions.is_empty() {
+            if positions.is_empty() {
+                continue;
+            }
+            if version == 3 {
+                vectors.push(DeletionVector {
+                    data_file: file.path.clone(),
+                    spec_id: 0,
+                    partition: Struct::empty(),
+                    positions: positions.iter().map(|(_, p)| *p as u64).collect(),
+                });
+            } else {
                 added
                     .push(write_position_delete_file(&table, 0, Struct::empty(), positions).await?);
             }
         }
+        added.extend(write_deletion_vectors(&table, &vectors).await?);
         let changes = SnapshotChanges {
             operation: Operation::Delete,
             added_delete_files: added,

@@ -54,6 +54,7 @@ use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
+use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
@@ -357,6 +358,7 @@ impl DmlJob {
             stores: self.store.object_stores(),
             file_column: true,
             position_column: self.mode == WriteMode::MergeOnRead,
+            row_lineage: false,
         };
         let mut plan = plan_scan(state, &req, &self.checked).await?;
         if let Some(condition) = self.physical_condition(&plan.schema())? {
@@ -391,10 +393,24 @@ impl DmlJob {
             equality_deletes: self.checked.equality_deletes.clone(),
             streamed: self.checked.streamed,
         };
+        // On a table with row lineage the rows moved to new files keep their ids; the ones the
+        // statement changes take the new files' sequence number.
+        let lineage = lineage::has_row_lineage(self.table.metadata());
+        let (read_schema, schema) = match lineage {
+            true => {
+                let read = lineage::with_lineage_fields(self.table.metadata().current_schema())?;
+                let arrow = arrow_schema(&read)?;
+                (Arc::new(read), arrow)
+            }
+            false => (
+                Arc::clone(self.table.metadata().current_schema()),
+                Arc::clone(&self.schema),
+            ),
+        };
         let req = ScanRequest {
             table: &self.table,
-            read_schema: self.table.metadata().current_schema(),
-            schema: &self.schema,
+            read_schema: &read_schema,
+            schema: &schema,
             projection: None,
             filtered: true,
             limit: None,
@@ -402,6 +418,7 @@ impl DmlJob {
             stores: self.store.object_stores(),
             file_column: false,
             position_column: false,
+            row_lineage: lineage,
         };
         let scan = plan_scan(&self.state, &req, &scan_files).await?;
         let schema = scan.schema();
@@ -412,7 +429,7 @@ impl DmlJob {
             DmlOp::Delete => RowChange::Delete,
             DmlOp::Update(assignments) => {
                 let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
-                let assignments = assignments
+                let mut assignments: Vec<_> = assignments
                     .iter()
                     .map(|(column, value)| {
                         Ok((
@@ -421,6 +438,12 @@ impl DmlJob {
                         ))
                     })
                     .collect::<Result<_>>()?;
+                if lineage {
+                    assignments.push((
+                        schema.index_of(lineage::LAST_UPDATED_SEQUENCE_NUMBER)?,
+                        lineage::null_sequence_number(),
+                    ));
+                }
                 match self.mode {
                     WriteMode::CopyOnWrite => RowChange::Update(assignments),
                     WriteMode::MergeOnRead => RowChange::UpdateSelected(assignments),
@@ -430,12 +453,10 @@ impl DmlJob {
         let keep: Arc<dyn ExecutionPlan> =
             Arc::new(ChangeRowsExec::try_new(scan, condition, change, counts)?);
         let sort = sort_requirement(&self.table, &keep.schema())?;
-        let plan: Arc<dyn ExecutionPlan> = Arc::new(DataFileWriterExec::try_new(
-            keep,
-            self.table.clone(),
-            sort,
-            written,
-        )?);
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(
+            DataFileWriterExec::try_new(keep, self.table.clone(), sort, written)?
+                .with_row_lineage(lineage)?,
+        );
         // The rules DataFusion runs on every plan: the sort the writer requires, among others.
         self.optimized(plan)
     }

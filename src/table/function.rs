@@ -6,6 +6,7 @@
 //! SELECT * FROM iceberg_scan('ns.events', 'snapshot_id', 3051729675574597004);
 //! SELECT * FROM iceberg_scan('ns.events', 'as_of', '2025-01-01 00:00:00');   -- or epoch milliseconds
 //! SELECT * FROM iceberg_scan('ns.events', 'ref', 'audit-branch');            -- branch or tag
+//! SELECT * FROM iceberg_scan('ns.events', 'row_lineage', true);  -- + _row_id, _last_updated_sequence_number (v3)
 //! SELECT * FROM iceberg_scan('lineitem_iceberg', 'base_dir', '/restore/iceberg',  -- relative paths
 //!                            'map', 's3://bucket/wh=/restore/wh');             -- moved prefixes
 //! ```
@@ -75,6 +76,22 @@ fn integer(e: &Expr, what: &str) -> Result<i64> {
         .ok_or_else(|| DataFusionError::Plan(format!("iceberg_scan: {what} must be an integer")))
 }
 
+fn boolean(e: &Expr, what: &str) -> Result<bool> {
+    match literal(e)? {
+        ScalarValue::Boolean(Some(b)) => Ok(b),
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s))
+            if s.eq_ignore_ascii_case("true") || s.eq_ignore_ascii_case("false") =>
+        {
+            Ok(s.eq_ignore_ascii_case("true"))
+        }
+        other => Err(DataFusionError::Plan(format!(
+            "iceberg_scan: {what} must be true or false, got {other}"
+        ))),
+    }
+}
+
 /// Milliseconds since the epoch from an integer or a `YYYY-MM-DD[ HH:MM:SS[.fff]]` string (UTC).
 fn timestamp_ms(e: &Expr) -> Result<i64> {
     let text = match literal(e)? {
@@ -111,6 +128,7 @@ impl TableFunctionImpl for IcebergScanFunction {
             ));
         }
         let mut pin = None;
+        let mut row_lineage = false;
         let mut locations = LocationMap::default();
         for pair in options.chunks(2) {
             let key = string(&pair[0], "an option name")?.to_ascii_lowercase();
@@ -119,6 +137,10 @@ impl TableFunctionImpl for IcebergScanFunction {
                 "snapshot_id" | "snapshot-id" => Some(Pin::Snapshot(integer(value, "snapshot_id")?)),
                 "ref" | "branch" | "tag" => Some(Pin::Ref(string(value, "ref")?)),
                 "as_of" | "as_of_timestamp" | "timestamp" => Some(Pin::AsOf(timestamp_ms(value)?)),
+                "row_lineage" => {
+                    row_lineage = boolean(value, "row_lineage")?;
+                    None
+                }
                 "base_dir" => {
                     locations = locations.with_base_dir(string(value, "base_dir")?);
                     None
@@ -133,7 +155,7 @@ impl TableFunctionImpl for IcebergScanFunction {
                 }
                 other => {
                     return Err(DataFusionError::Plan(format!(
-                        "iceberg_scan: unknown option '{other}' (snapshot_id, ref, as_of, base_dir, map)"
+                        "iceberg_scan: unknown option '{other}' (snapshot_id, ref, as_of, row_lineage, base_dir, map)"
                     )))
                 }
             };
@@ -160,6 +182,10 @@ impl TableFunctionImpl for IcebergScanFunction {
             Some(Pin::Snapshot(id)) => provider.with_snapshot_id(id)?,
             Some(Pin::Ref(name)) => provider.with_ref(&name)?,
             Some(Pin::AsOf(ms)) => provider.with_timestamp_ms(ms)?,
+        };
+        let provider = match row_lineage {
+            true => provider.with_row_lineage()?,
+            false => provider,
         };
         Ok(Arc::new(provider))
     }

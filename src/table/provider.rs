@@ -20,6 +20,7 @@ use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::commit::CommitExec;
+use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::{arrow_schema, plan_scan, ScanRequest};
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
@@ -43,6 +44,8 @@ pub struct IcebergTableProvider {
     schema: SchemaRef,
     locations: LocationMap,
     stores: Arc<ObjectStores>,
+    /// Whether the schema ends with the row lineage columns.
+    row_lineage: bool,
 }
 
 /// The data file count a snapshot's summary records (0 when it does not say).
@@ -71,6 +74,7 @@ impl IcebergTableProvider {
             schema,
             locations: LocationMap::default(),
             stores,
+            row_lineage: false,
         })
     }
 
@@ -148,6 +152,46 @@ impl IcebergTableProvider {
         self.with_snapshot_id(id)
     }
 
+    /// Adds the row lineage columns of a format v3 table after the table's columns:
+    /// `_row_id` (the row's id, kept when a rewrite moves the row) and
+    /// `_last_updated_sequence_number` (the sequence number of the commit that added or last
+    /// changed it). Both are NULL for rows written before the table had row lineage that no v3
+    /// commit has given ids yet. The provider becomes read-only; call this after pinning a
+    /// snapshot, branch or time.
+    pub fn with_row_lineage(mut self) -> Result<Self> {
+        let metadata = self.table.metadata();
+        if !lineage::has_row_lineage(metadata) {
+            return Err(DataFusionError::Plan(format!(
+                "table '{}' has no row lineage: it is format version {}, and row lineage needs 3 \
+                 (ALTER TABLE .. SET TBLPROPERTIES ('format-version' = '3'))",
+                self.table.identifier(),
+                metadata.format_version() as u8
+            )));
+        }
+        if !self.row_lineage {
+            self.schema =
+                arrow_schema(&lineage::with_lineage_fields(self.read_schema()?.as_ref())?)?;
+            self.row_lineage = true;
+        }
+        self.store = None;
+        Ok(self)
+    }
+
+    /// The schema rows are read into: the pinned snapshot's, or the table's current one.
+    fn read_schema(&self) -> Result<iceberg::spec::SchemaRef> {
+        let metadata = self.table.metadata();
+        match (self.snapshot_schema, self.snapshot_id) {
+            (true, Some(id)) => match metadata.snapshot_by_id(id) {
+                Some(s) => s.schema(metadata).df(),
+                None => Err(DataFusionError::Plan(format!(
+                    "table '{}' has no snapshot {id}",
+                    self.table.identifier()
+                ))),
+            },
+            _ => Ok(metadata.current_schema().clone()),
+        }
+    }
+
     /// The snapshot scans read (`None`: the table has no snapshot yet).
     pub fn snapshot_id(&self) -> Option<i64> {
         self.snapshot_id
@@ -220,11 +264,13 @@ impl TableProvider for IcebergTableProvider {
             true => snapshot_schema.clone(),
             false => metadata.current_schema().clone(),
         };
-        let filter = FileFilter::new(
-            filters,
-            &unprunable_columns(metadata, &read_schema, &snapshot_schema),
-            read_schema.clone(),
-        );
+        // Filters on the lineage columns do not prune: files hold them for some rows only.
+        let mut unprunable = unprunable_columns(metadata, &read_schema, &snapshot_schema);
+        if self.row_lineage {
+            unprunable.insert(lineage::ROW_ID.to_string());
+            unprunable.insert(lineage::LAST_UPDATED_SEQUENCE_NUMBER.to_string());
+        }
+        let filter = FileFilter::new(filters, &unprunable, read_schema.clone());
         let summary = ScanSummary {
             table: self.table.identifier().to_string(),
             snapshot_id: snapshot.snapshot_id(),
@@ -250,6 +296,10 @@ impl TableProvider for IcebergTableProvider {
                 summary,
             )));
         }
+        let read_schema = match self.row_lineage {
+            true => Arc::new(lineage::with_lineage_fields(&read_schema)?),
+            false => read_schema,
+        };
         let request = ScanRequest {
             table: &self.table,
             read_schema: &read_schema,
@@ -261,6 +311,7 @@ impl TableProvider for IcebergTableProvider {
             stores: &self.stores,
             file_column: false,
             position_column: false,
+            row_lineage: self.row_lineage,
         };
         let parquet = plan_scan(state, &request, &files).await?;
         Ok(Arc::new(IcebergScanExec::new(parquet, summary)))

@@ -147,8 +147,26 @@ impl SeaweedFs {
                 .await;
             match (got, token) {
                 (Ok(_), Ok(r)) if r.status().is_success() => {
-                    let _ = store.delete(&key).await;
-                    return Ok(());
+                    // The table bucket comes up shortly after the catalog answers.
+                    let token = r
+                        .json::<serde_json::Value>()
+                        .await
+                        .ok()
+                        .and_then(|v| v["access_token"].as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    let listed = http
+                        .get(format!("{}/v1/{TABLE_BUCKET}/namespaces", self.rest_uri))
+                        .bearer_auth(token)
+                        .send()
+                        .await;
+                    match listed {
+                        Ok(r) if r.status().is_success() => {
+                            let _ = store.delete(&key).await;
+                            return Ok(());
+                        }
+                        Ok(r) => last = format!("table bucket: {}", r.status()),
+                        Err(e) => last = format!("table bucket: {e}"),
+                    }
                 }
                 (Err(e), _) => last = e,
                 (_, Ok(r)) => last = format!("token endpoint: {}", r.status()),

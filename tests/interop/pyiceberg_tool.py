@@ -487,7 +487,12 @@ def cmd_duckdb_read(args) -> dict:
         for module_name, ext in (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg")):
             path = _duckdb_extension_path(module_name, ext)
             con.execute(f"LOAD '{path}'")
-        cur = con.execute("SELECT * FROM iceberg_scan(?)", [metadata])
+        # A select list of plain column names (the row lineage columns among them, which
+        # DuckDB exposes as virtual columns of v3 tables); every column by default.
+        select = args.select or "*"
+        if not all(c.strip().isidentifier() for c in select.split(",")) and select != "*":
+            raise ToolError(f"--select takes column names: {select}")
+        cur = con.execute(f"SELECT {select} FROM iceberg_scan(?)", [metadata])
         names = [d[0] for d in cur.description]
         rows = [[norm(v) for v in r] for r in cur.fetchall()]
     finally:
@@ -639,6 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)
+    d.add_argument("--select", help="comma-separated column names (default: every column)")
     d.set_defaults(func=cmd_duckdb_read)
 
     b = sub.add_parser("duckdb-bench", help="time a query over iceberg_scan with DuckDB")

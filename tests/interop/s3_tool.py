@@ -14,6 +14,8 @@ Subcommands:
   append --catalog JSON --table NS.NAME --ids 1,2,3
   metadata --catalog JSON --table NS.NAME  the current metadata location and snapshot count
   duckdb-read --catalog JSON --metadata S3_URI   DuckDB (httpfs + iceberg) on a metadata file
+  duckdb-rest --catalog JSON --sql SQL [--sql SQL]..   DuckDB ATTACHed to the REST catalog (as
+      `lake`) runs the statements in order; the last one's rows
 """
 
 from __future__ import annotations
@@ -114,10 +116,11 @@ def cmd_metadata(args) -> dict:
     }
 
 
-def cmd_duckdb_read(args) -> dict:
+def duckdb_with_s3(props: dict):
+    """A DuckDB connection with httpfs, avro and iceberg loaded and an S3 secret for the
+    catalog's storage."""
     import duckdb
 
-    props = json.loads(args.catalog)
     endpoint = urlparse(props["s3.endpoint"])
     con = duckdb.connect(
         config={
@@ -143,9 +146,41 @@ def cmd_duckdb_read(args) -> dict:
                 endpoint.scheme == "https",
             ],
         )
+    except Exception:
+        con.close()
+        raise
+    return con
+
+
+def cmd_duckdb_read(args) -> dict:
+    con = duckdb_with_s3(json.loads(args.catalog))
+    try:
         cur = con.execute("SELECT * FROM iceberg_scan(?)", [args.metadata])
         names = [d[0] for d in cur.description]
         rows = [[norm(v) for v in r] for r in cur.fetchall()]
+    finally:
+        con.close()
+    return {"columns": names, "rows": sort_rows(rows)}
+
+
+def cmd_duckdb_rest(args) -> dict:
+    props = json.loads(args.catalog)
+    con = duckdb_with_s3(props)
+    try:
+        client_id, client_secret = props["credential"].split(":", 1)
+        uri = props["uri"].rstrip("/")
+        con.execute(
+            "CREATE SECRET rest (TYPE iceberg, CLIENT_ID ?, CLIENT_SECRET ?, OAUTH2_SERVER_URI ?)",
+            [client_id, client_secret, f"{uri}/v1/oauth/tokens"],
+        )
+        # The warehouse by its bucket name (DuckDB attaches 's3://bucket/' read-only).
+        warehouse = urlparse(props["warehouse"]).netloc or props["warehouse"]
+        con.execute(f"ATTACH '{warehouse}' AS lake (TYPE iceberg, ENDPOINT '{uri}', SECRET rest)")
+        names, rows = [], []
+        for statement in args.sql:
+            cur = con.execute(statement)
+            names = [d[0] for d in cur.description] if cur.description else []
+            rows = [[norm(v) for v in r] for r in cur.fetchall()] if cur.description else []
     finally:
         con.close()
     return {"columns": names, "rows": sort_rows(rows)}
@@ -165,6 +200,10 @@ def main(argv=None) -> int:
     d.add_argument("--catalog", required=True)
     d.add_argument("--metadata", required=True)
     d.set_defaults(fn=cmd_duckdb_read)
+    r = sub.add_parser("duckdb-rest")
+    r.add_argument("--catalog", required=True)
+    r.add_argument("--sql", action="append", required=True)
+    r.set_defaults(fn=cmd_duckdb_rest)
     args = p.parse_args(argv)
     try:
         out = args.fn(args)

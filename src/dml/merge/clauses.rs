@@ -40,6 +40,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::positions::{FilePositions, MergePositions};
+use crate::physical_plan::scan::lineage::LAST_UPDATED_SEQUENCE_NUMBER;
 use crate::physical_plan::single_child;
 
 /// Which rows a clause applies to.
@@ -691,6 +692,10 @@ impl Apply {
         for (c, value) in assignments {
             columns[*c] = value.evaluate(rows)?.into_array(rows.num_rows())?;
         }
+        // A changed row keeps its id and takes the new commit's sequence number.
+        if let Ok(seq) = self.table_schema.index_of(LAST_UPDATED_SEQUENCE_NUMBER) {
+            columns[seq] = new_null_array(&DataType::Int64, rows.num_rows());
+        }
         self.output(columns, "UPDATE")
     }
 
@@ -700,10 +705,13 @@ impl Apply {
         rows: &RecordBatch,
         values: &[Option<Arc<dyn PhysicalExpr>>],
     ) -> Result<RecordBatch> {
-        let columns = values
+        // Columns after the statement's (the row lineage ones) are NULL: new ids are inherited.
+        let columns = self
+            .table_schema
+            .fields()
             .iter()
-            .zip(self.table_schema.fields())
-            .map(|(value, field)| match value {
+            .enumerate()
+            .map(|(c, field)| match values.get(c).and_then(Option::as_ref) {
                 Some(v) => v.evaluate(rows)?.into_array(rows.num_rows()),
                 None => Ok(new_null_array(field.data_type(), rows.num_rows())),
             })

@@ -62,6 +62,7 @@ use crate::catalog::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
+use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
@@ -121,8 +122,24 @@ pub(crate) async fn plan_merge(
             v
         }
     };
-    let layout = Arc::new(row_layout(&merge_schema, source_columns, target_columns)?);
+    let layout = row_layout(&merge_schema, source_columns, target_columns.clone())?;
     let compiled = compile(&clauses, &layout, &table_schema, &session)?;
+    // On a table with row lineage the rows the statement writes end with the lineage columns:
+    // updated rows (which read every column) carry their `_row_id` forward, copied rows both.
+    let lineage = lineage::has_row_lineage(metadata);
+    let (layout, rows_schema) = match lineage {
+        false => (Arc::new(layout), Arc::clone(&table_schema)),
+        true => {
+            let extended = arrow_schema(&lineage::with_lineage_fields(metadata.current_schema())?)?;
+            let mut target_columns = target_columns;
+            if updates {
+                let n = table_schema.fields().len();
+                target_columns.extend([n, n + 1]);
+            }
+            let layout = row_layout_with(&merge_schema, source_columns, target_columns, &extended)?;
+            (Arc::new(layout), extended)
+        }
+    };
     let inserts = compiled
         .iter()
         .any(|c| c.kind == ClauseKind::NotMatchedByTarget);
@@ -173,7 +190,7 @@ pub(crate) async fn plan_merge(
         store: Arc::clone(&target.store),
         state: session,
         locations: target.locations.clone(),
-        table_schema,
+        table_schema: rows_schema,
         schema_id: metadata.current_schema_id(),
         layout,
         clauses: compiled.into(),
@@ -272,6 +289,26 @@ fn row_layout(
     target_columns: Vec<usize>,
 ) -> Result<RowLayout> {
     let target_fields = merge_schema.fields().len() - source_columns;
+    let table: Vec<Field> = (0..target_fields)
+        .map(|c| merge_schema.field(c).as_ref().clone())
+        .collect();
+    row_layout_with(
+        merge_schema,
+        source_columns,
+        target_columns,
+        &Arc::new(Schema::new(table)),
+    )
+}
+
+/// [`row_layout`] for rows of `table_schema`, which may have columns after the statement's
+/// target columns (the row lineage columns, unqualified).
+fn row_layout_with(
+    merge_schema: &DFSchema,
+    source_columns: usize,
+    target_columns: Vec<usize>,
+    table_schema: &SchemaRef,
+) -> Result<RowLayout> {
+    let target_fields = merge_schema.fields().len() - source_columns;
     let nullable = |f: &Field| Arc::new(f.clone().with_nullable(true));
     let mut fields: Vec<(Option<TableReference>, Arc<Field>)> = vec![];
     for (q, f) in merge_schema.iter().skip(target_fields) {
@@ -282,8 +319,13 @@ fn row_layout(
         nullable(&Field::new(SOURCE_MARKER, DataType::Boolean, true)),
     ));
     for &c in &target_columns {
-        let (q, f) = merge_schema.qualified_field(c);
-        fields.push((q.cloned(), nullable(f)));
+        match c < target_fields {
+            true => {
+                let (q, f) = merge_schema.qualified_field(c);
+                fields.push((q.cloned(), nullable(f)));
+            }
+            false => fields.push((None, nullable(table_schema.field(c)))),
+        }
     }
     fields.push((None, nullable(&file_field())));
     fields.push((
@@ -312,6 +354,8 @@ pub(super) struct MergeJob {
     pub(super) store: Arc<dyn MetadataStore>,
     pub(super) state: SessionState,
     pub(super) locations: LocationMap,
+    /// The rows read and written: the table's columns, then `_row_id` and
+    /// `_last_updated_sequence_number` on a table with row lineage.
     pub(super) table_schema: SchemaRef,
     pub(super) schema_id: i32,
     pub(super) layout: Arc<RowLayout>,
@@ -337,6 +381,11 @@ pub(super) struct Decide {
 }
 
 impl MergeJob {
+    /// Whether the rows read and written end with the row lineage columns.
+    pub(super) fn row_lineage(&self) -> bool {
+        lineage::has_row_lineage(self.table.metadata())
+    }
+
     pub(super) fn sql_table(&self) -> String {
         self.table.identifier().to_string()
     }
@@ -421,9 +470,15 @@ impl MergeJob {
             fields.push(Field::new(POSITION_COLUMN, DataType::Int64, false));
             return Ok(Arc::new(EmptyExec::new(Arc::new(Schema::new(fields)))));
         }
+        let read_schema = match self.row_lineage() {
+            true => Arc::new(lineage::with_lineage_fields(
+                self.table.metadata().current_schema(),
+            )?),
+            false => Arc::clone(self.table.metadata().current_schema()),
+        };
         let req = ScanRequest {
             table: &self.table,
-            read_schema: self.table.metadata().current_schema(),
+            read_schema: &read_schema,
             schema: &self.table_schema,
             projection,
             filtered: true,
@@ -432,6 +487,7 @@ impl MergeJob {
             stores: self.store.object_stores(),
             file_column: true,
             position_column: true,
+            row_lineage: self.row_lineage(),
         };
         self.optimized(plan_scan(&self.state, &req, files).await?)
     }
@@ -472,12 +528,10 @@ impl MergeJob {
             }
             None => input,
         };
-        let writer: Arc<dyn ExecutionPlan> = Arc::new(DataFileWriterExec::try_new(
-            input,
-            self.table.clone(),
-            sort,
-            written.clone(),
-        )?);
+        let writer: Arc<dyn ExecutionPlan> = Arc::new(
+            DataFileWriterExec::try_new(input, self.table.clone(), sort, written.clone())?
+                .with_row_lineage(self.row_lineage())?,
+        );
         let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(writer));
         let mut stream = execute_stream(Arc::clone(&plan), Arc::clone(context))?;
         let mut files = vec![];

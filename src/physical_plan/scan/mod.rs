@@ -3,6 +3,7 @@
 //! predicate used) above the DataFusion parquet scan that reads the files.
 
 mod exec;
+pub(crate) mod lineage;
 pub(crate) mod plan;
 
 pub use exec::{IcebergScanExec, ScanSummary};

@@ -33,6 +33,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use iceberg::spec::{DataContentType, Struct};
 use iceberg::table::Table;
 
+use super::lineage::{self, LineageInputs, DATA_SEQ_COLUMN, FIRST_ROW_ID_COLUMN};
 use crate::error::IcebergResultExt;
 use crate::location::{file_at, LocationMap};
 use crate::physical_plan::equality_delete::{
@@ -74,6 +75,10 @@ pub(crate) struct ScanRequest<'a> {
     /// Whether the output ends with [`POSITION_COLUMN`], each row's position in its file (after
     /// the file column when both are asked for). No filter reaches the reader then.
     pub position_column: bool,
+    /// Whether the last two columns of `schema` and `read_schema` are `_row_id` and
+    /// `_last_updated_sequence_number` (see [`super::lineage`]): read from the files where
+    /// they hold them, inherited otherwise. No filter reaches the reader when either is read.
+    pub row_lineage: bool,
 }
 
 /// The plan reading `files`, with their deletes applied.
@@ -116,8 +121,20 @@ pub(crate) async fn plan_scan(
         keys_of_set.push(keys);
     }
     // The hidden per-file columns follow the table's columns: the file's location when asked
-    // for, then the equality-delete gate columns when equality deletes apply.
+    // for, the file's first row id and data sequence number when a lineage column is read,
+    // then the equality-delete gate columns when equality deletes apply.
     let file_columns = req.schema.fields().len();
+    // The lineage columns read (index in `requested`, whether it is `_row_id`).
+    let lineage: Vec<(usize, bool)> = match req.row_lineage {
+        true => requested
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c + 2 >= file_columns)
+            .map(|(at, &c)| (at, c + 2 == file_columns))
+            .collect(),
+        false => vec![],
+    };
+    let positions = req.position_column || !lineage.is_empty();
     let mut partition_columns: Vec<FieldRef> = vec![];
     if req.file_column {
         partition_columns.push(Arc::new(Field::new(
@@ -125,6 +142,15 @@ pub(crate) async fn plan_scan(
             DataType::Dictionary(Box::new(DataType::UInt16), Box::new(DataType::Utf8)),
             false,
         )));
+    }
+    let lineage_at = needed.len() + partition_columns.len();
+    if !lineage.is_empty() {
+        partition_columns.push(Arc::new(Field::new(
+            FIRST_ROW_ID_COLUMN,
+            DataType::Int64,
+            true,
+        )));
+        partition_columns.push(Arc::new(Field::new(DATA_SEQ_COLUMN, DataType::Int64, true)));
     }
     let gate_at = needed.len() + partition_columns.len();
     // The gate of each file equality deletes may apply to. A file no equality delete applies
@@ -173,6 +199,10 @@ pub(crate) async fn plan_scan(
                     Box::new(ScalarValue::Utf8(Some(f.path.clone()))),
                 ));
             }
+            if !lineage.is_empty() {
+                values.push(ScalarValue::Int64(f.first_row_id));
+                values.push(ScalarValue::Int64(f.first_row_id.map(|_| f.data_seq)));
+            }
             if !eq.sets.is_empty() {
                 values.push(ScalarValue::UInt32(gate_index.get(&gate_of(f)).copied()));
             }
@@ -197,7 +227,7 @@ pub(crate) async fn plan_scan(
             .with_limit(req.limit.filter(|_| !has_deletes))
             .build();
     let mut plan = parquet_exec(state, config, req.filtered)?;
-    if !has_deletes && hidden_columns == 0 && !req.position_column {
+    if !has_deletes && hidden_columns == 0 && !positions {
         return Ok(plan);
     }
 
@@ -226,7 +256,7 @@ pub(crate) async fn plan_scan(
     }
     let threshold =
         IcebergOptions::from_config(state.config_options()).position_delete_join_threshold;
-    if req.position_column {
+    if positions {
         plan = Arc::new(
             PositionalDeleteExec::try_new(plan, positional)?
                 .with_join_threshold(threshold)
@@ -247,6 +277,24 @@ pub(crate) async fn plan_scan(
         // Appended after the scan's columns (the hidden per-file ones included).
         columns.push(needed.len() + hidden_columns);
     }
+    // What the lineage columns are computed from, at the end of the joins' output.
+    let lineage_inputs = (!lineage.is_empty()).then(|| {
+        let at = columns.len();
+        columns.extend([lineage_at, lineage_at + 1]);
+        // The position column once, wherever it already is.
+        let pos = match req.position_column {
+            true => at - 1,
+            false => {
+                columns.push(needed.len() + hidden_columns);
+                at + 2
+            }
+        };
+        LineageInputs {
+            first_row_id: at,
+            data_seq: at + 1,
+            pos,
+        }
+    });
     let mut output = Some(columns);
     let sets = eq.sets.len();
     for (n, ((ids, deletes), keys)) in eq.sets.iter().zip(keys_of_set).enumerate() {
@@ -269,7 +317,10 @@ pub(crate) async fn plan_scan(
             None => join,
         });
     }
-    if let Some(output) = output.filter(|o| plan.schema().fields().len() != o.len()) {
+    if let Some(output) = output.filter(|o| {
+        // Unless it is the plan's own columns in order.
+        plan.schema().fields().len() != o.len() || o.iter().enumerate().any(|(i, &c)| i != c)
+    }) {
         let schema = plan.schema();
         let exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = output
             .into_iter()
@@ -283,7 +334,33 @@ pub(crate) async fn plan_scan(
             .collect();
         plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
     }
+    if let Some(inputs) = lineage_inputs {
+        plan = with_lineage_values(plan, &lineage, &inputs)?;
+    }
     Ok(plan)
+}
+
+/// `plan` (requested columns, then the file and position columns when asked for, then the
+/// [`LineageInputs`]) with the lineage columns among the requested ones computed, and the inputs
+/// dropped.
+fn with_lineage_values(
+    plan: Arc<dyn ExecutionPlan>,
+    lineage: &[(usize, bool)],
+    inputs: &LineageInputs,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = plan.schema();
+    let exprs = (0..inputs.first_row_id)
+        .map(|i| {
+            let name = schema.field(i).name().clone();
+            let expr = match lineage.iter().find(|(at, _)| *at == i) {
+                Some((_, true)) => lineage::row_id_expr(i, &name, inputs)?,
+                Some((_, false)) => lineage::last_updated_expr(i, &name, inputs)?,
+                None => Arc::new(Column::new(&name, i)) as Arc<dyn PhysicalExpr>,
+            };
+            Ok((expr, name))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
 }
 
 /// The index of the top-level column with field id `id` in `schema`.

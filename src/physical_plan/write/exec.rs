@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 
 use crate::physical_plan::single_child;
@@ -75,11 +75,42 @@ pub struct DataFileWriterExec {
     table: Table,
     sort: Option<LexRequirement>,
     written: WrittenFiles,
+    /// Whether the input ends with the row lineage columns, written out (see
+    /// [`Self::with_row_lineage`]).
+    row_lineage: bool,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
 }
 
 impl DataFileWriterExec {
+    /// Writes the input's last two columns, `_row_id` and `_last_updated_sequence_number`, into
+    /// every file with their reserved field ids: rows a rewrite moves keep their ids. Only
+    /// for tables with row lineage (format v3).
+    pub fn with_row_lineage(mut self, row_lineage: bool) -> Result<Self> {
+        use crate::physical_plan::scan::lineage;
+        if row_lineage {
+            if !lineage::has_row_lineage(self.table.metadata()) {
+                return Err(DataFusionError::Internal(format!(
+                    "row lineage columns written to table '{}', which has no row lineage",
+                    self.table.identifier()
+                )));
+            }
+            let schema = self.input.schema();
+            let n = schema.fields().len();
+            let names: Vec<&str> = schema.fields()[n.saturating_sub(2)..]
+                .iter()
+                .map(|f| f.name().as_str())
+                .collect();
+            if names != [lineage::ROW_ID, lineage::LAST_UPDATED_SEQUENCE_NUMBER] {
+                return Err(DataFusionError::Internal(format!(
+                    "the rows written do not end with the row lineage columns: {names:?}"
+                )));
+            }
+        }
+        self.row_lineage = row_lineage;
+        Ok(self)
+    }
+
     /// A writer of `input` into `table`, requiring `sort` order when given.
     pub fn try_new(
         input: Arc<dyn ExecutionPlan>,
@@ -94,6 +125,7 @@ impl DataFileWriterExec {
             table,
             sort,
             written,
+            row_lineage: false,
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         })
@@ -159,6 +191,9 @@ impl DisplayAs for DataFileWriterExec {
             let keys: Vec<String> = sort.iter().map(|r| r.to_string()).collect();
             write!(f, ", sort=[{}]", keys.join(", "))?;
         }
+        if self.row_lineage {
+            write!(f, ", row_lineage=true")?;
+        }
         Ok(())
     }
 }
@@ -210,12 +245,15 @@ impl ExecutionPlan for DataFileWriterExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = single_child("DataFileWriterExec", children)?;
-        Ok(Arc::new(Self::try_new(
-            input,
-            self.table.clone(),
-            self.sort.clone(),
-            self.written.clone(),
-        )?))
+        Ok(Arc::new(
+            Self::try_new(
+                input,
+                self.table.clone(),
+                self.sort.clone(),
+                self.written.clone(),
+            )?
+            .with_row_lineage(self.row_lineage)?,
+        ))
     }
 
     fn execute(
@@ -231,7 +269,7 @@ impl ExecutionPlan for DataFileWriterExec {
         };
         let table = self.table.clone();
         let written = self.written.clone();
-        let fut = write_partition(input, table, partition, written, counters);
+        let fut = write_partition(input, table, partition, written, counters, self.row_lineage);
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             data_files_schema(),
             futures::stream::once(fut),

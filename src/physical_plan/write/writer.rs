@@ -205,16 +205,24 @@ pub(crate) struct WriterCounters {
     pub bytes: Count,
 }
 
-/// Writes one input partition and returns the batch describing the files written.
+/// Writes one input partition and returns the batch describing the files written. With
+/// `row_lineage`, the input ends with the row lineage columns, written out with their reserved
+/// field ids.
 pub(crate) async fn write_partition(
     mut input: SendableRecordBatchStream,
     table: Table,
     partition: usize,
     written: WrittenFiles,
     counters: WriterCounters,
+    row_lineage: bool,
 ) -> Result<RecordBatch> {
     let metadata = table.metadata();
-    let schema = metadata.current_schema().clone();
+    let schema = match row_lineage {
+        true => Arc::new(crate::physical_plan::scan::lineage::with_lineage_fields(
+            metadata.current_schema(),
+        )?),
+        false => metadata.current_schema().clone(),
+    };
     let spec = metadata.default_partition_spec().clone();
     let target = WriteSchema::of(&schema)?;
     let target_file_size = metadata
