@@ -396,16 +396,10 @@ impl DmlJob {
         // On a table with row lineage the rows moved to new files keep their ids; the ones the
         // statement changes take the new files' sequence number.
         let lineage = lineage::has_row_lineage(self.table.metadata());
-        let (read_schema, schema) = match lineage {
-            true => {
-                let read = lineage::with_lineage_fields(self.table.metadata().current_schema())?;
-                let arrow = arrow_schema(&read)?;
-                (Arc::new(read), arrow)
-            }
-            false => (
-                Arc::clone(self.table.metadata().current_schema()),
-                Arc::clone(&self.schema),
-            ),
+        let read_schema = lineage::rows_schema(self.table.metadata())?;
+        let schema = match lineage {
+            true => arrow_schema(&read_schema)?,
+            false => Arc::clone(&self.schema),
         };
         let req = ScanRequest {
             table: &self.table,

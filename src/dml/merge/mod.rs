@@ -130,7 +130,7 @@ pub(crate) async fn plan_merge(
     let (layout, rows_schema) = match lineage {
         false => (Arc::new(layout), Arc::clone(&table_schema)),
         true => {
-            let extended = arrow_schema(&lineage::with_lineage_fields(metadata.current_schema())?)?;
+            let extended = arrow_schema(lineage::rows_schema(metadata)?.as_ref())?;
             let mut target_columns = target_columns;
             if updates {
                 let n = table_schema.fields().len();
@@ -470,12 +470,7 @@ impl MergeJob {
             fields.push(Field::new(POSITION_COLUMN, DataType::Int64, false));
             return Ok(Arc::new(EmptyExec::new(Arc::new(Schema::new(fields)))));
         }
-        let read_schema = match self.row_lineage() {
-            true => Arc::new(lineage::with_lineage_fields(
-                self.table.metadata().current_schema(),
-            )?),
-            false => Arc::clone(self.table.metadata().current_schema()),
-        };
+        let read_schema = lineage::rows_schema(self.table.metadata())?;
         let req = ScanRequest {
             table: &self.table,
             read_schema: &read_schema,

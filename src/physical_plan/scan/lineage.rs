@@ -44,6 +44,15 @@ pub(crate) fn has_row_lineage(metadata: &TableMetadata) -> bool {
     metadata.format_version() >= FormatVersion::V3
 }
 
+/// The schema a statement reads and writes rows of: the table's current one, with the row
+/// lineage columns when the table has row lineage.
+pub(crate) fn rows_schema(metadata: &TableMetadata) -> Result<iceberg::spec::SchemaRef> {
+    match has_row_lineage(metadata) {
+        true => Ok(Arc::new(with_lineage_fields(metadata.current_schema())?)),
+        false => Ok(Arc::clone(metadata.current_schema())),
+    }
+}
+
 /// `schema` with the two row lineage columns appended (optional longs, with their reserved
 /// field ids), or an error when the table has a column of either name.
 pub(crate) fn with_lineage_fields(schema: &Schema) -> Result<Schema> {

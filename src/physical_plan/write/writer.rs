@@ -218,9 +218,7 @@ pub(crate) async fn write_partition(
 ) -> Result<RecordBatch> {
     let metadata = table.metadata();
     let schema = match row_lineage {
-        true => Arc::new(crate::physical_plan::scan::lineage::with_lineage_fields(
-            metadata.current_schema(),
-        )?),
+        true => crate::physical_plan::scan::lineage::rows_schema(metadata)?,
         false => metadata.current_schema().clone(),
     };
     let spec = metadata.default_partition_spec().clone();
