@@ -27,6 +27,7 @@ mod dml;
 mod error;
 mod io_runtime;
 mod location;
+pub mod maintenance;
 pub mod physical_plan;
 pub mod scan;
 mod session;

@@ -231,9 +231,19 @@ impl IcebergSession {
     }
 
     /// Runs one SQL statement: `ALTER TABLE name SET|UNSET TBLPROPERTIES (...)` here (table
-    /// properties, and `'format-version'` upgrades), every other statement through DataFusion
+    /// properties, and `'format-version'` upgrades), `CALL system.<procedure>(..)` here (table
+    /// maintenance, see [`crate::maintenance`]), every other statement through DataFusion
     /// ([`SessionContext::sql`]).
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
+        if crate::maintenance::is_call(sql) {
+            let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
+            let state = self.ctx.state();
+            if let Some(batch) =
+                crate::maintenance::call(&state, store, self.catalog.name(), sql).await?
+            {
+                return self.ctx.read_batch(batch);
+            }
+        }
         let Some(alter) = crate::table::alter::parse(sql) else {
             return self.ctx.sql(sql).await;
         };

@@ -11,7 +11,7 @@
 //!              commit removes with the data files
 //! ```
 
-mod core;
+pub(crate) mod core;
 pub(crate) mod delete;
 mod deletes;
 mod guard;

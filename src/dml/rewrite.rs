@@ -707,7 +707,9 @@ async fn run_once(
             base_snapshot_id: job.base_snapshot_id,
             may_match,
             read_files,
+            equality_deletes_carry_over: false,
         }),
+        data_sequence_number: None,
     };
     let files_written = changes.added_data_files.len();
     let delete_files_written = changes.added_delete_files.len();

@@ -61,6 +61,10 @@ pub struct SnapshotChanges {
     pub summary_properties: HashMap<String, String>,
     /// Checks against commits that happened since the statement read the table.
     pub validation: Option<Validation>,
+    /// The data sequence number of `added_data_files` (`None`: the new snapshot's). A
+    /// compaction gives its files the sequence number of the snapshot it read, so equality
+    /// deletes committed meanwhile still apply to the rows it moved (format v2 and later).
+    pub data_sequence_number: Option<i64>,
 }
 
 /// Delete files a commit removes: position or equality delete files by path, deletion vectors
@@ -142,6 +146,10 @@ pub struct Validation {
     /// Data files whose rows it changes (rewrites, or deletes from by position): their removal or
     /// new deletes for them conflict.
     pub read_files: HashSet<String>,
+    /// Whether equality deletes committed since do not conflict: the files the statement adds
+    /// keep the base snapshot's data sequence number, so those deletes apply to them too
+    /// ([`SnapshotChanges::data_sequence_number`]).
+    pub equality_deletes_carry_over: bool,
 }
 
 impl std::fmt::Debug for Validation {
@@ -149,6 +157,10 @@ impl std::fmt::Debug for Validation {
         f.debug_struct("Validation")
             .field("base_snapshot_id", &self.base_snapshot_id)
             .field("read_files", &self.read_files.len())
+            .field(
+                "equality_deletes_carry_over",
+                &self.equality_deletes_carry_over,
+            )
             .finish()
     }
 }
@@ -438,8 +450,14 @@ impl SnapshotProducer {
                 n += 1;
                 self.shared_files.push(path.clone());
                 let mut writer = manifest_writer(base, &path, snapshot_id, key.0, key.1)?;
+                // Data files take the given data sequence number; delete files always the
+                // snapshot's (they must apply to everything committed before them).
+                let seq = match (key.1, self.changes.data_sequence_number) {
+                    (false, Some(seq)) if metadata.format_version() >= FormatVersion::V2 => seq,
+                    _ => -1,
+                };
                 for f in chunk {
-                    writer.add_file(f.clone(), -1).df()?;
+                    writer.add_file(f.clone(), seq).df()?;
                 }
                 out.push(writer.write_manifest_file().await.df()?);
             }
@@ -595,6 +613,9 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
                     .then_some(
                         "added a data file that may hold rows this statement's condition matches",
                     ),
+                    DataContentType::EqualityDeletes if validation.equality_deletes_carry_over => {
+                        None
+                    }
                     _ => {
                         let unrelated = matches!(
                             file.referenced_data_file(),

@@ -485,6 +485,7 @@ async fn changes(
         removed_deletion_vectors: removed_vectors,
         summary_properties: HashMap::new(),
         validation: Some(job.validation(&filters, read_files)?),
+        data_sequence_number: None,
     };
     Ok(Some((
         changes,

@@ -570,6 +570,7 @@ impl MergeJob {
             base_snapshot_id: self.table.metadata().current_snapshot_id(),
             may_match,
             read_files,
+            equality_deletes_carry_over: false,
         })
     }
 }

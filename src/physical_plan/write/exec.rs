@@ -78,6 +78,10 @@ pub struct DataFileWriterExec {
     /// Whether the input ends with the row lineage columns, written out (see
     /// [`Self::with_row_lineage`]).
     row_lineage: bool,
+    /// Overrides the table's `write.target-file-size-bytes`.
+    target_file_size: Option<usize>,
+    /// Whether every row goes through one writer (see [`Self::with_single_writer`]).
+    single_writer: bool,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
 }
@@ -111,6 +115,12 @@ impl DataFileWriterExec {
         Ok(self)
     }
 
+    /// Rolls files at `bytes` instead of the table's `write.target-file-size-bytes`.
+    pub fn with_target_file_size(mut self, bytes: usize) -> Self {
+        self.target_file_size = Some(bytes);
+        self
+    }
+
     /// A writer of `input` into `table`, requiring `sort` order when given.
     pub fn try_new(
         input: Arc<dyn ExecutionPlan>,
@@ -126,6 +136,8 @@ impl DataFileWriterExec {
             sort,
             written,
             row_lineage: false,
+            target_file_size: None,
+            single_writer: false,
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         })
@@ -138,6 +150,23 @@ impl DataFileWriterExec {
             EmissionType::Final,
             Boundedness::Bounded,
         )
+    }
+
+    /// Writes every row through one writer (its input coalesced to one stream), so files fill
+    /// up to the target size instead of one set of files per input partition.
+    pub fn with_single_writer(mut self) -> Self {
+        self.single_writer = true;
+        self
+    }
+
+    fn with_target_file_size_of(mut self, bytes: Option<usize>) -> Self {
+        self.target_file_size = bytes;
+        self
+    }
+
+    fn with_single_writer_of(mut self, single: bool) -> Self {
+        self.single_writer = single;
+        self
     }
 
     /// The table written to.
@@ -194,6 +223,9 @@ impl DisplayAs for DataFileWriterExec {
         if self.row_lineage {
             write!(f, ", row_lineage=true")?;
         }
+        if let Some(bytes) = self.target_file_size {
+            write!(f, ", target_file_size={bytes}")?;
+        }
         Ok(())
     }
 }
@@ -217,7 +249,7 @@ impl ExecutionPlan for DataFileWriterExec {
     fn required_input_distribution(&self) -> Vec<Distribution> {
         // A sorted table is written from one globally sorted stream: files cover disjoint key
         // ranges, which is what readers prune best on.
-        if self.sort.is_some() {
+        if self.sort.is_some() || self.single_writer {
             vec![Distribution::SinglePartition]
         } else {
             vec![Distribution::UnspecifiedDistribution]
@@ -252,7 +284,9 @@ impl ExecutionPlan for DataFileWriterExec {
                 self.sort.clone(),
                 self.written.clone(),
             )?
-            .with_row_lineage(self.row_lineage)?,
+            .with_row_lineage(self.row_lineage)?
+            .with_target_file_size_of(self.target_file_size)
+            .with_single_writer_of(self.single_writer),
         ))
     }
 
@@ -269,7 +303,15 @@ impl ExecutionPlan for DataFileWriterExec {
         };
         let table = self.table.clone();
         let written = self.written.clone();
-        let fut = write_partition(input, table, partition, written, counters, self.row_lineage);
+        let fut = write_partition(
+            input,
+            table,
+            partition,
+            written,
+            counters,
+            self.row_lineage,
+            self.target_file_size,
+        );
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             data_files_schema(),
             futures::stream::once(fut),

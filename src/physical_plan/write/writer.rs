@@ -215,6 +215,7 @@ pub(crate) async fn write_partition(
     written: WrittenFiles,
     counters: WriterCounters,
     row_lineage: bool,
+    target_file_size: Option<usize>,
 ) -> Result<RecordBatch> {
     let metadata = table.metadata();
     let schema = match row_lineage {
@@ -223,10 +224,15 @@ pub(crate) async fn write_partition(
     };
     let spec = metadata.default_partition_spec().clone();
     let target = WriteSchema::of(&schema)?;
-    let target_file_size = metadata
-        .table_properties()
-        .df()?
-        .write_target_file_size_bytes;
+    let target_file_size = match target_file_size {
+        Some(bytes) => bytes,
+        None => {
+            metadata
+                .table_properties()
+                .df()?
+                .write_target_file_size_bytes
+        }
+    };
 
     let parquet = ParquetWriterBuilder::new(writer_properties(metadata)?, schema.clone());
     let locations = RecordingLocations {

@@ -1,0 +1,388 @@
+//! `CALL <catalog>.system.<procedure>(..)`: the maintenance procedures in the SQL form Spark
+//! users type, with named (`table => 'ns.t'`) or positional arguments, `map('k', 'v', ..)`
+//! for options, and Spark's result columns.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::SessionState;
+use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::{
+    Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement, Value,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use iceberg::TableIdent;
+
+use super::rewrite_data_files::{RewriteDataFiles, RewriteStrategy};
+use crate::catalog::MetadataStore;
+
+/// Whether `sql` is a `CALL` statement (checked without parsing).
+pub fn is_call(sql: &str) -> bool {
+    let sql = sql.trim_start();
+    sql.len() > 4
+        && sql[..4].eq_ignore_ascii_case("call")
+        && sql[4..].starts_with(|c: char| c.is_whitespace())
+}
+
+/// One argument's value.
+#[derive(Debug, Clone, PartialEq)]
+enum Arg {
+    Text(String),
+    Map(BTreeMap<String, String>),
+}
+
+/// Runs `CALL [catalog.]system.<procedure>(args)` against the tables of `store` (named
+/// `catalog`): its result rows, or `None` when `sql` is not a `CALL`.
+pub async fn call(
+    state: &SessionState,
+    store: Arc<dyn MetadataStore>,
+    catalog: &str,
+    sql: &str,
+) -> Result<Option<RecordBatch>> {
+    if !is_call(sql) {
+        return Ok(None);
+    }
+    let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
+        .map_err(|e| DataFusionError::Plan(format!("CALL: {e}")))?;
+    if statements.len() != 1 {
+        return Err(DataFusionError::Plan(
+            "CALL: give one statement at a time".into(),
+        ));
+    }
+    let Some(DFStatement::Statement(statement)) = statements.pop_front() else {
+        return Ok(None);
+    };
+    let Statement::Call(function) = *statement else {
+        return Ok(None);
+    };
+    let parts: Vec<String> = function.name.0.iter().map(|p| p.to_string()).collect();
+    let procedure = match parts.as_slice() {
+        [system, name] if system.eq_ignore_ascii_case("system") => name.to_ascii_lowercase(),
+        [c, system, name] if system.eq_ignore_ascii_case("system") && c == catalog => {
+            name.to_ascii_lowercase()
+        }
+        _ => {
+            return Err(DataFusionError::Plan(format!(
+                "CALL: unknown procedure '{}'; call system.<procedure> (procedures: {})",
+                function.name,
+                PROCEDURES.join(", ")
+            )))
+        }
+    };
+    let params: &[&str] = match procedure.as_str() {
+        "rewrite_data_files" => &["table", "strategy", "sort_order", "options", "where"],
+        other => {
+            return Err(DataFusionError::Plan(format!(
+                "CALL: no procedure system.{other} (procedures: {})",
+                PROCEDURES.join(", ")
+            )))
+        }
+    };
+    let args = arguments(&procedure, params, &function.args)?;
+    let default_namespace = state.config().options().catalog.default_schema.clone();
+    match procedure.as_str() {
+        "rewrite_data_files" => {
+            rewrite_data_files(state, store, catalog, &default_namespace, args)
+                .await
+                .map(Some)
+        }
+        _ => unreachable!("checked above"),
+    }
+}
+
+/// The procedures `CALL` runs.
+const PROCEDURES: &[&str] = &["rewrite_data_files"];
+
+/// The arguments by parameter name: named ones, and positional ones in `params` order.
+fn arguments(
+    procedure: &str,
+    params: &[&str],
+    args: &FunctionArguments,
+) -> Result<BTreeMap<String, Arg>> {
+    let list = match args {
+        FunctionArguments::List(list) => list.args.as_slice(),
+        FunctionArguments::None => &[],
+        FunctionArguments::Subquery(_) => {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {procedure}: arguments must be values"
+            )))
+        }
+    };
+    let mut out = BTreeMap::new();
+    let mut named = false;
+    for (i, arg) in list.iter().enumerate() {
+        let (name, value) = match arg {
+            FunctionArg::Named { name, arg, .. } => {
+                named = true;
+                (name.value.to_ascii_lowercase(), arg)
+            }
+            FunctionArg::Unnamed(arg) => {
+                if named {
+                    return Err(DataFusionError::Plan(format!(
+                        "CALL {procedure}: a positional argument follows a named one"
+                    )));
+                }
+                let Some(name) = params.get(i) else {
+                    return Err(DataFusionError::Plan(format!(
+                        "CALL {procedure}: too many arguments (parameters: {})",
+                        params.join(", ")
+                    )));
+                };
+                (name.to_string(), arg)
+            }
+            FunctionArg::ExprNamed { .. } => {
+                return Err(DataFusionError::Plan(format!(
+                    "CALL {procedure}: name arguments as name => value"
+                )))
+            }
+        };
+        if !params.contains(&name.as_str()) {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {procedure}: no parameter '{name}' (parameters: {})",
+                params.join(", ")
+            )));
+        }
+        let FunctionArgExpr::Expr(expr) = value else {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {procedure}: '{name}' must be a value"
+            )));
+        };
+        // NULL stands for "not given" (a positional argument skipped).
+        if matches!(expr, SqlExpr::Value(v) if v.value == Value::Null) {
+            continue;
+        }
+        if out.insert(name.clone(), value_of(procedure, &name, expr)?).is_some() {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {procedure}: '{name}' is given twice"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+fn literal(expr: &SqlExpr) -> Option<String> {
+    match expr {
+        SqlExpr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(s.clone()),
+            Value::Number(n, _) => Some(n.to_string()),
+            Value::Boolean(b) => Some(b.to_string()),
+            _ => None,
+        },
+        SqlExpr::UnaryOp { op, expr } if op.to_string() == "-" => {
+            literal(expr).map(|v| format!("-{v}"))
+        }
+        _ => None,
+    }
+}
+
+fn value_of(procedure: &str, name: &str, expr: &SqlExpr) -> Result<Arg> {
+    if let Some(text) = literal(expr) {
+        return Ok(Arg::Text(text));
+    }
+    if let SqlExpr::Function(f) = expr {
+        if f.name.to_string().eq_ignore_ascii_case("map") {
+            let FunctionArguments::List(list) = &f.args else {
+                return Ok(Arg::Map(BTreeMap::new()));
+            };
+            let values: Option<Vec<String>> = list
+                .args
+                .iter()
+                .map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => literal(e),
+                    _ => None,
+                })
+                .collect();
+            return match values {
+                Some(values) if values.len() % 2 == 0 => Ok(Arg::Map(
+                    values
+                        .chunks(2)
+                        .map(|kv| (kv[0].clone(), kv[1].clone()))
+                        .collect(),
+                )),
+                _ => Err(DataFusionError::Plan(format!(
+                    "CALL {procedure}: '{name}' must be map('key', 'value', ..) of literals"
+                ))),
+            };
+        }
+    }
+    Err(DataFusionError::Plan(format!(
+        "CALL {procedure}: '{name}' must be a literal or map(..), got {expr}"
+    )))
+}
+
+fn text(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<Option<String>> {
+    match args.get(name) {
+        None => Ok(None),
+        Some(Arg::Text(t)) => Ok(Some(t.clone())),
+        Some(Arg::Map(_)) => Err(DataFusionError::Plan(format!(
+            "CALL {procedure}: '{name}' must be a string, not a map"
+        ))),
+    }
+}
+
+/// `'ns.t'`, `'t'` (the default namespace) or `'<catalog>.ns.t'` as a table identifier.
+fn table_ident(catalog: &str, default_namespace: &str, name: &str) -> Result<TableIdent> {
+    let mut parts: Vec<String> = name.split('.').map(|p| p.trim().to_string()).collect();
+    if parts.len() >= 3 && parts[0] == catalog {
+        parts.remove(0);
+    }
+    if parts.len() == 1 {
+        parts.insert(0, default_namespace.to_string());
+    }
+    if parts.iter().any(String::is_empty) {
+        return Err(DataFusionError::Plan(format!("CALL: bad table name '{name}'")));
+    }
+    TableIdent::from_strs(&parts).map_err(|e| DataFusionError::Plan(format!("CALL: {e}")))
+}
+
+async fn rewrite_data_files(
+    state: &SessionState,
+    store: Arc<dyn MetadataStore>,
+    catalog: &str,
+    default_namespace: &str,
+    args: BTreeMap<String, Arg>,
+) -> Result<RecordBatch> {
+    const P: &str = "rewrite_data_files";
+    let Some(table) = text(P, &args, "table")? else {
+        return Err(DataFusionError::Plan(format!(
+            "CALL {P}: 'table' is required"
+        )));
+    };
+    let ident = table_ident(catalog, default_namespace, &table)?;
+    let sort_order = text(P, &args, "sort_order")?;
+    let strategy = match text(P, &args, "strategy")?.map(|s| s.to_ascii_lowercase()) {
+        None if sort_order.is_some() => RewriteStrategy::Sort(sort_order),
+        None => RewriteStrategy::BinPack,
+        Some(s) if s == "binpack" => {
+            if sort_order.is_some() {
+                return Err(DataFusionError::Plan(format!(
+                    "CALL {P}: sort_order needs strategy => 'sort'"
+                )));
+            }
+            RewriteStrategy::BinPack
+        }
+        Some(s) if s == "sort" => RewriteStrategy::Sort(sort_order),
+        Some(other) => {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {P}: strategy must be 'binpack' or 'sort', got '{other}'"
+            )))
+        }
+    };
+    let mut rewrite = RewriteDataFiles::new(store, ident).strategy(strategy);
+    match args.get("options") {
+        None => {}
+        Some(Arg::Map(options)) => {
+            for (k, v) in options {
+                rewrite = rewrite.option(k, v);
+            }
+        }
+        Some(Arg::Text(_)) => {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {P}: 'options' must be map('key', 'value', ..)"
+            )))
+        }
+    }
+    if let Some(filter) = text(P, &args, "where")? {
+        rewrite = rewrite.filter_sql(filter);
+    }
+    let r = rewrite.execute(state).await?;
+    let int = |n: u64, what: &str| {
+        i32::try_from(n).map_err(|_| {
+            DataFusionError::Execution(format!("CALL {P}: {what} ({n}) exceeds the INT column"))
+        })
+    };
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("rewritten_data_files_count", DataType::Int32, false),
+        Field::new("added_data_files_count", DataType::Int32, false),
+        Field::new("rewritten_bytes_count", DataType::Int64, false),
+        Field::new("failed_data_files_count", DataType::Int32, false),
+        Field::new("removed_delete_files_count", DataType::Int32, false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int32Array::from(vec![int(
+            r.rewritten_data_files_count,
+            "rewritten files",
+        )?])),
+        Arc::new(Int32Array::from(vec![int(
+            r.added_data_files_count,
+            "added files",
+        )?])),
+        Arc::new(Int64Array::from(vec![r.rewritten_bytes_count as i64])),
+        Arc::new(Int32Array::from(vec![int(
+            r.failed_data_files_count,
+            "failed files",
+        )?])),
+        Arc::new(Int32Array::from(vec![int(
+            r.removed_delete_files_count,
+            "removed delete files",
+        )?])),
+    ];
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_args(sql: &str) -> Result<BTreeMap<String, Arg>> {
+        let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).unwrap();
+        let Some(DFStatement::Statement(s)) = statements.pop_front() else {
+            panic!("not a statement")
+        };
+        let Statement::Call(f) = *s else {
+            panic!("not a CALL")
+        };
+        arguments(
+            "rewrite_data_files",
+            &["table", "strategy", "sort_order", "options", "where"],
+            &f.args,
+        )
+    }
+
+    #[test]
+    fn named_and_positional_arguments() {
+        let named = parse_args(
+            "CALL system.rewrite_data_files(table => 'ns.t', options => map('min-input-files', \
+             '2', 'rewrite-all', true), where => 'id > 5')",
+        )
+        .unwrap();
+        assert_eq!(named["table"], Arg::Text("ns.t".into()));
+        assert_eq!(named["where"], Arg::Text("id > 5".into()));
+        let Arg::Map(options) = &named["options"] else {
+            panic!("{named:?}")
+        };
+        assert_eq!(options["min-input-files"], "2");
+        assert_eq!(options["rewrite-all"], "true");
+        let positional =
+            parse_args("CALL cat.system.rewrite_data_files('ns.t', 'sort', 'id DESC')").unwrap();
+        assert_eq!(positional["strategy"], Arg::Text("sort".into()));
+        assert_eq!(positional["sort_order"], Arg::Text("id DESC".into()));
+        let err = |sql: &str| parse_args(sql).unwrap_err().to_string();
+        assert!(err("CALL system.rewrite_data_files(tabel => 't')").contains("no parameter 'tabel'"));
+        assert!(err("CALL system.rewrite_data_files(table => 't', 'binpack')")
+            .contains("positional argument follows"));
+        assert!(err("CALL system.rewrite_data_files(table => 't', table => 'u')")
+            .contains("given twice"));
+        assert!(err("CALL system.rewrite_data_files('t', 'a', 'b', map(), 'w', 'x')")
+            .contains("too many arguments"));
+        assert!(err("CALL system.rewrite_data_files(options => map('k'))")
+            .contains("map('key', 'value'"));
+        assert!(err("CALL system.rewrite_data_files(table => now())").contains("literal"));
+    }
+
+    #[test]
+    fn calls_are_recognised_and_names_resolved() {
+        assert!(is_call("  call system.x()"));
+        assert!(is_call("CALL\nsystem.x()"));
+        assert!(!is_call("CALLED"));
+        assert!(!is_call("SELECT 1"));
+        let id = table_ident("cat", "default", "cat.ns.t").unwrap();
+        assert_eq!(id, TableIdent::from_strs(["ns", "t"]).unwrap());
+        let id = table_ident("cat", "default", "t").unwrap();
+        assert_eq!(id, TableIdent::from_strs(["default", "t"]).unwrap());
+        assert!(table_ident("cat", "default", "ns..t").is_err());
+    }
+}

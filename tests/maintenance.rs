@@ -1,0 +1,356 @@
+//! Table maintenance: `rewrite_data_files` from SQL (`CALL system.rewrite_data_files(..)`) and
+//! from Rust, checked against the rows before, the snapshot it commits, and commits made while
+//! it runs.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use common::{files_under, rows, session, sql};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::error::Result;
+use iceberg::spec::Operation;
+use iceberg::table::Table;
+use iceberg::TableIdent;
+use iceberg_exec::maintenance::{RewriteDataFiles, RewriteStrategy};
+use iceberg_exec::{IcebergSession, MetadataStore};
+
+/// Runs a statement through the session's own entry point (where `CALL` lives).
+async fn call(s: &IcebergSession, statement: &str) -> Result<Vec<RecordBatch>> {
+    s.sql(statement).await?.collect().await
+}
+
+async fn table(s: &IcebergSession, name: &str) -> Table {
+    let ident = TableIdent::from_strs(["ns", name]).unwrap();
+    s.catalog().load_table(&ident).await.unwrap()
+}
+
+fn summary(t: &Table) -> HashMap<String, String> {
+    t.metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties
+        .clone()
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// A table of `inserts` small files (10 rows each), in merge-on-read mode.
+async fn small_files(s: &IcebergSession, name: &str, inserts: i64, props: &str) {
+    sql(s, "CREATE SCHEMA IF NOT EXISTS ns").await.unwrap();
+    sql(
+        s,
+        &format!(
+            "CREATE EXTERNAL TABLE ns.{name} (id BIGINT NOT NULL, part INT NOT NULL, v VARCHAR) \
+             STORED AS ICEBERG LOCATION '' OPTIONS ('write.delete.mode' 'merge-on-read', \
+             'write.update.mode' 'merge-on-read'{props})"
+        ),
+    )
+    .await
+    .unwrap();
+    for i in 0..inserts {
+        let values: Vec<String> = (0..10)
+            .map(|j| {
+                let id = i * 10 + j;
+                format!("({id}, {}, 'v{id}')", id % 3)
+            })
+            .collect();
+        sql(
+            s,
+            &format!("INSERT INTO ns.{name} VALUES {}", values.join(", ")),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+fn store(s: &IcebergSession) -> Arc<dyn MetadataStore> {
+    s.catalog().clone()
+}
+
+#[tokio::test]
+async fn call_bin_packs_small_files_and_applies_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 8, "").await;
+    sql(&s, "DELETE FROM ns.t WHERE id % 7 = 0").await.unwrap();
+    sql(&s, "UPDATE ns.t SET v = 'changed' WHERE id % 5 = 0")
+        .await
+        .unwrap();
+    let before = sorted(rows(&s, "SELECT id, part, v FROM ns.t").await);
+    let t = table(&s, "t").await;
+    let files_before = summary(&t)["total-data-files"].parse::<u64>().unwrap();
+    let bytes_before = summary(&t)["total-files-size"].parse::<u64>().unwrap();
+    let data_bytes_before = data_bytes(&t).await;
+    let delete_files_before = summary(&t)["total-delete-files"].clone();
+    assert_ne!(delete_files_before, "0");
+    let base_seq = t.metadata().current_snapshot().unwrap().sequence_number();
+
+    let out = common::render(
+        &call(
+            &s,
+            "CALL system.rewrite_data_files(table => 'ns.t', options => map('min-input-files', '2'))",
+        )
+        .await
+        .unwrap(),
+    );
+    let t = table(&s, "t").await;
+    let snap = t.metadata().current_snapshot().unwrap();
+    assert_eq!(snap.summary().operation, Operation::Replace);
+    let after = summary(&t);
+    // Every file was small: all were rewritten into one, and every delete file went with them.
+    assert_eq!(after["total-data-files"], "1", "{after:?}");
+    assert_eq!(after["total-delete-files"], "0", "{after:?}");
+    let written = after["total-files-size"].parse::<u64>().unwrap();
+    assert_eq!(
+        out,
+        [format!("{files_before}|1|{data_bytes_before}|0|{delete_files_before}")]
+    );
+    assert!(written < bytes_before);
+    assert_eq!(
+        sorted(rows(&s, "SELECT id, part, v FROM ns.t").await),
+        before
+    );
+    // The new file keeps the data sequence number of the snapshot the rewrite read.
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].data_seq, base_seq);
+    assert!(files[0].position_deletes.is_empty());
+
+    // Nothing left to do: a second call rewrites nothing and commits nothing.
+    let out = common::render(
+        &call(
+            &s,
+            "CALL system.rewrite_data_files('ns.t', 'binpack', NULL, map('min-input-files', '2'))",
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}")),
+    );
+    assert_eq!(out, ["0|0|0|0|0"]);
+    assert_eq!(
+        table(&s, "t").await.metadata().current_snapshot_id(),
+        Some(snapshot.snapshot_id())
+    );
+}
+
+/// Bytes of the table's data files.
+async fn data_bytes(t: &Table) -> u64 {
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    iceberg_exec::scan::plan_files(t, &snapshot)
+        .await
+        .unwrap()
+        .iter()
+        .map(|f| f.size)
+        .sum()
+}
+
+#[tokio::test]
+async fn a_delete_committed_meanwhile_fails_the_rewrite_and_an_append_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 6, "").await;
+    sql(&s, "DELETE FROM ns.t WHERE id = 3").await.unwrap();
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let state = s.context().state();
+
+    // A merge-on-read DELETE of rows in files the rewrite read: the rewrite must not commit
+    // (it would bring the deleted rows back), and leaves nothing behind.
+    let planned = RewriteDataFiles::new(store(&s), ident.clone())
+        .option("min-input-files", "2")
+        .plan(&state)
+        .await
+        .unwrap();
+    assert_eq!(planned.file_count(), 6);
+    sql(&s, "DELETE FROM ns.t WHERE id IN (11, 12)").await.unwrap();
+    let after_delete = sorted(rows(&s, "SELECT id, v FROM ns.t").await);
+    let snapshot = table(&s, "t").await.metadata().current_snapshot_id();
+    let files = files_under(dir.path());
+    let err = planned.execute(&state).await.unwrap_err().to_string();
+    assert!(err.contains("commit conflict"), "{err}");
+    assert!(err.contains("did not commit"), "{err}");
+    assert_eq!(table(&s, "t").await.metadata().current_snapshot_id(), snapshot);
+    assert_eq!(files_under(dir.path()), files, "the rewrite's files were removed");
+    assert_eq!(sorted(rows(&s, "SELECT id, v FROM ns.t").await), after_delete);
+
+    // An append meanwhile does not conflict: its file stays as it is, next to the new one.
+    let planned = RewriteDataFiles::new(store(&s), ident.clone())
+        .option("min-input-files", "2")
+        .plan(&state)
+        .await
+        .unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (1000, 1, 'late')")
+        .await
+        .unwrap();
+    let expected = sorted(rows(&s, "SELECT id, v FROM ns.t").await);
+    let result = planned.execute(&state).await.unwrap();
+    assert_eq!(result.rewritten_data_files_count, 6);
+    assert_eq!(result.added_data_files_count, 1);
+    assert_eq!(result.rewritten_rows_count, 57);
+    let t = table(&s, "t").await;
+    assert_eq!(summary(&t)["total-data-files"], "2");
+    assert_eq!(summary(&t)["total-delete-files"], "0");
+    assert_eq!(sorted(rows(&s, "SELECT id, v FROM ns.t").await), expected);
+}
+
+#[tokio::test]
+async fn bad_calls_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 3, "").await;
+    let snapshot = table(&s, "t").await.metadata().current_snapshot_id();
+    let files = files_under(dir.path());
+    for (statement, message) in [
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', options => map('min-input-file', '2'))",
+            "no option 'min-input-file'",
+        ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.nope')",
+            "nope",
+        ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', where => 'nope > 1')",
+            "bad where 'nope > 1'",
+        ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', where => 'id + 1')",
+            "must be boolean",
+        ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', strategy => 'zorder')",
+            "'binpack' or 'sort'",
+        ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', strategy => 'sort')",
+            "has no sort order",
+        ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', strategy => 'sort', sort_order => 'nope')",
+            "no column 'nope'",
+        ),
+        ("CALL system.rewrite_data_files()", "'table' is required"),
+        ("CALL system.expire_everything(table => 'ns.t')", "no procedure"),
+        ("CALL other.rewrite_data_files(table => 'ns.t')", "unknown procedure"),
+    ] {
+        let err = call(&s, statement).await.unwrap_err().to_string();
+        assert!(err.contains(message), "{statement}: {err}");
+        assert!(!err.trim().contains('\n'), "{statement}: one line: {err}");
+    }
+    assert_eq!(table(&s, "t").await.metadata().current_snapshot_id(), snapshot);
+    assert_eq!(files_under(dir.path()), files);
+}
+
+#[tokio::test]
+async fn sort_strategy_where_filter_and_partial_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.p (id BIGINT NOT NULL, part INT NOT NULL, v VARCHAR) \
+         STORED AS ICEBERG LOCATION '' PARTITIONED BY (part)",
+    )
+    .await
+    .unwrap();
+    for i in 0..4 {
+        let values: Vec<String> = (0..30)
+            .map(|j| {
+                let id = i * 30 + j;
+                format!("({id}, {}, 'v{id}')", id % 3)
+            })
+            .collect();
+        sql(&s, &format!("INSERT INTO ns.p VALUES {}", values.join(", ")))
+            .await
+            .unwrap();
+    }
+    let before = sorted(rows(&s, "SELECT id, part, v FROM ns.p").await);
+    // Only partition 1 (the filter prunes the others by partition value), sorted by id
+    // descending.
+    let out = common::render(
+        &call(
+            &s,
+            "CALL system.rewrite_data_files(table => 'ns.p', strategy => 'sort', \
+             sort_order => 'id DESC NULLS LAST', where => 'part = 1', \
+             options => map('min-input-files', '2'))",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(out[0].starts_with("4|1|"), "{out:?}");
+    let t = table(&s, "p").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap();
+    assert_eq!(files.len(), 9);
+    let new: Vec<_> = files
+        .iter()
+        .filter(|f| f.data_seq == snapshot.sequence_number() - 1 && f.record_count == 40)
+        .collect();
+    assert_eq!(new.len(), 1, "{files:?}");
+    let ids = read_ids(&new[0].path);
+    let mut want: Vec<i64> = (0..120).filter(|i| i % 3 == 1).collect();
+    want.reverse();
+    assert_eq!(ids, want);
+    assert_eq!(sorted(rows(&s, "SELECT id, part, v FROM ns.p").await), before);
+
+    // The rest with partial progress: one commit per partition's group.
+    let snapshots = t.metadata().snapshots().count();
+    let out = common::render(
+        &call(
+            &s,
+            "CALL system.rewrite_data_files(table => 'ns.p', options => map('min-input-files', \
+             '2', 'partial-progress.enabled', 'true', 'partial-progress.max-commits', '5'))",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(out[0].starts_with("8|2|"), "{out:?}");
+    let t = table(&s, "p").await;
+    assert_eq!(t.metadata().snapshots().count(), snapshots + 2);
+    assert_eq!(summary(&t)["total-data-files"], "3");
+    assert_eq!(sorted(rows(&s, "SELECT id, part, v FROM ns.p").await), before);
+}
+
+fn read_ids(path: &str) -> Vec<i64> {
+    use datafusion::arrow::array::{AsArray, Int64Array};
+    let path = path.strip_prefix("file://").unwrap_or(path);
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = vec![];
+    for b in reader {
+        let b = b.unwrap();
+        let ids: &Int64Array = b.column_by_name("id").unwrap().as_primitive();
+        out.extend(ids.values().iter().copied());
+    }
+    out
+}
+
+#[tokio::test]
+async fn rust_builder_with_a_filter_expression() {
+    use datafusion::prelude::{col, lit};
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 4, "").await;
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    // Files whose ids are all below 20 (the first two inserts), by column bounds.
+    let result = RewriteDataFiles::new(store(&s), ident)
+        .filter(col("id").lt(lit(20i64)))
+        .strategy(RewriteStrategy::BinPack)
+        .option("min-input-files", "2")
+        .execute(&s.context().state())
+        .await
+        .unwrap();
+    assert_eq!(result.rewritten_data_files_count, 2);
+    assert_eq!(result.added_data_files_count, 1);
+    assert_eq!(result.rewritten_rows_count, 20);
+    assert_eq!(summary(&table(&s, "t").await)["total-data-files"], "3");
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["40"]);
+}
