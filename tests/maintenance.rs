@@ -109,7 +109,9 @@ async fn call_bin_packs_small_files_and_applies_deletes() {
     let written = after["total-files-size"].parse::<u64>().unwrap();
     assert_eq!(
         out,
-        [format!("{files_before}|1|{data_bytes_before}|0|{delete_files_before}")]
+        [format!(
+            "{files_before}|1|{data_bytes_before}|0|{delete_files_before}"
+        )]
     );
     assert!(written < bytes_before);
     assert_eq!(
@@ -167,16 +169,28 @@ async fn a_delete_committed_meanwhile_fails_the_rewrite_and_an_append_does_not()
         .await
         .unwrap();
     assert_eq!(planned.file_count(), 6);
-    sql(&s, "DELETE FROM ns.t WHERE id IN (11, 12)").await.unwrap();
+    sql(&s, "DELETE FROM ns.t WHERE id IN (11, 12)")
+        .await
+        .unwrap();
     let after_delete = sorted(rows(&s, "SELECT id, v FROM ns.t").await);
     let snapshot = table(&s, "t").await.metadata().current_snapshot_id();
     let files = files_under(dir.path());
     let err = planned.execute(&state).await.unwrap_err().to_string();
     assert!(err.contains("commit conflict"), "{err}");
     assert!(err.contains("did not commit"), "{err}");
-    assert_eq!(table(&s, "t").await.metadata().current_snapshot_id(), snapshot);
-    assert_eq!(files_under(dir.path()), files, "the rewrite's files were removed");
-    assert_eq!(sorted(rows(&s, "SELECT id, v FROM ns.t").await), after_delete);
+    assert_eq!(
+        table(&s, "t").await.metadata().current_snapshot_id(),
+        snapshot
+    );
+    assert_eq!(
+        files_under(dir.path()),
+        files,
+        "the rewrite's files were removed"
+    );
+    assert_eq!(
+        sorted(rows(&s, "SELECT id, v FROM ns.t").await),
+        after_delete
+    );
 
     // An append meanwhile does not conflict: its file stays as it is, next to the new one.
     let planned = RewriteDataFiles::new(store(&s), ident.clone())
@@ -242,7 +256,10 @@ async fn bad_calls_are_refused_and_change_nothing() {
         assert!(err.contains(message), "{statement}: {err}");
         assert!(!err.trim().contains('\n'), "{statement}: one line: {err}");
     }
-    assert_eq!(table(&s, "t").await.metadata().current_snapshot_id(), snapshot);
+    assert_eq!(
+        table(&s, "t").await.metadata().current_snapshot_id(),
+        snapshot
+    );
     assert_eq!(files_under(dir.path()), files);
 }
 
@@ -265,9 +282,12 @@ async fn sort_strategy_where_filter_and_partial_progress() {
                 format!("({id}, {}, 'v{id}')", id % 3)
             })
             .collect();
-        sql(&s, &format!("INSERT INTO ns.p VALUES {}", values.join(", ")))
-            .await
-            .unwrap();
+        sql(
+            &s,
+            &format!("INSERT INTO ns.p VALUES {}", values.join(", ")),
+        )
+        .await
+        .unwrap();
     }
     let before = sorted(rows(&s, "SELECT id, part, v FROM ns.p").await);
     // Only partition 1 (the filter prunes the others by partition value), sorted by id
@@ -296,7 +316,10 @@ async fn sort_strategy_where_filter_and_partial_progress() {
     let mut want: Vec<i64> = (0..120).filter(|i| i % 3 == 1).collect();
     want.reverse();
     assert_eq!(ids, want);
-    assert_eq!(sorted(rows(&s, "SELECT id, part, v FROM ns.p").await), before);
+    assert_eq!(
+        sorted(rows(&s, "SELECT id, part, v FROM ns.p").await),
+        before
+    );
 
     // The rest with partial progress: one commit per partition's group.
     let snapshots = t.metadata().snapshots().count();
@@ -313,7 +336,10 @@ async fn sort_strategy_where_filter_and_partial_progress() {
     let t = table(&s, "p").await;
     assert_eq!(t.metadata().snapshots().count(), snapshots + 2);
     assert_eq!(summary(&t)["total-data-files"], "3");
-    assert_eq!(sorted(rows(&s, "SELECT id, part, v FROM ns.p").await), before);
+    assert_eq!(
+        sorted(rows(&s, "SELECT id, part, v FROM ns.p").await),
+        before
+    );
 }
 
 fn read_ids(path: &str) -> Vec<i64> {

@@ -631,6 +631,90 @@ impl Harness {
         );
     }
 
+    /// Runs `rewrite_data_files` with `options` (`'k', 'v', ..`) in SQL and brings the oracle up
+    /// to date: same live rows, the rewritten files replaced by new ones at the data sequence
+    /// number of the snapshot the rewrite read.
+    async fn compact(&mut self, context: &str, options: &str) {
+        let table = self.table().await;
+        let Some(base) = table.metadata().current_snapshot().cloned() else {
+            return;
+        };
+        let out = self
+            .session
+            .sql(&format!(
+                "CALL system.rewrite_data_files(table => 'ns.t', options => map({options}))"
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("{context}: {e}"))
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{context}: {e}"));
+        let out = render(&out);
+        let rewritten: usize = out[0].split('|').next().unwrap().parse().unwrap();
+        self.resync_after_compaction(context, base.sequence_number(), rewritten > 0)
+            .await;
+    }
+
+    /// Brings the oracle up to date after a compaction of the table as of a snapshot with
+    /// sequence number `base_seq`.
+    async fn resync_after_compaction(&mut self, context: &str, base_seq: i64, committed: bool) {
+        let before = sorted(self.oracle.live().iter().map(line).collect());
+        let table = self.table().await;
+        let snapshot = table.metadata().current_snapshot().unwrap().clone();
+        if committed {
+            assert_eq!(
+                snapshot.summary().operation,
+                Operation::Replace,
+                "{context}"
+            );
+        }
+        let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+            .await
+            .unwrap();
+        let live: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        self.oracle.files.retain(|f| live.contains(f.path.as_str()));
+        let known: HashSet<String> = self.oracle.files.iter().map(|f| f.path.clone()).collect();
+        for f in files.iter().filter(|f| !known.contains(&f.path)) {
+            assert_eq!(f.data_seq, base_seq, "{context}: {}", f.path);
+            // No delete of the table applies to a rewritten file.
+            assert!(f.position_deletes.is_empty(), "{context}: {}", f.path);
+            let rows = read_rows(&f.path);
+            if self.partitioned {
+                assert!(rows.iter().all(|r| r.2 == rows[0].2), "{context}");
+            }
+            self.oracle.files.push(DataFile {
+                path: f.path.clone(),
+                seq: base_seq,
+                part: rows.first().map_or(0, |r| r.2),
+                rows,
+            });
+        }
+        assert_eq!(
+            sorted(self.oracle.live().iter().map(line).collect()),
+            before,
+            "{context}: the compaction changed rows"
+        );
+    }
+
+    /// Delete files in the table, and those of them that apply to some data file.
+    async fn delete_files(&self) -> (usize, usize) {
+        let table = self.table().await;
+        let snapshot = table.metadata().current_snapshot().unwrap();
+        let total = snapshot.summary().additional_properties["total-delete-files"]
+            .parse()
+            .unwrap();
+        let scan = iceberg_exec::scan::plan_files_pruned(
+            &table,
+            &iceberg_exec::LocationMap::default(),
+            snapshot,
+            &iceberg_exec::scan::FileFilter::default(),
+            u64::MAX,
+        )
+        .await
+        .unwrap();
+        (total, scan.delete_file_count())
+    }
+
     /// Checks the whole table, a projection without the key columns, a filter and count(*).
     async fn check(&self, context: &str) {
         let expected: Vec<Row> = self.oracle.live();
@@ -851,7 +935,30 @@ async fn random_history_of(seed: u64, partitioned: bool, history: History, limit
             _ => h.delete_keys(&mut rng, true, 6, 2).await,
         }
         h.check(&context).await;
+        if step == 3 {
+            // A compaction halfway, with options drawn from a generator of its own.
+            let mut options = StdRng::seed_from_u64(seed + 1000);
+            let options = [
+                "'min-input-files', '2'",
+                "'rewrite-all', 'true'",
+                "'delete-file-threshold', '1', 'target-file-size-bytes', '4000'",
+                "'delete-ratio-threshold', '0.05', 'partial-progress.enabled', 'true', \
+                 'max-concurrent-file-group-rewrites', '1'",
+            ][options.random_range(0..4)];
+            h.compact(&format!("{context}: compaction ({options})"), options)
+                .await;
+            h.check(&format!("{context}: compacted")).await;
+        }
     }
+    // Everything compacted: no delete is left, and the rows are the same.
+    let context = format!("seed {seed} partitioned {partitioned} {history:?}: full compaction");
+    let (total, applying) = h.delete_files().await;
+    h.compact(&context, "'rewrite-all', 'true'").await;
+    // Every delete file that applied went with its data files. (One that applied to nothing
+    // stays: e.g. on an upgraded table a v2 position delete file of a data file that also has a
+    // deletion vector, which readers then ignore, as the spec says.)
+    assert_eq!(h.delete_files().await, (total - applying, 0), "{context}");
+    h.check(&context).await;
 }
 
 #[tokio::test]
@@ -1119,4 +1226,82 @@ async fn position_delete_anti_join_spills_under_a_small_pool() {
     .await
     .unwrap();
     h.check("bitmap route under 4 MiB").await;
+}
+
+#[tokio::test]
+async fn equality_deletes_committed_during_a_compaction_still_apply() {
+    use iceberg_exec::maintenance::RewriteDataFiles;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(dir.path(), true, None).await;
+    let mut rng = StdRng::seed_from_u64(77);
+    h.append(&mut rng, 300, 40).await;
+    h.append(&mut rng, 300, 40).await;
+    h.delete_positions(&mut rng, 0.2).await;
+    h.delete_keys(&mut rng, false, 4, 3).await;
+    h.check("before").await;
+    let state = h.session.context().state();
+    let store: Arc<dyn MetadataStore> = h.session.catalog().clone();
+
+    // The rewrite reads the table; equality deletes land before it commits. Its files keep the
+    // data sequence number of the snapshot it read, so those deletes still apply to them.
+    let base_seq = h
+        .table()
+        .await
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .sequence_number();
+    let planned = RewriteDataFiles::new(Arc::clone(&store), h.ident.clone())
+        .option("rewrite-all", "true")
+        .plan(&state)
+        .await
+        .unwrap();
+    let live_before = h.oracle.live().len();
+    h.delete_keys(&mut rng, true, 6, 2).await;
+    h.delete_keys(&mut rng, false, 4, 0).await;
+    assert!(h.oracle.live().len() < live_before, "the deletes hit rows");
+    let result = planned.execute(&state).await.unwrap();
+    assert!(result.rewritten_data_files_count > 0);
+    h.resync_after_compaction("compacted", base_seq, true).await;
+    h.check("equality deletes from during the compaction").await;
+    // Both kept: they apply to the new files.
+    let t = h.table().await;
+    let summary = &t
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .summary()
+        .additional_properties;
+    assert_eq!(
+        summary["total-equality-deletes"] != "0",
+        true,
+        "{summary:?}"
+    );
+
+    // Without the starting sequence number the new files would be newer than such deletes:
+    // the rewrite must fail instead, and change nothing.
+    let planned = RewriteDataFiles::new(Arc::clone(&store), h.ident.clone())
+        .option("rewrite-all", "true")
+        .option("use-starting-sequence-number", "false")
+        .plan(&state)
+        .await
+        .unwrap();
+    h.delete_keys(&mut rng, false, 4, 1).await;
+    let snapshot = h.table().await.metadata().current_snapshot_id();
+    let err = planned.execute(&state).await.unwrap_err().to_string();
+    assert!(err.contains("commit conflict"), "{err}");
+    assert_eq!(h.table().await.metadata().current_snapshot_id(), snapshot);
+    h.check("after the refused compaction").await;
+
+    // Position deletes for the files it read conflict too.
+    let planned = RewriteDataFiles::new(Arc::clone(&store), h.ident.clone())
+        .option("rewrite-all", "true")
+        .plan(&state)
+        .await
+        .unwrap();
+    h.delete_positions(&mut rng, 0.3).await;
+    let err = planned.execute(&state).await.unwrap_err().to_string();
+    assert!(err.contains("commit conflict"), "{err}");
+    h.check("after a second refused compaction").await;
+    assert_eq!(h.session.memory_pool().reserved(), 0);
 }

@@ -84,11 +84,9 @@ pub async fn call(
     let args = arguments(&procedure, params, &function.args)?;
     let default_namespace = state.config().options().catalog.default_schema.clone();
     match procedure.as_str() {
-        "rewrite_data_files" => {
-            rewrite_data_files(state, store, catalog, &default_namespace, args)
-                .await
-                .map(Some)
-        }
+        "rewrite_data_files" => rewrite_data_files(state, store, catalog, &default_namespace, args)
+            .await
+            .map(Some),
         _ => unreachable!("checked above"),
     }
 }
@@ -154,7 +152,10 @@ fn arguments(
         if matches!(expr, SqlExpr::Value(v) if v.value == Value::Null) {
             continue;
         }
-        if out.insert(name.clone(), value_of(procedure, &name, expr)?).is_some() {
+        if out
+            .insert(name.clone(), value_of(procedure, &name, expr)?)
+            .is_some()
+        {
             return Err(DataFusionError::Plan(format!(
                 "CALL {procedure}: '{name}' is given twice"
             )));
@@ -233,7 +234,9 @@ fn table_ident(catalog: &str, default_namespace: &str, name: &str) -> Result<Tab
         parts.insert(0, default_namespace.to_string());
     }
     if parts.iter().any(String::is_empty) {
-        return Err(DataFusionError::Plan(format!("CALL: bad table name '{name}'")));
+        return Err(DataFusionError::Plan(format!(
+            "CALL: bad table name '{name}'"
+        )));
     }
     TableIdent::from_strs(&parts).map_err(|e| DataFusionError::Plan(format!("CALL: {e}")))
 }
@@ -361,13 +364,21 @@ mod tests {
         assert_eq!(positional["strategy"], Arg::Text("sort".into()));
         assert_eq!(positional["sort_order"], Arg::Text("id DESC".into()));
         let err = |sql: &str| parse_args(sql).unwrap_err().to_string();
-        assert!(err("CALL system.rewrite_data_files(tabel => 't')").contains("no parameter 'tabel'"));
-        assert!(err("CALL system.rewrite_data_files(table => 't', 'binpack')")
-            .contains("positional argument follows"));
-        assert!(err("CALL system.rewrite_data_files(table => 't', table => 'u')")
-            .contains("given twice"));
-        assert!(err("CALL system.rewrite_data_files('t', 'a', 'b', map(), 'w', 'x')")
-            .contains("too many arguments"));
+        assert!(
+            err("CALL system.rewrite_data_files(tabel => 't')").contains("no parameter 'tabel'")
+        );
+        assert!(
+            err("CALL system.rewrite_data_files(table => 't', 'binpack')")
+                .contains("positional argument follows")
+        );
+        assert!(
+            err("CALL system.rewrite_data_files(table => 't', table => 'u')")
+                .contains("given twice")
+        );
+        assert!(
+            err("CALL system.rewrite_data_files('t', 'a', 'b', map(), 'w', 'x')")
+                .contains("too many arguments")
+        );
         assert!(err("CALL system.rewrite_data_files(options => map('k'))")
             .contains("map('key', 'value'"));
         assert!(err("CALL system.rewrite_data_files(table => now())").contains("literal"));

@@ -131,7 +131,12 @@ impl RewriteOptions {
         let get = |key: &str| given.get(key).map(String::as_str);
         let target_file_size: u64 = match get("target-file-size-bytes") {
             Some(v) => positive("target-file-size-bytes", v)?,
-            None => metadata.table_properties().df()?.write_target_file_size_bytes as u64,
+            None => {
+                metadata
+                    .table_properties()
+                    .df()?
+                    .write_target_file_size_bytes as u64
+            }
         };
         let min_file_size = match get("min-file-size-bytes") {
             Some(v) => number("min-file-size-bytes", v)?,
@@ -254,7 +259,10 @@ mod tests {
         assert_eq!(o.delete_file_threshold, usize::MAX);
         assert!(o.use_starting_sequence_number && !o.partial_progress && !o.rewrite_all);
         let o = parse(&[("target-file-size-bytes", "100"), ("min-input-files", "2")]).unwrap();
-        assert_eq!((o.min_file_size, o.max_file_size, o.min_input_files), (75, 180, 2));
+        assert_eq!(
+            (o.min_file_size, o.max_file_size, o.min_input_files),
+            (75, 180, 2)
+        );
     }
 
     #[test]

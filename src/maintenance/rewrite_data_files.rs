@@ -318,13 +318,8 @@ fn choose_groups(options: &RewriteOptions, scan: &ScanFiles) -> Vec<FileGroup> {
         // Next-fit packing by bytes; a file larger than a group goes alone.
         let mut current = FileGroup { files: vec![] };
         for f in files {
-            if !current.files.is_empty()
-                && current.bytes() + f.size > options.max_file_group_size
-            {
-                groups.push(std::mem::replace(
-                    &mut current,
-                    FileGroup { files: vec![] },
-                ));
+            if !current.files.is_empty() && current.bytes() + f.size > options.max_file_group_size {
+                groups.push(std::mem::replace(&mut current, FileGroup { files: vec![] }));
             }
             current.files.push(f);
         }
@@ -503,7 +498,9 @@ impl PlannedRewrite {
         let removed: Vec<&PlannedFile> = rewritten.files.iter().flat_map(|g| &g.files).collect();
         // Which delete files apply to no file left is decided on the table as it is now
         // (earlier commits of this rewrite removed files too).
-        let table = Arc::clone(&self.store).load(self.table.identifier()).await?;
+        let table = Arc::clone(&self.store)
+            .load(self.table.identifier())
+            .await?;
         let threshold = IcebergOptions::from_config(state.config_options()).planning_threshold;
         let (removed_files, removed_vectors, delete_files_removed) = match removed_with_deletes(
             &table,
