@@ -225,6 +225,26 @@ async fn row_ids_survive_updates_and_deletes_in_both_modes() {
     );
     assert_eq!(lineage(&s).await, oracle);
 
+    // Compaction moves every row into new files, deletes applied: ids and sequence numbers
+    // stay as they are.
+    let next = next_row_id(&s).await;
+    run(
+        &s,
+        "CALL system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))",
+    )
+    .await;
+    let t = s
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let summary = &t.metadata().current_snapshot().unwrap().summary();
+    assert_eq!(summary.operation, iceberg::spec::Operation::Replace);
+    assert_eq!(summary.additional_properties["total-delete-files"], "0");
+    assert_eq!(lineage(&s).await, oracle);
+    // The new files took a range of ids (the spec's rule for added files) that no row uses.
+    assert!(next_row_id(&s).await > next);
+
     // New rows: ids no row had, from the table's next row id on.
     let next = next_row_id(&s).await;
     run(&s, "INSERT INTO ns.t VALUES (5000, 'new'), (5001, 'new')").await;
@@ -253,6 +273,15 @@ async fn row_ids_survive_updates_and_deletes_in_both_modes() {
 
 #[tokio::test]
 async fn an_upgraded_table_has_row_ids_from_its_first_v3_commit() {
+    upgraded_table(false).await;
+}
+
+#[tokio::test]
+async fn an_upgraded_table_compacted_gives_its_rows_ids() {
+    upgraded_table(true).await;
+}
+
+async fn upgraded_table(compact_first: bool) {
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
     sql(&s, "CREATE SCHEMA ns").await.unwrap();
@@ -288,6 +317,21 @@ async fn an_upgraded_table_has_row_ids_from_its_first_v3_commit() {
     assert!(before
         .values()
         .all(|r| r.row_id.is_none() && r.seq.is_none()));
+    if compact_first {
+        // A compaction is the first v3 commit: the rows it moves take ids from its new file's
+        // range, and the sequence number of the snapshot it read.
+        run(
+            &s,
+            "CALL system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))",
+        )
+        .await;
+        let after = lineage(&s).await;
+        assert_ids_unique(&after);
+        let all: HashSet<i64> = after.values().filter_map(|r| r.row_id).collect();
+        assert_eq!(all, (0..100).collect::<HashSet<_>>());
+        assert!(after.values().all(|r| r.seq == Some(1)));
+        return;
+    }
     // The first v3 commit gives the existing file its range.
     run(&s, "INSERT INTO ns.t VALUES (1000, 'b')").await;
     let after = lineage(&s).await;
