@@ -1272,11 +1272,7 @@ async fn equality_deletes_committed_during_a_compaction_still_apply() {
         .unwrap()
         .summary()
         .additional_properties;
-    assert_eq!(
-        summary["total-equality-deletes"] != "0",
-        true,
-        "{summary:?}"
-    );
+    assert_ne!(summary["total-equality-deletes"], "0", "{summary:?}");
 
     // Without the starting sequence number the new files would be newer than such deletes:
     // the rewrite must fail instead, and change nothing.

@@ -29,7 +29,7 @@ pub(crate) fn register_store(
 }
 
 /// Whether `sql` is a statement [`crate::IcebergSession::sql`] runs itself rather than handing
-/// to DataFusion (`ALTER TABLE ... SET|UNSET TBLPROPERTIES`).
+/// to DataFusion (`ALTER TABLE ... SET|UNSET TBLPROPERTIES`, `CALL system.<procedure>(..)`).
 pub fn is_session_statement(sql: &str) -> bool {
-    alter::parse(sql).is_some()
+    alter::parse(sql).is_some() || crate::maintenance::is_call(sql)
 }
