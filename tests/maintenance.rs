@@ -380,3 +380,233 @@ async fn rust_builder_with_a_filter_expression() {
     assert_eq!(summary(&table(&s, "t").await)["total-data-files"], "3");
     assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["40"]);
 }
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Files of the table on disk, relative to the warehouse.
+fn table_files(dir: &std::path::Path, sub: &str) -> Vec<String> {
+    files_under(dir)
+        .into_iter()
+        .filter(|f| f.starts_with(sub))
+        .collect()
+}
+
+/// Every file the table's snapshots reach (manifest lists, manifests, live data and delete
+/// files), each checked to exist.
+async fn assert_reachable_files_exist(s: &IcebergSession, name: &str) -> usize {
+    let t = table(s, name).await;
+    let mut n = 0;
+    for snapshot in t.metadata().snapshots() {
+        let list = t.manifest_list_reader(snapshot).load().await.unwrap();
+        let local = |p: &str| p.strip_prefix("file://").unwrap_or(p).to_string();
+        assert!(std::path::Path::new(&local(snapshot.manifest_list())).exists());
+        for m in list.entries() {
+            assert!(std::path::Path::new(&local(&m.manifest_path)).exists());
+            for e in m.load_manifest(t.file_io()).await.unwrap().entries() {
+                if e.is_alive() {
+                    assert!(
+                        std::path::Path::new(&local(e.file_path())).exists(),
+                        "{} is gone",
+                        e.file_path()
+                    );
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn expire_snapshots_deletes_what_only_expired_snapshots_reach() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 3, "").await;
+    sql(&s, "DELETE FROM ns.t WHERE id % 4 = 0").await.unwrap();
+    call(
+        &s,
+        "CALL system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))",
+    )
+    .await
+    .unwrap();
+    sql(&s, "INSERT INTO ns.t VALUES (500, 1, 'last')")
+        .await
+        .unwrap();
+    let rows_before = sorted(rows(&s, "SELECT id, v FROM ns.t").await);
+    let t = table(&s, "t").await;
+    let mut snapshots: Vec<_> = t.metadata().snapshots().cloned().collect();
+    snapshots.sort_by_key(|s| s.sequence_number());
+    assert_eq!(snapshots.len(), 6);
+    let data_before = table_files(dir.path(), "ns/t/data");
+
+    // Asking to expire the current snapshot is refused, and changes nothing.
+    let current = t.metadata().current_snapshot_id().unwrap();
+    let err = call(
+        &s,
+        &format!("CALL system.expire_snapshots(table => 'ns.t', snapshot_ids => array({current}))"),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("head of a branch"), "{err}");
+    assert_eq!(table(&s, "t").await.metadata().snapshots().count(), 6);
+
+    // Nothing is old enough by default (5 days).
+    let out = common::render(
+        &call(&s, "CALL system.expire_snapshots(table => 'ns.t')")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(out, ["0|0|0|0|0|0"]);
+
+    // Keep the last two: the compaction and the insert after it.
+    let out = common::render(
+        &call(
+            &s,
+            &format!(
+                "CALL system.expire_snapshots(table => 'ns.t', older_than => {}, retain_last => 2)",
+                now_ms() + 1000
+            ),
+        )
+        .await
+        .unwrap(),
+    );
+    // The three inserts' files and their delete files (one per data file) went: the compaction
+    // replaced them. Four manifest lists; the manifests only they listed.
+    let fields: Vec<u64> = out[0].split('|').map(|v| v.parse().unwrap()).collect();
+    assert_eq!(fields[..3], [3, 3, 0], "{out:?}");
+    assert!(fields[3] >= 3, "{out:?}");
+    assert_eq!(fields[4], 4, "{out:?}");
+    let t = table(&s, "t").await;
+    let left: Vec<i64> = {
+        let mut v: Vec<i64> = t.metadata().snapshots().map(|s| s.snapshot_id()).collect();
+        v.sort();
+        v
+    };
+    let mut want = vec![snapshots[4].snapshot_id(), snapshots[5].snapshot_id()];
+    want.sort();
+    assert_eq!(left, want);
+    assert_eq!(
+        sorted(rows(&s, "SELECT id, v FROM ns.t").await),
+        rows_before
+    );
+    assert_eq!(assert_reachable_files_exist(&s, "t").await, 3);
+    let data_after = table_files(dir.path(), "ns/t/data");
+    assert_eq!(data_after.len(), 2, "{data_after:?}");
+    assert!(data_before.len() > data_after.len());
+    // The compacted snapshot still reads as it did.
+    let id = snapshots[4].snapshot_id();
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT count(*) FROM iceberg_scan('ns.t', 'snapshot_id', {id})")
+        )
+        .await,
+        [(rows_before.len() - 1).to_string()]
+    );
+    let gone = snapshots[0].snapshot_id();
+    assert!(sql(
+        &s,
+        &format!("SELECT count(*) FROM iceberg_scan('ns.t', 'snapshot_id', {gone})")
+    )
+    .await
+    .is_err());
+}
+
+#[tokio::test]
+async fn remove_orphan_files_deletes_only_old_files_nothing_reaches() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 3, "").await;
+    small_files(&s, "t2", 1, "").await;
+    sql(&s, "DELETE FROM ns.t WHERE id % 4 = 0").await.unwrap();
+    let t = table(&s, "t").await;
+    let location = t.metadata().location().to_string();
+    let local = location
+        .strip_prefix("file://")
+        .unwrap_or(&location)
+        .to_string();
+    // Strays: a data file and a manifest no snapshot lists, a file of a failed write.
+    let data = table_files(dir.path(), "ns/t/data");
+    let any = dir.path().join(&data[0]);
+    let strays = [
+        format!("{local}/data/stray-00000.parquet"),
+        format!("{local}/metadata/stray-m0.avro"),
+        format!("{local}/data/part=9/tmp-write.parquet"),
+    ];
+    for p in &strays {
+        std::fs::create_dir_all(std::path::Path::new(p).parent().unwrap()).unwrap();
+        std::fs::copy(&any, p).unwrap();
+    }
+    let other_table = table_files(dir.path(), "ns/t2");
+    let before = files_under(dir.path());
+
+    // New files are never orphans by default (3 days): nothing is found.
+    let out = common::render(
+        &call(
+            &s,
+            "CALL system.remove_orphan_files(table => 'ns.t', dry_run => true)",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(out.is_empty(), "{out:?}");
+
+    // A dry run with a later cut-off lists exactly the strays, and deletes nothing.
+    let cutoff = now_ms() + 60_000;
+    let out = common::render(
+        &call(
+            &s,
+            &format!(
+                "CALL system.remove_orphan_files(table => 'ns.t', older_than => {cutoff}, \
+                 dry_run => true)"
+            ),
+        )
+        .await
+        .unwrap(),
+    );
+    let mut want: Vec<String> = strays.iter().map(|p| format!("file://{p}")).collect();
+    want.sort();
+    assert_eq!(sorted(out), want);
+    assert_eq!(files_under(dir.path()), before);
+
+    // Outside the table: refused.
+    let err = call(
+        &s,
+        &format!(
+            "CALL system.remove_orphan_files(table => 'ns.t', older_than => {cutoff}, \
+             location => '{}')",
+            dir.path().display()
+        ),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("not inside the location"), "{err}");
+
+    // For real: the strays go, everything the table reaches stays, the other table is
+    // untouched.
+    let out = common::render(
+        &call(
+            &s,
+            &format!(
+                "CALL system.remove_orphan_files('ns.t', TIMESTAMP '{}')",
+                chrono::DateTime::from_timestamp_millis(cutoff)
+                    .unwrap()
+                    .format("%Y-%m-%d %H:%M:%S")
+            ),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(sorted(out), want);
+    for p in &strays {
+        assert!(!std::path::Path::new(p).exists(), "{p}");
+    }
+    assert_eq!(files_under(dir.path()).len(), before.len() - strays.len());
+    assert_eq!(table_files(dir.path(), "ns/t2"), other_table);
+    assert!(assert_reachable_files_exist(&s, "t").await > 0);
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["22"]);
+}

@@ -16,6 +16,8 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use iceberg::TableIdent;
 
+use super::expire_snapshots::ExpireSnapshots;
+use super::orphan_files::RemoveOrphanFiles;
 use super::rewrite_data_files::{RewriteDataFiles, RewriteStrategy};
 use crate::catalog::MetadataStore;
 
@@ -32,6 +34,7 @@ pub fn is_call(sql: &str) -> bool {
 enum Arg {
     Text(String),
     Map(BTreeMap<String, String>),
+    List(Vec<String>),
 }
 
 /// Runs `CALL [catalog.]system.<procedure>(args)` against the tables of `store` (named
@@ -74,6 +77,20 @@ pub async fn call(
     };
     let params: &[&str] = match procedure.as_str() {
         "rewrite_data_files" => &["table", "strategy", "sort_order", "options", "where"],
+        "expire_snapshots" => &[
+            "table",
+            "older_than",
+            "retain_last",
+            "max_concurrent_deletes",
+            "snapshot_ids",
+        ],
+        "remove_orphan_files" => &[
+            "table",
+            "older_than",
+            "location",
+            "dry_run",
+            "max_concurrent_deletes",
+        ],
         other => {
             return Err(DataFusionError::Plan(format!(
                 "CALL: no procedure system.{other} (procedures: {})",
@@ -87,12 +104,26 @@ pub async fn call(
         "rewrite_data_files" => rewrite_data_files(state, store, catalog, &default_namespace, args)
             .await
             .map(Some),
-        _ => unreachable!("checked above"),
+        "expire_snapshots" => expire_snapshots(state, store, catalog, &default_namespace, args)
+            .await
+            .map(Some),
+        "remove_orphan_files" => {
+            remove_orphan_files(state, store, catalog, &default_namespace, args)
+                .await
+                .map(Some)
+        }
+        other => Err(DataFusionError::Internal(format!(
+            "CALL: procedure {other} has parameters but no body"
+        ))),
     }
 }
 
 /// The procedures `CALL` runs.
-const PROCEDURES: &[&str] = &["rewrite_data_files"];
+const PROCEDURES: &[&str] = &[
+    "rewrite_data_files",
+    "expire_snapshots",
+    "remove_orphan_files",
+];
 
 /// The arguments by parameter name: named ones, and positional ones in `params` order.
 fn arguments(
@@ -175,6 +206,11 @@ fn literal(expr: &SqlExpr) -> Option<String> {
         SqlExpr::UnaryOp { op, expr } if op.to_string() == "-" => {
             literal(expr).map(|v| format!("-{v}"))
         }
+        // TIMESTAMP '2026-01-01 00:00:00' and the like: the text.
+        SqlExpr::TypedString(t) => match &t.value.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(s.clone()),
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -183,7 +219,23 @@ fn value_of(procedure: &str, name: &str, expr: &SqlExpr) -> Result<Arg> {
     if let Some(text) = literal(expr) {
         return Ok(Arg::Text(text));
     }
+    if let SqlExpr::Array(a) = expr {
+        return list(procedure, name, a.elem.iter().collect());
+    }
     if let SqlExpr::Function(f) = expr {
+        if f.name.to_string().eq_ignore_ascii_case("array") {
+            let FunctionArguments::List(l) = &f.args else {
+                return Ok(Arg::List(vec![]));
+            };
+            let mut items = vec![];
+            for a in &l.args {
+                match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(e)) => items.push(e),
+                    _ => return list(procedure, name, vec![expr]),
+                }
+            }
+            return list(procedure, name, items);
+        }
         if f.name.to_string().eq_ignore_ascii_case("map") {
             let FunctionArguments::List(list) = &f.args else {
                 return Ok(Arg::Map(BTreeMap::new()));
@@ -214,14 +266,89 @@ fn value_of(procedure: &str, name: &str, expr: &SqlExpr) -> Result<Arg> {
     )))
 }
 
+fn list(procedure: &str, name: &str, items: Vec<&SqlExpr>) -> Result<Arg> {
+    items
+        .into_iter()
+        .map(|e| {
+            literal(e).ok_or_else(|| {
+                DataFusionError::Plan(format!(
+                    "CALL {procedure}: '{name}' must be array(..) of literals, got {e}"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Arg::List)
+}
+
 fn text(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<Option<String>> {
     match args.get(name) {
         None => Ok(None),
         Some(Arg::Text(t)) => Ok(Some(t.clone())),
-        Some(Arg::Map(_)) => Err(DataFusionError::Plan(format!(
-            "CALL {procedure}: '{name}' must be a string, not a map"
+        Some(_) => Err(DataFusionError::Plan(format!(
+            "CALL {procedure}: '{name}' must be a single value"
         ))),
     }
+}
+
+fn number<T: std::str::FromStr>(
+    procedure: &str,
+    args: &BTreeMap<String, Arg>,
+    name: &str,
+) -> Result<Option<T>> {
+    text(procedure, args, name)?
+        .map(|t| {
+            t.trim().parse().map_err(|_| {
+                DataFusionError::Plan(format!(
+                    "CALL {procedure}: '{name}' must be a number, got '{t}'"
+                ))
+            })
+        })
+        .transpose()
+}
+
+fn boolean(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<Option<bool>> {
+    text(procedure, args, name)?
+        .map(|t| match t.trim().to_ascii_lowercase().as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err(DataFusionError::Plan(format!(
+                "CALL {procedure}: '{name}' must be true or false, got '{t}'"
+            ))),
+        })
+        .transpose()
+}
+
+/// A time given as `TIMESTAMP '2026-01-01 00:00:00'`, a string of that form (UTC unless it
+/// carries an offset, RFC 3339), or milliseconds since the epoch.
+fn timestamp_ms(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<Option<i64>> {
+    let Some(t) = text(procedure, args, name)? else {
+        return Ok(None);
+    };
+    let t = t.trim();
+    if let Ok(ms) = t.parse::<i64>() {
+        return Ok(Some(ms));
+    }
+    if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
+        return Ok(Some(dt.timestamp_millis()));
+    }
+    for format in [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Ok(dt) = chrono::NaiveDateTime::parse_from_str(t, format) {
+            return Ok(Some(dt.and_utc().timestamp_millis()));
+        }
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d") {
+        if let Some(dt) = d.and_hms_opt(0, 0, 0) {
+            return Ok(Some(dt.and_utc().timestamp_millis()));
+        }
+    }
+    Err(DataFusionError::Plan(format!(
+        "CALL {procedure}: '{name}' must be a timestamp ('2026-01-01 00:00:00') or epoch \
+         milliseconds, got '{t}'"
+    )))
 }
 
 /// `'ns.t'`, `'t'` (the default namespace) or `'<catalog>.ns.t'` as a table identifier.
@@ -249,12 +376,7 @@ async fn rewrite_data_files(
     args: BTreeMap<String, Arg>,
 ) -> Result<RecordBatch> {
     const P: &str = "rewrite_data_files";
-    let Some(table) = text(P, &args, "table")? else {
-        return Err(DataFusionError::Plan(format!(
-            "CALL {P}: 'table' is required"
-        )));
-    };
-    let ident = table_ident(catalog, default_namespace, &table)?;
+    let ident = table_arg(P, &args, catalog, default_namespace)?;
     let sort_order = text(P, &args, "sort_order")?;
     let strategy = match text(P, &args, "strategy")?.map(|s| s.to_ascii_lowercase()) {
         None if sort_order.is_some() => RewriteStrategy::Sort(sort_order),
@@ -282,7 +404,7 @@ async fn rewrite_data_files(
                 rewrite = rewrite.option(k, v);
             }
         }
-        Some(Arg::Text(_)) => {
+        Some(_) => {
             return Err(DataFusionError::Plan(format!(
                 "CALL {P}: 'options' must be map('key', 'value', ..)"
             )))
@@ -324,6 +446,132 @@ async fn rewrite_data_files(
         )?])),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// The table a procedure's `table` argument names.
+fn table_arg(
+    procedure: &str,
+    args: &BTreeMap<String, Arg>,
+    catalog: &str,
+    default_namespace: &str,
+) -> Result<TableIdent> {
+    let Some(table) = text(procedure, args, "table")? else {
+        return Err(DataFusionError::Plan(format!(
+            "CALL {procedure}: 'table' is required"
+        )));
+    };
+    table_ident(catalog, default_namespace, &table)
+}
+
+async fn expire_snapshots(
+    state: &SessionState,
+    store: Arc<dyn MetadataStore>,
+    catalog: &str,
+    default_namespace: &str,
+    args: BTreeMap<String, Arg>,
+) -> Result<RecordBatch> {
+    const P: &str = "expire_snapshots";
+    let ident = table_arg(P, &args, catalog, default_namespace)?;
+    let mut expire = ExpireSnapshots::new(store, ident);
+    if let Some(ms) = timestamp_ms(P, &args, "older_than")? {
+        expire = expire.older_than_ms(ms);
+    }
+    if let Some(n) = number::<usize>(P, &args, "retain_last")? {
+        if n == 0 {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {P}: retain_last must be at least 1"
+            )));
+        }
+        expire = expire.retain_last(n);
+    }
+    if let Some(n) = number::<usize>(P, &args, "max_concurrent_deletes")? {
+        expire = expire.max_concurrent_deletes(n);
+    }
+    match args.get("snapshot_ids") {
+        None => {}
+        Some(Arg::List(ids)) => {
+            for id in ids {
+                let id: i64 = id.parse().map_err(|_| {
+                    DataFusionError::Plan(format!(
+                        "CALL {P}: snapshot_ids must be numbers, got '{id}'"
+                    ))
+                })?;
+                expire = expire.expire_snapshot_id(id);
+            }
+        }
+        Some(_) => {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {P}: snapshot_ids must be array(id, ..)"
+            )))
+        }
+    }
+    let r = expire.execute(state).await?;
+    let fields = [
+        ("deleted_data_files_count", r.deleted_data_files_count),
+        (
+            "deleted_position_delete_files_count",
+            r.deleted_position_delete_files_count,
+        ),
+        (
+            "deleted_equality_delete_files_count",
+            r.deleted_equality_delete_files_count,
+        ),
+        (
+            "deleted_manifest_files_count",
+            r.deleted_manifest_files_count,
+        ),
+        (
+            "deleted_manifest_lists_count",
+            r.deleted_manifest_lists_count,
+        ),
+        (
+            "deleted_statistics_files_count",
+            r.deleted_statistics_files_count,
+        ),
+    ];
+    let schema = Arc::new(Schema::new(
+        fields
+            .iter()
+            .map(|(n, _)| Field::new(*n, DataType::Int64, false))
+            .collect::<Vec<_>>(),
+    ));
+    let columns: Vec<ArrayRef> = fields
+        .iter()
+        .map(|(_, v)| Arc::new(Int64Array::from(vec![*v as i64])) as ArrayRef)
+        .collect();
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+async fn remove_orphan_files(
+    state: &SessionState,
+    store: Arc<dyn MetadataStore>,
+    catalog: &str,
+    default_namespace: &str,
+    args: BTreeMap<String, Arg>,
+) -> Result<RecordBatch> {
+    const P: &str = "remove_orphan_files";
+    let ident = table_arg(P, &args, catalog, default_namespace)?;
+    let mut remove = RemoveOrphanFiles::new(store, ident);
+    if let Some(ms) = timestamp_ms(P, &args, "older_than")? {
+        remove = remove.older_than_ms(ms);
+    }
+    if let Some(location) = text(P, &args, "location")? {
+        remove = remove.location(location);
+    }
+    if let Some(dry_run) = boolean(P, &args, "dry_run")? {
+        remove = remove.dry_run(dry_run);
+    }
+    if let Some(n) = number::<usize>(P, &args, "max_concurrent_deletes")? {
+        remove = remove.max_concurrent_deletes(n);
+    }
+    let r = remove.execute(state).await?;
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "orphan_file_location",
+        DataType::Utf8,
+        false,
+    )]));
+    let column: ArrayRef = Arc::new(arrow::array::StringArray::from(r.orphan_file_locations));
+    Ok(RecordBatch::try_new(schema, vec![column])?)
 }
 
 #[cfg(test)]

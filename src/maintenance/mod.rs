@@ -5,15 +5,24 @@
 //!  rewrite_data_files.rs   RewriteDataFiles: compaction that applies deletes (bin-pack, sort),
 //!                          committed as a `replace` snapshot
 //!  options.rs              its options, by Spark's names and with Spark's defaults
+//!  expire_snapshots.rs     ExpireSnapshots: forget old snapshots, delete what only they reached
+//!  orphan_files.rs         RemoveOrphanFiles: delete old files under the table's location that
+//!                          nothing of the table reaches
+//!  files.rs                what snapshots reach, and the bounded-memory anti-join both use
 //!  call.rs                 CALL [catalog.]system.<procedure>(..): the same from SQL
 //! ```
 
 mod call;
+mod expire_snapshots;
+mod files;
 mod options;
+mod orphan_files;
 mod rewrite_data_files;
 
 pub use call::{call, is_call};
+pub use expire_snapshots::{ExpireSnapshots, ExpireSnapshotsResult};
 pub use options::RewriteOptions;
+pub use orphan_files::{RemoveOrphanFiles, RemoveOrphanFilesResult};
 pub use rewrite_data_files::{
     PlannedRewrite, RewriteDataFiles, RewriteDataFilesResult, RewriteStrategy,
 };

@@ -1,0 +1,300 @@
+//! Which files a table's snapshots reach, and which of a set of files none of them reaches: the
+//! bounded-memory core of `expire_snapshots` and `remove_orphan_files`.
+//!
+//! ```text
+//!  candidates (paths, kinds) ──► SortExec (spilling) ──┐
+//!                                                      SortMergeJoinExec LeftAnti on path ──► unreachable
+//!  reachable (paths)         ──► SortExec (spilling) ──┘      (sorted: duplicates adjacent, dropped)
+//! ```
+//! Paths are compared in one canonical form (`scheme://authority/key`, `s3a`/`s3n` as `s3`, local
+//! files as `file:///path`), so a listing and the locations a manifest records meet.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringBuilder, UInt8Array};
+use arrow::compute::SortOptions;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::NullEquality;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::JoinType;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::joins::SortMergeJoinExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::stream::RecordBatchReceiverStream;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::{execute_stream, ExecutionPlan, SendableRecordBatchStream};
+use futures::StreamExt;
+use iceberg::spec::{DataContentType, ManifestStatus, SnapshotRef};
+use iceberg::table::Table;
+
+use crate::location::LocationMap;
+
+/// What a file is to the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub(crate) enum FileKind {
+    Data = 0,
+    PositionDeletes = 1,
+    EqualityDeletes = 2,
+    Manifest = 3,
+    ManifestList = 4,
+    Statistics = 5,
+    Metadata = 6,
+    /// A listed file of unknown role.
+    Other = 7,
+}
+
+impl FileKind {
+    pub(crate) fn from_u8(v: u8) -> Self {
+        match v {
+            0 => Self::Data,
+            1 => Self::PositionDeletes,
+            2 => Self::EqualityDeletes,
+            3 => Self::Manifest,
+            4 => Self::ManifestList,
+            5 => Self::Statistics,
+            6 => Self::Metadata,
+            _ => Self::Other,
+        }
+    }
+
+    fn of(content: DataContentType) -> Self {
+        match content {
+            DataContentType::Data => Self::Data,
+            DataContentType::PositionDeletes => Self::PositionDeletes,
+            DataContentType::EqualityDeletes => Self::EqualityDeletes,
+        }
+    }
+}
+
+/// The schema of file lists: `path` (canonical) and `kind` ([`FileKind`]).
+pub(crate) fn files_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("path", DataType::Utf8, false),
+        Field::new("kind", DataType::UInt8, false),
+    ]))
+}
+
+/// `location` in the one form paths are compared in.
+pub(crate) fn canonical(location: &str) -> Result<String> {
+    let located = crate::storage::locate(location)?;
+    let url = located.url.as_str();
+    let url = match url.split_once("://") {
+        Some(("s3a" | "s3n", rest)) => format!("s3://{rest}"),
+        _ => url.to_string(),
+    };
+    Ok(format!("{url}{}", located.path))
+}
+
+/// Collects (path, kind) pairs into batches of at most `BATCH` rows.
+pub(crate) struct FileBatcher {
+    paths: StringBuilder,
+    kinds: Vec<u8>,
+}
+
+const BATCH: usize = 8192;
+
+impl FileBatcher {
+    pub(crate) fn new() -> Self {
+        Self {
+            paths: StringBuilder::new(),
+            kinds: vec![],
+        }
+    }
+
+    /// Adds a file; returns a full batch when one is ready.
+    pub(crate) fn push(&mut self, path: &str, kind: FileKind) -> Result<Option<RecordBatch>> {
+        self.paths.append_value(canonical(path)?);
+        self.kinds.push(kind as u8);
+        if self.kinds.len() >= BATCH {
+            return self.finish().map(Some);
+        }
+        Ok(None)
+    }
+
+    /// The rows pushed since the last batch.
+    pub(crate) fn finish(&mut self) -> Result<RecordBatch> {
+        let paths: ArrayRef = Arc::new(self.paths.finish());
+        let kinds: ArrayRef = Arc::new(UInt8Array::from(std::mem::take(&mut self.kinds)));
+        Ok(RecordBatch::try_new(files_schema(), vec![paths, kinds])?)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
+}
+
+/// The files `snapshots` of `table` reach: their manifest lists, their manifests (each once),
+/// and the files the manifests list (only live entries with `live_only`), plus `extra`.
+#[derive(Debug)]
+pub(crate) struct ReachableFiles {
+    pub table: Table,
+    pub snapshots: Vec<SnapshotRef>,
+    pub live_only: bool,
+    pub extra: Vec<(String, FileKind)>,
+}
+
+impl PartitionStream for ReachableFiles {
+    fn schema(&self) -> &SchemaRef {
+        static SCHEMA: std::sync::OnceLock<SchemaRef> = std::sync::OnceLock::new();
+        SCHEMA.get_or_init(files_schema)
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let mut builder = RecordBatchReceiverStream::builder(files_schema(), 2);
+        let tx = builder.tx();
+        let table = self.table.clone();
+        let snapshots = self.snapshots.clone();
+        let live_only = self.live_only;
+        let extra = self.extra.clone();
+        builder.spawn(async move {
+            let send = |batch: RecordBatch| {
+                let tx = tx.clone();
+                async move {
+                    // The receiver gone means the query stopped: stop quietly.
+                    tx.send(Ok(batch)).await.is_ok()
+                }
+            };
+            let mut out = FileBatcher::new();
+            for (path, kind) in &extra {
+                if let Some(b) = out.push(path, *kind)? {
+                    if !send(b).await {
+                        return Ok(());
+                    }
+                }
+            }
+            let mut seen_manifests: HashSet<String> = HashSet::new();
+            for snapshot in &snapshots {
+                if let Some(b) = out.push(snapshot.manifest_list(), FileKind::ManifestList)? {
+                    if !send(b).await {
+                        return Ok(());
+                    }
+                }
+                let list =
+                    crate::scan::manifest_list(&table, &LocationMap::default(), snapshot).await?;
+                for manifest in list.iter() {
+                    if !seen_manifests.insert(manifest.manifest_path.clone()) {
+                        continue;
+                    }
+                    if let Some(b) = out.push(&manifest.manifest_path, FileKind::Manifest)? {
+                        if !send(b).await {
+                            return Ok(());
+                        }
+                    }
+                    let loaded =
+                        crate::scan::load_manifest(manifest, table.metadata(), table.file_io())
+                            .await?;
+                    for entry in loaded.entries() {
+                        if live_only && entry.status() == ManifestStatus::Deleted {
+                            continue;
+                        }
+                        let kind = FileKind::of(entry.content_type());
+                        if let Some(b) = out.push(entry.file_path(), kind)? {
+                            if !send(b).await {
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
+            }
+            if !out.is_empty() {
+                send(out.finish()?).await;
+            }
+            Ok(())
+        });
+        builder.build()
+    }
+}
+
+/// A plan reading one partition from `stream`.
+pub(crate) fn source(stream: Arc<dyn PartitionStream>) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(Arc::new(StreamingTableExec::try_new(
+        files_schema(),
+        vec![stream],
+        None,
+        Vec::<LexOrdering>::new(),
+        false,
+        None,
+    )?))
+}
+
+/// The rows of `candidates` whose path no row of `reachable` has, sorted by path, each path
+/// once. Both sides are sorted (spilling under memory pressure) and merge-joined.
+pub(crate) fn unreachable(
+    candidates: Arc<dyn ExecutionPlan>,
+    reachable: Arc<dyn ExecutionPlan>,
+    context: Arc<TaskContext>,
+) -> Result<SendableRecordBatchStream> {
+    let by_path = |plan: Arc<dyn ExecutionPlan>| -> Result<Arc<dyn ExecutionPlan>> {
+        let order = LexOrdering::new([PhysicalSortExpr::new(
+            Arc::new(Column::new_with_schema("path", &plan.schema())?),
+            SortOptions::default(),
+        )])
+        .ok_or_else(|| DataFusionError::Internal("empty ordering".into()))?;
+        Ok(Arc::new(SortExec::new(order, plan)))
+    };
+    let left = by_path(candidates)?;
+    let right = by_path(reachable)?;
+    let on = vec![(
+        Arc::new(Column::new_with_schema("path", &left.schema())?) as _,
+        Arc::new(Column::new_with_schema("path", &right.schema())?) as _,
+    )];
+    let join: Arc<dyn ExecutionPlan> = Arc::new(SortMergeJoinExec::try_new(
+        left,
+        right,
+        on,
+        None,
+        JoinType::LeftAnti,
+        vec![SortOptions::default()],
+        NullEquality::NullEqualsNothing,
+    )?);
+    let stream = execute_stream(join, context)?;
+    // Sorted: equal paths are adjacent. Drop repeats (across batches too).
+    let mut last: Option<String> = None;
+    let deduped = stream.map(move |batch| {
+        let batch = batch?;
+        let paths = batch.column(0).as_string::<i32>();
+        let mut keep = Vec::with_capacity(batch.num_rows());
+        for i in 0..paths.len() {
+            let p = paths.value(i);
+            let new = last.as_deref() != Some(p);
+            if new {
+                last = Some(p.to_string());
+            }
+            keep.push(new);
+        }
+        let mask = arrow::array::BooleanArray::from(keep);
+        Ok(arrow::compute::filter_record_batch(&batch, &mask)?)
+    });
+    Ok(Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(files_schema(), deduped),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_meet_in_one_form() {
+        assert_eq!(
+            canonical("s3a://b/ns/t/data/f.parquet").unwrap(),
+            canonical("s3://b/ns/t/data/f.parquet").unwrap()
+        );
+        assert_eq!(
+            canonical("file:///tmp/wh/t/f.parquet").unwrap(),
+            canonical("/tmp/wh/t/f.parquet").unwrap()
+        );
+        assert_eq!(
+            canonical("/tmp/wh/t/f.parquet").unwrap(),
+            "file:///tmp/wh/t/f.parquet"
+        );
+        assert_ne!(
+            canonical("s3://b/k").unwrap(),
+            canonical("s3://c/k").unwrap()
+        );
+    }
+}
