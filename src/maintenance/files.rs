@@ -228,6 +228,15 @@ pub(crate) fn unreachable(
     reachable: Arc<dyn ExecutionPlan>,
     context: Arc<TaskContext>,
 ) -> Result<SendableRecordBatchStream> {
+    let plan = unreachable_plan(candidates, reachable)?;
+    Ok(distinct_paths(execute_stream(plan, context)?))
+}
+
+/// The anti-join of [`unreachable`]: its output is sorted by path, repeats included.
+pub(crate) fn unreachable_plan(
+    candidates: Arc<dyn ExecutionPlan>,
+    reachable: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     let by_path = |plan: Arc<dyn ExecutionPlan>| -> Result<Arc<dyn ExecutionPlan>> {
         let order = LexOrdering::new([PhysicalSortExpr::new(
             Arc::new(Column::new_with_schema("path", &plan.schema())?),
@@ -242,7 +251,7 @@ pub(crate) fn unreachable(
         Arc::new(Column::new_with_schema("path", &left.schema())?) as _,
         Arc::new(Column::new_with_schema("path", &right.schema())?) as _,
     )];
-    let join: Arc<dyn ExecutionPlan> = Arc::new(SortMergeJoinExec::try_new(
+    Ok(Arc::new(SortMergeJoinExec::try_new(
         left,
         right,
         on,
@@ -250,11 +259,13 @@ pub(crate) fn unreachable(
         JoinType::LeftAnti,
         vec![SortOptions::default()],
         NullEquality::NullEqualsNothing,
-    )?);
-    let stream = execute_stream(join, context)?;
-    // Sorted: equal paths are adjacent. Drop repeats (across batches too).
+    )?))
+}
+
+/// `sorted` (by path) without repeated paths, across batches too.
+pub(crate) fn distinct_paths(sorted: SendableRecordBatchStream) -> SendableRecordBatchStream {
     let mut last: Option<String> = None;
-    let deduped = stream.map(move |batch| {
+    let deduped = sorted.map(move |batch| {
         let batch = batch?;
         let paths = batch.column(0).as_string::<i32>();
         let mut keep = Vec::with_capacity(batch.num_rows());
@@ -269,14 +280,109 @@ pub(crate) fn unreachable(
         let mask = arrow::array::BooleanArray::from(keep);
         Ok(arrow::compute::filter_record_batch(&batch, &mask)?)
     });
-    Ok(Box::pin(
+    Box::pin(
         datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(files_schema(), deduped),
-    ))
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool};
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    use datafusion::prelude::SessionConfig;
+
+    /// Paths `s3://b/f<i>` for `ids`, in batches.
+    #[derive(Debug)]
+    struct Generated(Vec<u64>);
+
+    impl PartitionStream for Generated {
+        fn schema(&self) -> &SchemaRef {
+            static SCHEMA: std::sync::OnceLock<SchemaRef> = std::sync::OnceLock::new();
+            SCHEMA.get_or_init(files_schema)
+        }
+
+        fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+            let ids = self.0.clone();
+            let batches = ids.chunks(4096).map(|chunk| {
+                let mut b = FileBatcher::new();
+                for i in chunk {
+                    b.push(&format!("s3://b/data/f{i:09}.parquet"), FileKind::Data)?;
+                }
+                b.finish()
+            });
+            let stream = futures::stream::iter(batches.collect::<Vec<_>>());
+            Box::pin(
+                datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                    files_schema(),
+                    stream,
+                ),
+            )
+        }
+    }
+
+    fn find<'a>(
+        plan: &'a Arc<dyn ExecutionPlan>,
+        name: &str,
+        out: &mut Vec<&'a Arc<dyn ExecutionPlan>>,
+    ) {
+        if plan.name() == name {
+            out.push(plan);
+        }
+        for c in plan.children() {
+            find(c, name, out);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_anti_join_spills_under_a_small_pool() {
+        const N: u64 = 300_000;
+        // Candidates in scattered order, some twice; every third one is unreachable.
+        let candidates: Vec<u64> = (0..N).map(|i| i * 7919 % N).chain(0..1000).collect();
+        let reachable: Vec<u64> = (0..N)
+            .filter(|i| i % 3 != 0)
+            .chain((1..500).filter(|i| i % 3 != 0))
+            .collect();
+        let pool = Arc::new(FairSpillPool::new(4 << 20));
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::clone(&pool) as Arc<dyn MemoryPool>)
+            .build_arc()
+            .unwrap();
+        let config = SessionConfig::new().with_sort_spill_reservation_bytes(256 << 10);
+        let ctx = Arc::new(
+            TaskContext::default()
+                .with_session_config(config)
+                .with_runtime(runtime),
+        );
+        let plan = unreachable_plan(
+            source(Arc::new(Generated(candidates))).unwrap(),
+            source(Arc::new(Generated(reachable))).unwrap(),
+        )
+        .unwrap();
+        let mut stream = distinct_paths(execute_stream(Arc::clone(&plan), ctx).unwrap());
+        let mut got = vec![];
+        while let Some(b) = stream.next().await {
+            let b = b.unwrap();
+            let paths = b.column(0).as_string::<i32>();
+            got.extend((0..paths.len()).map(|i| paths.value(i).to_string()));
+        }
+        drop(stream);
+        let want: Vec<String> = (0..N)
+            .filter(|i| i % 3 == 0)
+            .map(|i| format!("s3://b/data/f{i:09}.parquet"))
+            .collect();
+        assert_eq!(got.len(), want.len());
+        assert_eq!(got, want);
+        let mut sorts = vec![];
+        find(&plan, "SortExec", &mut sorts);
+        let spills: usize = sorts
+            .iter()
+            .filter_map(|s| s.metrics())
+            .filter_map(|m| m.spill_count())
+            .sum();
+        assert!(spills > 0, "the sorts spilled");
+        assert_eq!(pool.reserved(), 0);
+    }
 
     #[test]
     fn paths_meet_in_one_form() {
