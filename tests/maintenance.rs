@@ -610,3 +610,48 @@ async fn remove_orphan_files_deletes_only_old_files_nothing_reaches() {
     assert!(assert_reachable_files_exist(&s, "t").await > 0);
     assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["22"]);
 }
+
+#[tokio::test]
+async fn rewrite_position_delete_files_in_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 3, "").await;
+    sql(&s, "DELETE FROM ns.t WHERE id % 4 = 0").await.unwrap();
+    sql(&s, "DELETE FROM ns.t WHERE id % 5 = 0").await.unwrap();
+    let before = sorted(rows(&s, "SELECT id, v FROM ns.t").await);
+    // Our own merge-on-read keeps one delete file per data file: nothing to merge.
+    let out = common::render(
+        &call(&s, "CALL system.rewrite_position_delete_files('ns.t')")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(out, ["0|0|0|0"]);
+    // rewrite-all writes each again.
+    let out = common::render(
+        &call(
+            &s,
+            "CALL system.rewrite_position_delete_files(table => 'ns.t', options => \
+             map('rewrite-all', 'true'))",
+        )
+        .await
+        .unwrap(),
+    );
+    let fields: Vec<u64> = out[0].split('|').map(|v| v.parse().unwrap()).collect();
+    assert_eq!(fields[..2], [3, 3], "{out:?}");
+    assert!(fields[2] > 0 && fields[3] > 0, "{out:?}");
+    let t = table(&s, "t").await;
+    assert_eq!(
+        t.metadata().current_snapshot().unwrap().summary().operation,
+        Operation::Replace
+    );
+    assert_eq!(summary(&t)["total-delete-files"], "3");
+    assert_eq!(sorted(rows(&s, "SELECT id, v FROM ns.t").await), before);
+    let err = call(
+        &s,
+        "CALL system.rewrite_position_delete_files(table => 'ns.t', options => map('x', '1'))",
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("no option 'x'"), "{err}");
+}

@@ -696,6 +696,36 @@ impl Harness {
         );
     }
 
+    /// Runs `rewrite_position_delete_files` in SQL: afterwards each data file has at most one
+    /// delete file of its own (a vector on v3) and no delete file applies to nothing.
+    async fn rewrite_position_deletes(&self, context: &str) {
+        self.session
+            .sql("CALL system.rewrite_position_delete_files(table => 'ns.t')")
+            .await
+            .unwrap_or_else(|e| panic!("{context}: {e}"))
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{context}: {e}"));
+        let table = self.table().await;
+        let snapshot = table.metadata().current_snapshot().unwrap().clone();
+        for f in iceberg_exec::scan::plan_files(&table, &snapshot)
+            .await
+            .unwrap()
+        {
+            assert!(f.position_deletes.len() <= 1, "{context}: {}", f.path);
+            for d in &f.position_deletes {
+                assert_eq!(
+                    d.referenced_data_file.as_deref(),
+                    Some(f.path.as_str()),
+                    "{context}"
+                );
+                assert_eq!(d.deletion_vector.is_some(), self.version >= 3, "{context}");
+            }
+        }
+        let (total, applying) = self.delete_files().await;
+        assert_eq!(total, applying, "{context}: dangling delete files left");
+    }
+
     /// Delete files in the table, and those of them that apply to some data file.
     async fn delete_files(&self) -> (usize, usize) {
         let table = self.table().await;
@@ -944,14 +974,23 @@ async fn random_history_of(seed: u64, partitioned: bool, history: History, limit
                 "'delete-file-threshold', '1', 'target-file-size-bytes', '4000'",
                 "'delete-ratio-threshold', '0.05', 'partial-progress.enabled', 'true', \
                  'max-concurrent-file-group-rewrites', '1'",
-            ][options.random_range(0..4)];
+                "'min-input-files', '2', 'remove-dangling-deletes', 'true'",
+            ][options.random_range(0..5)];
             h.compact(&format!("{context}: compaction ({options})"), options)
                 .await;
+            if options.contains("remove-dangling-deletes") {
+                let (total, applying) = h.delete_files().await;
+                assert_eq!(total, applying, "{context}: dangling delete files left");
+            }
             h.check(&format!("{context}: compacted")).await;
         }
     }
     // Everything compacted: no delete is left, and the rows are the same.
     let context = format!("seed {seed} partitioned {partitioned} {history:?}: full compaction");
+    h.rewrite_position_deletes(&format!("{context}: position deletes rewritten"))
+        .await;
+    h.check(&format!("{context}: position deletes rewritten"))
+        .await;
     let (total, applying) = h.delete_files().await;
     h.compact(&context, "'rewrite-all', 'true'").await;
     // Every delete file that applied went with its data files. (One that applied to nothing

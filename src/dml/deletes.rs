@@ -120,6 +120,17 @@ impl DeleteWriter {
                 }
             }
         }
+        let file = self.write_file(data, positions, written).await?;
+        Ok(FileDeletes { file, replaces })
+    }
+
+    /// Writes `positions` of `data` as its one delete file (a vector on v3).
+    async fn write_file(
+        &self,
+        data: &PlannedFile,
+        positions: RoaringTreemap,
+        written: &WrittenFiles,
+    ) -> Result<NewFile> {
         let file = if self.vectors {
             let vector = DeletionVector {
                 data_file: data.path.clone(),
@@ -147,7 +158,47 @@ impl DeleteWriter {
             written.record(file.file.file_path().to_string());
             file
         };
-        Ok(FileDeletes { file, replaces })
+        Ok(file)
+    }
+
+    /// Merges every position delete that applies to the data file `path` (file- and partition-
+    /// scoped files, its vector) into one delete file of that file alone. Returns it (`None`
+    /// when they hold no position of the file) and the file-scoped ones it replaces.
+    pub(crate) async fn merge_all(
+        &self,
+        path: &str,
+        written: &WrittenFiles,
+    ) -> Result<(Option<NewFile>, RemovedDeletes)> {
+        let data = self.planned(path)?;
+        let files = data
+            .position_deletes
+            .iter()
+            .map(|d| self.delete_file(d, &data.path))
+            .collect::<Result<Vec<_>>>()?;
+        let positions = match files.is_empty() {
+            true => RoaringTreemap::new(),
+            false => positions_in(&self.store, &files, &data.path).await?,
+        };
+        let mut replaces = RemovedDeletes::default();
+        for d in data
+            .position_deletes
+            .iter()
+            .filter(|d| file_scoped(d, &data.path))
+        {
+            match d.deletion_vector {
+                Some(blob) => {
+                    replaces.vectors.insert((d.path.clone(), blob.offset));
+                }
+                None => {
+                    replaces.files.insert(d.path.clone());
+                }
+            }
+        }
+        if positions.is_empty() {
+            return Ok((None, replaces));
+        }
+        let file = self.write_file(data, positions, written).await?;
+        Ok((Some(file), replaces))
     }
 
     fn delete_file(&self, d: &DeleteFileRef, data_file: &str) -> Result<PositionDeleteFile> {

@@ -13,7 +13,7 @@
 
 pub(crate) mod core;
 pub(crate) mod delete;
-mod deletes;
+pub(crate) mod deletes;
 mod guard;
 pub(crate) mod merge;
 mod mor_pass;

@@ -18,6 +18,7 @@ use iceberg::TableIdent;
 
 use super::expire_snapshots::ExpireSnapshots;
 use super::orphan_files::RemoveOrphanFiles;
+use super::position_deletes::RewritePositionDeleteFiles;
 use super::rewrite_data_files::{RewriteDataFiles, RewriteStrategy};
 use crate::catalog::MetadataStore;
 
@@ -84,6 +85,7 @@ pub async fn call(
             "max_concurrent_deletes",
             "snapshot_ids",
         ],
+        "rewrite_position_delete_files" => &["table", "options"],
         "remove_orphan_files" => &[
             "table",
             "older_than",
@@ -112,6 +114,11 @@ pub async fn call(
                 .await
                 .map(Some)
         }
+        "rewrite_position_delete_files" => {
+            rewrite_position_delete_files(state, store, catalog, &default_namespace, args)
+                .await
+                .map(Some)
+        }
         other => Err(DataFusionError::Internal(format!(
             "CALL: procedure {other} has parameters but no body"
         ))),
@@ -122,6 +129,7 @@ pub async fn call(
 const PROCEDURES: &[&str] = &[
     "rewrite_data_files",
     "expire_snapshots",
+    "rewrite_position_delete_files",
     "remove_orphan_files",
 ];
 
@@ -572,6 +580,48 @@ async fn remove_orphan_files(
     )]));
     let column: ArrayRef = Arc::new(arrow::array::StringArray::from(r.orphan_file_locations));
     Ok(RecordBatch::try_new(schema, vec![column])?)
+}
+
+async fn rewrite_position_delete_files(
+    state: &SessionState,
+    store: Arc<dyn MetadataStore>,
+    catalog: &str,
+    default_namespace: &str,
+    args: BTreeMap<String, Arg>,
+) -> Result<RecordBatch> {
+    const P: &str = "rewrite_position_delete_files";
+    let ident = table_arg(P, &args, catalog, default_namespace)?;
+    let mut rewrite = RewritePositionDeleteFiles::new(store, ident);
+    match args.get("options") {
+        None => {}
+        Some(Arg::Map(options)) => {
+            for (k, v) in options {
+                rewrite = rewrite.option(k, v);
+            }
+        }
+        Some(_) => {
+            return Err(DataFusionError::Plan(format!(
+                "CALL {P}: 'options' must be map('key', 'value', ..)"
+            )))
+        }
+    }
+    let r = rewrite.execute(state).await?;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("rewritten_delete_files_count", DataType::Int64, false),
+        Field::new("added_delete_files_count", DataType::Int64, false),
+        Field::new("rewritten_bytes_count", DataType::Int64, false),
+        Field::new("added_bytes_count", DataType::Int64, false),
+    ]));
+    let columns: Vec<ArrayRef> = [
+        r.rewritten_delete_files_count,
+        r.added_delete_files_count,
+        r.rewritten_bytes_count,
+        r.added_bytes_count,
+    ]
+    .into_iter()
+    .map(|v| Arc::new(Int64Array::from(vec![v as i64])) as ArrayRef)
+    .collect();
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 #[cfg(test)]

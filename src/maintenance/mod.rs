@@ -9,6 +9,8 @@
 //!  orphan_files.rs         RemoveOrphanFiles: delete old files under the table's location that
 //!                          nothing of the table reaches
 //!  files.rs                what snapshots reach, and the bounded-memory anti-join both use
+//!  position_deletes.rs     RewritePositionDeleteFiles: one delete file per data file, dangling
+//!                          delete files dropped
 //!  call.rs                 CALL [catalog.]system.<procedure>(..): the same from SQL
 //! ```
 
@@ -17,12 +19,14 @@ mod expire_snapshots;
 mod files;
 mod options;
 mod orphan_files;
+mod position_deletes;
 mod rewrite_data_files;
 
 pub use call::{call, is_call};
 pub use expire_snapshots::{ExpireSnapshots, ExpireSnapshotsResult};
 pub use options::RewriteOptions;
 pub use orphan_files::{RemoveOrphanFiles, RemoveOrphanFilesResult};
+pub use position_deletes::{RewritePositionDeleteFiles, RewritePositionDeleteFilesResult};
 pub use rewrite_data_files::{
     PlannedRewrite, RewriteDataFiles, RewriteDataFilesResult, RewriteStrategy,
 };

@@ -54,6 +54,10 @@ const KNOWN: &[(&str, &str)] = &[
         "groups rewritten at the same time (default 5)",
     ),
     (
+        "remove-dangling-deletes",
+        "also remove delete files that apply to no data file (default false)",
+    ),
+    (
         "use-starting-sequence-number",
         "new files keep the data sequence number of the snapshot read, so equality deletes \
          committed meanwhile still apply (default true)",
@@ -87,6 +91,8 @@ pub struct RewriteOptions {
     pub max_concurrent_groups: usize,
     /// `use-starting-sequence-number`.
     pub use_starting_sequence_number: bool,
+    /// `remove-dangling-deletes`.
+    pub remove_dangling_deletes: bool,
 }
 
 fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
@@ -200,6 +206,10 @@ impl RewriteOptions {
                 .map(|v| boolean("use-starting-sequence-number", v))
                 .transpose()?
                 .unwrap_or(true),
+            remove_dangling_deletes: get("remove-dangling-deletes")
+                .map(|v| boolean("remove-dangling-deletes", v))
+                .transpose()?
+                .unwrap_or(false),
         })
     }
 }

@@ -518,6 +518,34 @@ impl PlannedRewrite {
                 return Err(e);
             }
         };
+        let (mut removed_files, mut removed_vectors, mut delete_files_removed) =
+            (removed_files, removed_vectors, delete_files_removed);
+        if self.options.remove_dangling_deletes {
+            // Delete files that already applied to no data file go in the same commit.
+            let dangling = match table.metadata().current_snapshot() {
+                Some(snapshot) => {
+                    let scan = plan_files_pruned(
+                        &table,
+                        &LocationMap::default(),
+                        snapshot,
+                        &FileFilter::default(),
+                        threshold,
+                    )
+                    .await?;
+                    super::position_deletes::dangling_deletes(&table, snapshot, &scan).await?
+                }
+                None => vec![],
+            };
+            for d in dangling {
+                let new = match d.deletion_vector {
+                    Some(blob) => removed_vectors.insert((d.path.clone(), blob.offset)),
+                    None => removed_files.insert(d.path.clone()),
+                };
+                if new {
+                    delete_files_removed += 1;
+                }
+            }
+        }
         let read_files: HashSet<String> = removed.iter().map(|f| f.path.clone()).collect();
         let keep_sequence = self.options.use_starting_sequence_number;
         let mut summary = HashMap::new();

@@ -134,6 +134,16 @@ impl DeleteIndex {
         index
     }
 
+    /// Every delete file indexed.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<DeleteFileRef>> {
+        self.by_data_file
+            .values()
+            .chain(self.positions_by_partition.values())
+            .chain(self.equality_by_partition.values())
+            .flatten()
+            .chain(self.global.iter())
+    }
+
     /// Whether there are no delete files at all.
     pub fn is_empty(&self) -> bool {
         self.by_data_file.is_empty()

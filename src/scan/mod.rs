@@ -217,6 +217,17 @@ pub(crate) async fn listed_data_files(
         .collect())
 }
 
+/// Every live delete file of `snapshot` (each deletion vector on its own), whether or not it
+/// applies to a data file.
+pub(crate) async fn listed_delete_files(
+    table: &Table,
+    locations: &LocationMap,
+    snapshot: &SnapshotRef,
+) -> Result<Vec<Arc<DeleteFileRef>>> {
+    let listing = list_snapshot(table, locations, snapshot).await?;
+    Ok(listing.deletes.all().cloned().collect())
+}
+
 /// The top-level columns `exprs` name.
 fn filter_columns(exprs: &[Expr]) -> Result<Vec<String>> {
     let mut columns = HashSet::new();
