@@ -30,3 +30,21 @@ pub use position_deletes::{RewritePositionDeleteFiles, RewritePositionDeleteFile
 pub use rewrite_data_files::{
     PlannedRewrite, RewriteDataFiles, RewriteDataFilesResult, RewriteStrategy,
 };
+
+#[cfg(test)]
+mod send_check {
+    use super::*;
+    fn assert_send<T: Send>(_: T) {}
+    #[allow(dead_code)]
+    fn futures_are_send(
+        state: &datafusion::execution::context::SessionState,
+        store: std::sync::Arc<dyn crate::MetadataStore>,
+        ident: iceberg::TableIdent,
+    ) {
+        assert_send(RewriteDataFiles::new(store.clone(), ident.clone()).execute(state));
+        assert_send(ExpireSnapshots::new(store.clone(), ident.clone()).execute(state));
+        assert_send(RemoveOrphanFiles::new(store.clone(), ident.clone()).execute(state));
+        assert_send(RewritePositionDeleteFiles::new(store.clone(), ident.clone()).execute(state));
+        assert_send(call(state, store, "c", "CALL x"));
+    }
+}

@@ -217,9 +217,10 @@ impl RewritePositionDeleteFiles {
         let files: Vec<_> = chosen.iter().map(|&i| scan.files[i].clone()).collect();
         let writer = DeleteWriter::new(&table, &LocationMap::default(), &files, &state.task_ctx())?;
         let written = WrittenFiles::default();
-        let outputs: Vec<Result<_>> = futures::stream::iter(files.iter().map(|f| {
-            let (writer, written) = (writer.clone(), written.clone());
-            let path = f.path.clone();
+        let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
+        let shared = written.clone();
+        let outputs: Vec<Result<_>> = futures::stream::iter(paths.into_iter().map(move |path| {
+            let (writer, written) = (writer.clone(), shared.clone());
             async move { writer.merge_all(&path, &written).await }
         }))
         .buffer_unordered(concurrency)

@@ -459,10 +459,20 @@ impl PlannedRewrite {
         groups: Vec<FileGroup>,
     ) -> Result<RewriteDataFilesResult> {
         let written = WrittenFiles::default();
-        let rewritten = futures::stream::iter(groups.into_iter().map(|g| {
-            let written = written.clone();
+        let rewriter = Arc::new(GroupRewriter {
+            store: Arc::clone(&self.store),
+            table: self.table.clone(),
+            strategy: self.strategy.clone(),
+            target_file_size: self.options.target_file_size,
+            equality_deletes: self.equality_deletes.clone(),
+            streamed: self.streamed,
+            state: state.clone(),
+        });
+        let shared = written.clone();
+        let rewritten = futures::stream::iter(groups.into_iter().map(move |g| {
+            let (rewriter, written) = (Arc::clone(&rewriter), shared.clone());
             async move {
-                let (added, rows) = self.rewrite_group(state, &g, written).await?;
+                let (added, rows) = rewriter.rewrite(&g, written).await?;
                 Ok::<_, DataFusionError>(Rewritten {
                     files: vec![g],
                     added,
@@ -589,12 +599,24 @@ impl PlannedRewrite {
             rewritten_rows_count: rewritten.rows,
         })
     }
+}
 
+/// What rewriting one group needs, owned (groups run concurrently).
+struct GroupRewriter {
+    store: Arc<dyn MetadataStore>,
+    table: Table,
+    strategy: RewriteStrategy,
+    target_file_size: u64,
+    equality_deletes: Vec<Arc<DeleteFileRef>>,
+    streamed: bool,
+    state: SessionState,
+}
+
+impl GroupRewriter {
     /// The plan that rewrites one group: its live rows (deletes applied, row lineage carried on
     /// v3) written into new files of the target size.
     async fn group_plan(
         &self,
-        state: &SessionState,
         group: &FileGroup,
         counts: Arc<ChangeCounts>,
         written: WrittenFiles,
@@ -622,7 +644,7 @@ impl PlannedRewrite {
             equality_deletes: self.equality_deletes.clone(),
             streamed: self.streamed,
         };
-        let scan = plan_scan(state, &req, &files).await?;
+        let scan = plan_scan(&self.state, &req, &files).await?;
         // Counts the live rows (the condition selects none: every row passes).
         let rows: Arc<dyn ExecutionPlan> = Arc::new(ChangeRowsExec::try_new(
             scan,
@@ -634,23 +656,20 @@ impl PlannedRewrite {
         // One writer per group: its files fill up to the target size.
         let writer = DataFileWriterExec::try_new(rows, self.table.clone(), sort, written)?
             .with_row_lineage(lineage)?
-            .with_target_file_size(self.options.target_file_size as usize)
+            .with_target_file_size(self.target_file_size as usize)
             .with_single_writer();
-        optimized(state, Arc::new(writer))
+        optimized(&self.state, Arc::new(writer))
     }
 
     /// Rewrites one group: the files it wrote and the rows they hold.
-    async fn rewrite_group(
+    async fn rewrite(
         &self,
-        state: &SessionState,
         group: &FileGroup,
         written: WrittenFiles,
     ) -> Result<(Vec<NewFile>, u64)> {
         let counts = Arc::new(ChangeCounts::default());
-        let plan = self
-            .group_plan(state, group, Arc::clone(&counts), written)
-            .await?;
-        let mut stream = execute_stream(plan, state.task_ctx())?;
+        let plan = self.group_plan(group, Arc::clone(&counts), written).await?;
+        let mut stream = execute_stream(plan, self.state.task_ctx())?;
         let mut added = vec![];
         while let Some(batch) = stream.next().await {
             added.extend(decode_data_files(&batch?, self.table.metadata())?);
