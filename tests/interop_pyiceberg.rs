@@ -992,3 +992,152 @@ fn created_rows(created: &Value) -> u64 {
         .unwrap()
         .len() as u64
 }
+
+/// After merge-on-read changes, a compaction, `expire_snapshots` and `remove_orphan_files`
+/// (through our CLI) on a table pyiceberg wrote: every file pyiceberg's `inspect` says the table
+/// references exists, every other file under the table is gone (a dry run first removes
+/// nothing), and pyiceberg and DuckDB read the same rows.
+#[test]
+fn expire_and_orphan_removal_keep_what_pyiceberg_says_the_table_references() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    tool(&["create-warehouse", "--warehouse", &whs]);
+    for statement in [
+        "SET iceberg.delete_mode = 'merge-on-read'; DELETE FROM pyns.simple WHERE id % 3 = 0",
+        "SET iceberg.update_mode = 'merge-on-read'; UPDATE pyns.simple SET label = 'x' WHERE id > 7",
+        "CALL system.rewrite_data_files(table => 'pyns.simple', options => map('rewrite-all', 'true'))",
+        "INSERT INTO pyns.simple VALUES (100, 'late')",
+    ] {
+        ours(&wh, statement);
+    }
+    let expected = tool_rows(&tool(&[
+        "read",
+        "--warehouse",
+        &whs,
+        "--table",
+        "pyns.simple",
+    ]));
+    let before = tool(&[
+        "inspect-files",
+        "--warehouse",
+        &whs,
+        "--table",
+        "pyns.simple",
+    ]);
+    let snapshots = before["manifest_lists"].as_array().unwrap().len();
+    assert!(snapshots >= 5, "{before}");
+
+    // Keep the last two snapshots (the compaction and the insert).
+    let cutoff = chrono::Utc::now().timestamp_millis() + 1000;
+    let out = ours(
+        &wh,
+        &format!(
+            "CALL system.expire_snapshots(table => 'pyns.simple', older_than => {cutoff}, \
+             retain_last => 2)"
+        ),
+    );
+    assert!(
+        out[0]["deleted_data_files_count"].as_u64().unwrap() > 0,
+        "{out:?}"
+    );
+    assert!(
+        out[0]["deleted_manifest_lists_count"].as_u64().unwrap() > 0,
+        "{out:?}"
+    );
+
+    // A stray file, and one a failed writer left.
+    let table_dir = {
+        let listed = tool(&[
+            "inspect-files",
+            "--warehouse",
+            &whs,
+            "--table",
+            "pyns.simple",
+        ]);
+        let first = listed["files"][0].as_str().unwrap().to_string();
+        let local = first.strip_prefix("file://").unwrap_or(&first).to_string();
+        let data_dir = Path::new(&local).parent().unwrap().to_path_buf();
+        let mut d = data_dir.clone();
+        while !d.join("metadata").exists() {
+            d = d.parent().unwrap().to_path_buf();
+        }
+        d
+    };
+    let strays = [
+        table_dir.join("data/stray.parquet"),
+        table_dir.join("metadata/stray-manifest.avro"),
+    ];
+    for p in &strays {
+        std::fs::write(p, b"not a table file").unwrap();
+    }
+    let cutoff = chrono::Utc::now().timestamp_millis() + 60_000;
+    let dry = ours(
+        &wh,
+        &format!(
+            "CALL system.remove_orphan_files(table => 'pyns.simple', older_than => {cutoff}, \
+             dry_run => true)"
+        ),
+    );
+    let found: HashSet<String> = dry
+        .iter()
+        .map(|r| r["orphan_file_location"].as_str().unwrap().to_string())
+        .collect();
+    let want: HashSet<String> = strays
+        .iter()
+        .map(|p| format!("file://{}", p.display()))
+        .collect();
+    assert_eq!(found, want, "the dry run finds exactly the strays");
+    assert!(
+        strays.iter().all(|p| p.exists()),
+        "a dry run deletes nothing"
+    );
+    let removed = ours(
+        &wh,
+        &format!("CALL system.remove_orphan_files(table => 'pyns.simple', older_than => {cutoff})"),
+    );
+    assert_eq!(removed.len(), 2, "{removed:?}");
+    assert!(strays.iter().all(|p| !p.exists()));
+
+    // What pyiceberg says the table references is exactly what is left under it.
+    let after = tool(&[
+        "inspect-files",
+        "--warehouse",
+        &whs,
+        "--table",
+        "pyns.simple",
+    ]);
+    assert_eq!(
+        after["manifest_lists"].as_array().unwrap().len(),
+        2,
+        "{after}"
+    );
+    let local = |v: &Value| -> String {
+        let s = v.as_str().unwrap();
+        s.strip_prefix("file://").unwrap_or(s).to_string()
+    };
+    let mut referenced: HashSet<String> = HashSet::new();
+    for key in ["all_files", "all_manifests", "manifest_lists", "metadata"] {
+        for v in after[key].as_array().unwrap() {
+            let p = local(v);
+            assert!(Path::new(&p).exists(), "{key}: {p} is referenced but gone");
+            referenced.insert(p);
+        }
+    }
+    for v in after["files"].as_array().unwrap() {
+        assert!(referenced.contains(&local(v)), "{v}");
+    }
+    let on_disk: HashSet<String> = common::files_under(&table_dir)
+        .into_iter()
+        .map(|rel| table_dir.join(rel).display().to_string())
+        .filter(|p| !p.ends_with("version-hint.text"))
+        .collect();
+    let unreferenced: Vec<&String> = on_disk.difference(&referenced).collect();
+    assert!(unreferenced.is_empty(), "left behind: {unreferenced:?}");
+
+    let theirs = tool(&["read", "--warehouse", &whs, "--table", "pyns.simple"]);
+    assert_eq!(tool_rows(&theirs), expected, "pyiceberg reads the table");
+    let metadata = theirs["metadata_location"].as_str().unwrap().to_string();
+    let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+    assert_eq!(tool_rows(&duck), expected, "DuckDB reads the table");
+}

@@ -13,6 +13,7 @@ Subcommands:
   types --warehouse DIR    (pyns.types: every primitive type, one row all NULL)
   nested --warehouse DIR   (pyns.nested: struct, list, map; pyns.nested_renamed: a struct field renamed)
   duckdb-read --metadata PATH
+  inspect-files --warehouse DIR --table NS.NAME   (inspect.files / all_files / all_manifests)
 
 Value normalisation (shared by every subcommand): ints as ints, floats as
 floats (NaN/Infinity as the strings "NaN"/"Infinity"/"-Infinity"), strings,
@@ -605,6 +606,29 @@ def cmd_delete_files(args) -> dict:
     return {"entries": entries, "format_version": version, "next_row_id": next_row_id}
 
 
+def cmd_inspect_files(args) -> dict:
+    """What pyiceberg says a table references: live files of the current snapshot, files and
+    manifests of every snapshot, manifest lists, metadata files."""
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        table = catalog.load_table(args.table)
+        files = table.inspect.files().column("file_path").to_pylist()
+        all_files = table.inspect.all_files().column("file_path").to_pylist()
+        all_manifests = table.inspect.all_manifests().column("path").to_pylist()
+        lists = [s.manifest_list for s in table.metadata.snapshots]
+        metadata = [table.metadata_location] + [m.metadata_file for m in table.metadata.metadata_log]
+    finally:
+        catalog.close()
+    return {
+        "files": sorted(set(files)),
+        "all_files": sorted(set(all_files)),
+        "all_manifests": sorted(set(all_manifests)),
+        "manifest_lists": sorted(lists),
+        "metadata": sorted(set(metadata)),
+    }
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -658,6 +682,11 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--warehouse", required=True)
     df.add_argument("--table", required=True, help="NS.NAME")
     df.set_defaults(func=cmd_delete_files)
+
+    ins = sub.add_parser("inspect-files", help="files, all_files, all_manifests of a table")
+    ins.add_argument("--warehouse", required=True)
+    ins.add_argument("--table", required=True, help="NS.NAME")
+    ins.set_defaults(func=cmd_inspect_files)
 
     w = sub.add_parser("write-pos-deletes", help="write a position delete parquet file with pyarrow")
     w.add_argument("--out", required=True)
