@@ -454,7 +454,8 @@ async fn sql(args: &Args) -> Result<Value> {
     // The phases of the timed statement: the logical plan (the table's metadata loaded from
     // the catalog), the physical plan (its files planned from the manifests), the execution.
     let started = Instant::now();
-    let df = ctx.sql(args.need("--sql")?).await?;
+    // Through the session's own entry point: CALL and ALTER TABLE run there (eagerly).
+    let df = s.sql(args.need("--sql")?).await?;
     let logical = started.elapsed().as_secs_f64();
     let plan = df.create_physical_plan().await?;
     let physical = started.elapsed().as_secs_f64();

@@ -208,7 +208,13 @@ def cmd_delta_create(a) -> dict:
     from deltalake import write_deltalake
 
     files = [line for line in open(a.files).read().splitlines() if line]
-    write_deltalake(a.path, ds.dataset(files, format="parquet").to_table(), mode="overwrite")
+    if a.one_per_file:
+        # One Delta data file per source file, as the Iceberg table has them.
+        for i, f in enumerate(files):
+            table = ds.dataset([f], format="parquet").to_table()
+            write_deltalake(a.path, table, mode="overwrite" if i == 0 else "append")
+    else:
+        write_deltalake(a.path, ds.dataset(files, format="parquet").to_table(), mode="overwrite")
     return {"seconds": 0.0, "answer": []}
 
 
@@ -228,6 +234,21 @@ def cmd_delta_delete(a) -> dict:
     metrics = DeltaTable(a.path).delete(a.predicate)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "answer": [str(metrics.get("num_deleted_rows"))]}
+
+
+def cmd_delta_optimize(a) -> dict:
+    """Bin-pack compaction of a Delta table into files of --target-size bytes; answers the
+    bytes and files it rewrote."""
+    from deltalake import DeltaTable
+
+    start = time.perf_counter()
+    metrics = DeltaTable(a.path).optimize.compact(target_size=a.target_size)
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "answer": [str(metrics.get("numFilesRemoved")), str(metrics.get("numFilesAdded"))],
+        "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float, str))},
+    }
 
 
 def cmd_delta_append(a) -> dict:
@@ -371,12 +392,16 @@ def main() -> int:
     c = sub.add_parser("delta-create")
     c.add_argument("--path", required=True)
     c.add_argument("--files", required=True)
+    c.add_argument("--one-per-file", action="store_true")
     c = sub.add_parser("delta-scan")
     c.add_argument("--path", required=True)
     c.add_argument("--aggs", required=True)
     c = sub.add_parser("delta-delete")
     c.add_argument("--path", required=True)
     c.add_argument("--predicate", required=True)
+    c = sub.add_parser("delta-optimize")
+    c.add_argument("--path", required=True)
+    c.add_argument("--target-size", type=int, required=True)
     c = sub.add_parser("delta-append")
     c.add_argument("--path", required=True)
     c.add_argument("--rows", type=int, required=True)
