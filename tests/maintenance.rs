@@ -655,3 +655,114 @@ async fn rewrite_position_delete_files_in_sql() {
     .to_string();
     assert!(err.contains("no option 'x'"), "{err}");
 }
+
+#[tokio::test]
+async fn rewrite_manifests_clusters_entries_and_changes_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.p (id BIGINT NOT NULL, part INT NOT NULL, v VARCHAR) \
+         STORED AS ICEBERG LOCATION '' PARTITIONED BY (part) OPTIONS ('format-version' '3', \
+         'write.delete.mode' 'merge-on-read')",
+    )
+    .await
+    .unwrap();
+    for i in 0..6 {
+        let values: Vec<String> = (0..9)
+            .map(|j| {
+                let id = i * 9 + j;
+                format!("({id}, {}, 'v{id}')", id % 3)
+            })
+            .collect();
+        sql(
+            &s,
+            &format!("INSERT INTO ns.p VALUES {}", values.join(", ")),
+        )
+        .await
+        .unwrap();
+    }
+    sql(&s, "DELETE FROM ns.p WHERE id % 4 = 0").await.unwrap();
+    let lineage = "SELECT id, v, _row_id, _last_updated_sequence_number \
+                   FROM iceberg_scan('ns.p', 'row_lineage', true)";
+    let rows_before = sorted(rows(&s, lineage).await);
+    let t = table(&s, "p").await;
+    let before_snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let files_of = |t: &Table| {
+        let t = t.clone();
+        async move {
+            let snapshot = t.metadata().current_snapshot().unwrap().clone();
+            let mut files: Vec<(String, i64, Option<i64>, usize)> =
+                iceberg_exec::scan::plan_files(&t, &snapshot)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|f| (f.path, f.data_seq, f.first_row_id, f.position_deletes.len()))
+                    .collect();
+            files.sort();
+            files
+        }
+    };
+    let files_before = files_of(&t).await;
+    let manifests_before = t
+        .manifest_list_reader(&before_snapshot)
+        .load()
+        .await
+        .unwrap()
+        .entries()
+        .len();
+
+    let out = common::render(
+        &call(&s, "CALL system.rewrite_manifests('ns.p')")
+            .await
+            .unwrap(),
+    );
+    let t = table(&s, "p").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    assert_eq!(snapshot.summary().operation, Operation::Replace);
+    let list = t.manifest_list_reader(&snapshot).load().await.unwrap();
+    let data: Vec<_> = list
+        .entries()
+        .iter()
+        .filter(|m| m.content == iceberg::spec::ManifestContentType::Data)
+        .collect();
+    assert_eq!(out, [format!("6|{}", data.len())]);
+    assert!(list.entries().len() < manifests_before);
+    // Clustered: each of the three partitions' entries sit together, here in one manifest.
+    assert_eq!(data.len(), 1);
+    // The same files with the same sequence numbers, row ids and deletes; the same rows and ids.
+    assert_eq!(files_of(&t).await, files_before);
+    assert_eq!(sorted(rows(&s, lineage).await), rows_before);
+    // The snapshot before still reads.
+    let id = before_snapshot.snapshot_id();
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT count(*) FROM iceberg_scan('ns.p', 'snapshot_id', {id})")
+        )
+        .await,
+        [rows_before.len().to_string()]
+    );
+    // And the table takes changes after it.
+    sql(&s, "DELETE FROM ns.p WHERE id = 1").await.unwrap();
+    assert_eq!(
+        rows(&s, "SELECT count(*) FROM ns.p").await,
+        [(rows_before.len() - 1).to_string()]
+    );
+    // Once clustered into one data manifest, again: nothing to do, no snapshot.
+    call(&s, "CALL system.rewrite_manifests('ns.p')")
+        .await
+        .unwrap();
+    let snapshot = table(&s, "p").await.metadata().current_snapshot_id();
+    let out = common::render(
+        &call(&s, "CALL system.rewrite_manifests(table => 'ns.p')")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(out, ["0|0"]);
+    assert_eq!(
+        table(&s, "p").await.metadata().current_snapshot_id(),
+        snapshot
+    );
+}

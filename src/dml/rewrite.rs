@@ -710,6 +710,7 @@ async fn run_once(
             equality_deletes_carry_over: false,
         }),
         data_sequence_number: None,
+        rewrite_data_manifests: false,
     };
     let files_written = changes.added_data_files.len();
     let delete_files_written = changes.added_delete_files.len();

@@ -20,6 +20,7 @@ use super::expire_snapshots::ExpireSnapshots;
 use super::orphan_files::RemoveOrphanFiles;
 use super::position_deletes::RewritePositionDeleteFiles;
 use super::rewrite_data_files::{RewriteDataFiles, RewriteStrategy};
+use super::rewrite_manifests::RewriteManifests;
 use crate::catalog::MetadataStore;
 
 /// Whether `sql` is a `CALL` statement (checked without parsing).
@@ -86,6 +87,7 @@ pub async fn call(
             "snapshot_ids",
         ],
         "rewrite_position_delete_files" => &["table", "options"],
+        "rewrite_manifests" => &["table"],
         "remove_orphan_files" => &[
             "table",
             "older_than",
@@ -119,6 +121,19 @@ pub async fn call(
                 .await
                 .map(Some)
         }
+        "rewrite_manifests" => {
+            let ident = table_arg("rewrite_manifests", &args, catalog, &default_namespace)?;
+            let r = RewriteManifests::new(store, ident).execute().await?;
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("rewritten_manifests_count", DataType::Int64, false),
+                Field::new("added_manifests_count", DataType::Int64, false),
+            ]));
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from(vec![r.rewritten_manifests_count as i64])),
+                Arc::new(Int64Array::from(vec![r.added_manifests_count as i64])),
+            ];
+            Ok(Some(RecordBatch::try_new(schema, columns)?))
+        }
         other => Err(DataFusionError::Internal(format!(
             "CALL: procedure {other} has parameters but no body"
         ))),
@@ -130,6 +145,7 @@ const PROCEDURES: &[&str] = &[
     "rewrite_data_files",
     "expire_snapshots",
     "rewrite_position_delete_files",
+    "rewrite_manifests",
     "remove_orphan_files",
 ];
 

@@ -8,6 +8,7 @@
 //!  expire_snapshots.rs     ExpireSnapshots: forget old snapshots, delete what only they reached
 //!  orphan_files.rs         RemoveOrphanFiles: delete old files under the table's location that
 //!                          nothing of the table reaches
+//!  rewrite_manifests.rs    RewriteManifests: data manifests clustered by partition
 //!  files.rs                what snapshots reach, and the bounded-memory anti-join both use
 //!  position_deletes.rs     RewritePositionDeleteFiles: one delete file per data file, dangling
 //!                          delete files dropped
@@ -21,6 +22,7 @@ mod options;
 mod orphan_files;
 mod position_deletes;
 mod rewrite_data_files;
+mod rewrite_manifests;
 
 pub use call::{call, is_call};
 pub use expire_snapshots::{ExpireSnapshots, ExpireSnapshotsResult};
@@ -30,6 +32,7 @@ pub use position_deletes::{RewritePositionDeleteFiles, RewritePositionDeleteFile
 pub use rewrite_data_files::{
     PlannedRewrite, RewriteDataFiles, RewriteDataFilesResult, RewriteStrategy,
 };
+pub use rewrite_manifests::{RewriteManifests, RewriteManifestsResult};
 
 #[cfg(test)]
 mod send_check {

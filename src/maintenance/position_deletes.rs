@@ -301,6 +301,7 @@ impl RewritePositionDeleteFiles {
                 equality_deletes_carry_over: true,
             }),
             data_sequence_number: None,
+            rewrite_data_manifests: false,
         };
         commit_or_clean_up(&self.store, &table, changes, &written)
             .await

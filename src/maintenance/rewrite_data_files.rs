@@ -581,6 +581,7 @@ impl PlannedRewrite {
                 equality_deletes_carry_over: keep_sequence,
             }),
             data_sequence_number: keep_sequence.then_some(self.base_sequence_number),
+            rewrite_data_manifests: false,
         };
         commit_or_clean_up(&self.store, &self.table, changes, &written)
             .await

@@ -65,6 +65,9 @@ pub struct SnapshotChanges {
     /// compaction gives its files the sequence number of the snapshot it read, so equality
     /// deletes committed meanwhile still apply to the rows it moved (format v2 and later).
     pub data_sequence_number: Option<i64>,
+    /// Whether the parent's data manifests are rewritten, their live entries clustered by
+    /// partition (`rewrite_manifests`; delete manifests are carried as they are).
+    pub rewrite_data_manifests: bool,
 }
 
 /// Delete files a commit removes: position or equality delete files by path, deletion vectors
@@ -258,12 +261,22 @@ impl SnapshotProducer {
         // Carry the parent's manifests over, rewriting those that list removed files.
         let mut summary = SnapshotSummaryCollector::default();
         let mut found_removed: HashSet<String> = HashSet::new();
+        let mut rewrite_counts: Option<(usize, usize, usize)> = None;
         if let Some(parent) = &parent {
             // Commits go to catalog tables: their locations are read as recorded.
             let list = crate::scan::manifest_list(base, &LocationMap::default(), parent).await?;
             let removes_nothing = self.changes.removed_files.is_empty()
                 && self.changes.removed_deletion_vectors.is_empty();
+            if self.changes.rewrite_data_manifests {
+                let counts = self
+                    .cluster_data_manifests(base, &list, snapshot_id, attempt, &mut manifests)
+                    .await?;
+                rewrite_counts = Some(counts);
+            }
             for (i, manifest) in list.iter().cloned().enumerate() {
+                if self.changes.rewrite_data_manifests {
+                    break;
+                }
                 if removes_nothing {
                     manifests.push(manifest);
                     continue;
@@ -335,6 +348,11 @@ impl SnapshotProducer {
         list_writer.close().await.df()?;
 
         let mut props = summary.build();
+        if let Some((replaced, created, kept)) = rewrite_counts {
+            props.insert("manifests-replaced".to_string(), replaced.to_string());
+            props.insert("manifests-created".to_string(), created.to_string());
+            props.insert("manifests-kept".to_string(), kept.to_string());
+        }
         props.extend(self.changes.summary_properties.clone());
         add_totals(&mut props, parent.as_ref().map(|p| p.summary()));
         let summary = Summary {
@@ -463,6 +481,70 @@ impl SnapshotProducer {
             }
         }
         Ok(out)
+    }
+
+    /// Writes the live entries of the data manifests of `list` into new manifests clustered
+    /// by partition (existing entries, their snapshot ids and sequence numbers kept) and pushes
+    /// them and the delete manifests onto `out`. Returns (replaced, created, kept) manifests.
+    async fn cluster_data_manifests(
+        &mut self,
+        base: &Table,
+        list: &[ManifestFile],
+        snapshot_id: i64,
+        attempt: u32,
+        out: &mut Vec<ManifestFile>,
+    ) -> Result<(usize, usize, usize)> {
+        type Entry = (String, DataFile, i64, i64, Option<i64>);
+        let metadata = base.metadata();
+        let mut by_spec: std::collections::BTreeMap<i32, Vec<Entry>> = Default::default();
+        let (mut replaced, mut kept) = (0, 0);
+        for manifest in list {
+            if manifest.content != ManifestContentType::Data {
+                out.push(manifest.clone());
+                kept += 1;
+                continue;
+            }
+            replaced += 1;
+            let loaded = crate::scan::load_manifest(manifest, metadata, base.file_io()).await?;
+            for entry in loaded.entries() {
+                if !entry.is_alive() {
+                    continue;
+                }
+                let seq = entry.sequence_number().ok_or_else(|| {
+                    DataFusionError::Internal("manifest entry without sequence number".into())
+                })?;
+                let file = entry.data_file().clone();
+                let key = format!("{:?}", file.partition());
+                let sid = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
+                let file_seq = entry.file_sequence_number.or(Some(seq));
+                by_spec
+                    .entry(manifest.partition_spec_id)
+                    .or_default()
+                    .push((key, file, sid, seq, file_seq));
+            }
+        }
+        let per_manifest = manifest_entries_target(metadata)?;
+        let mut created = 0;
+        for (spec_id, mut entries) in by_spec {
+            // Equal partitions side by side, so each manifest covers few of them.
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            for chunk in entries.chunks(per_manifest) {
+                let path = self.metadata_path(
+                    metadata,
+                    &format!("{}-c{attempt}-{created}.avro", self.commit_uuid),
+                );
+                self.attempt_files.push(path.clone());
+                let mut writer = manifest_writer(base, &path, snapshot_id, spec_id, false)?;
+                for (_, file, sid, seq, file_seq) in chunk {
+                    writer
+                        .add_existing_file(file.clone(), *sid, *seq, *file_seq)
+                        .df()?;
+                }
+                out.push(writer.write_manifest_file().await.df()?);
+                created += 1;
+            }
+        }
+        Ok((replaced, created, kept))
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -486,6 +486,7 @@ async fn changes(
         summary_properties: HashMap::new(),
         validation: Some(job.validation(&filters, read_files)?),
         data_sequence_number: None,
+        rewrite_data_manifests: false,
     };
     Ok(Some((
         changes,
