@@ -766,3 +766,35 @@ async fn rewrite_manifests_clusters_entries_and_changes_no_file() {
         snapshot
     );
 }
+
+#[tokio::test]
+async fn bin_packing_writes_one_file_per_bin_of_the_target_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 8, "").await;
+    let before = sorted(rows(&s, "SELECT id, part, v FROM ns.t").await);
+    let t = table(&s, "t").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let sizes: Vec<u64> = iceberg_exec::scan::plan_files(&t, &snapshot)
+        .await
+        .unwrap()
+        .iter()
+        .map(|f| f.size)
+        .collect();
+    // A target of about two files: four bins, four writers, four files.
+    let target = sizes.iter().max().unwrap() * 2 + 10;
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let result = RewriteDataFiles::new(store(&s), ident)
+        .option("rewrite-all", "true")
+        .option("target-file-size-bytes", target.to_string())
+        .execute(&s.context().state())
+        .await
+        .unwrap();
+    assert_eq!(result.rewritten_data_files_count, 8);
+    assert_eq!(result.added_data_files_count, 4, "{result:?}");
+    assert_eq!(summary(&table(&s, "t").await)["total-data-files"], "4");
+    assert_eq!(
+        sorted(rows(&s, "SELECT id, part, v FROM ns.t").await),
+        before
+    );
+}

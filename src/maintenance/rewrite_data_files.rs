@@ -9,7 +9,8 @@
 //!      ─► per partition, bin-packed into groups of at most max-file-group-size-bytes
 //!      ─► groups kept when they have min-input-files (and > 1) files, or more bytes than one
 //!         target file, or more than max-file-size-bytes, or a file with delete issues
-//!  execute (max-concurrent-file-group-rewrites groups at a time)
+//!  execute (max-concurrent-file-group-rewrites writers at a time; bin-pack splits a group into
+//!           bins of about one target file of input bytes, each its own writer)
 //!    group: scan(files, deletes applied, + _row_id / _last_updated_sequence_number on v3)
 //!      ─► count ─► [sort: the given or the table's order, spilling] ─► one writer rolling at
 //!         target-file-size-bytes
@@ -452,6 +453,28 @@ impl PlannedRewrite {
         Ok(result)
     }
 
+    /// The units one writer each rewrites of `group`: bin-packing splits it into bins of about
+    /// one target file of input bytes, written side by side; a sorted group stays whole (its
+    /// files cover disjoint ranges of the sort key).
+    fn bins(&self, group: FileGroup) -> Vec<FileGroup> {
+        let target = self.options.target_file_size;
+        if !matches!(self.strategy, RewriteStrategy::BinPack) || group.bytes() <= target {
+            return vec![group];
+        }
+        let mut out = vec![];
+        let mut current = FileGroup { files: vec![] };
+        for f in group.files {
+            if !current.files.is_empty() && current.bytes() + f.size > target {
+                out.push(std::mem::replace(&mut current, FileGroup { files: vec![] }));
+            }
+            current.files.push(f);
+        }
+        if !current.files.is_empty() {
+            out.push(current);
+        }
+        out
+    }
+
     /// Rewrites `groups` and commits them as one `replace` snapshot.
     async fn rewrite_and_commit(
         &self,
@@ -469,7 +492,8 @@ impl PlannedRewrite {
             state: state.clone(),
         });
         let shared = written.clone();
-        let rewritten = futures::stream::iter(groups.into_iter().map(move |g| {
+        let units: Vec<FileGroup> = groups.into_iter().flat_map(|g| self.bins(g)).collect();
+        let rewritten = futures::stream::iter(units.into_iter().map(move |g| {
             let (rewriter, written) = (Arc::clone(&rewriter), shared.clone());
             async move {
                 let (added, rows) = rewriter.rewrite(&g, written).await?;
