@@ -798,3 +798,37 @@ async fn bin_packing_writes_one_file_per_bin_of_the_target_size() {
         before
     );
 }
+
+#[tokio::test]
+async fn a_rewrite_reports_its_progress_to_the_session() {
+    use iceberg_exec::maintenance::{MaintenanceProgress, ProgressEvent};
+    use std::sync::Mutex;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    small_files(&s, "t", 6, "").await;
+    let events: Arc<Mutex<Vec<ProgressEvent>>> = Arc::default();
+    let seen = Arc::clone(&events);
+    s.context()
+        .state_ref()
+        .write()
+        .config_mut()
+        .set_extension(Arc::new(MaintenanceProgress::new(move |e| {
+            seen.lock().unwrap().push(e.clone())
+        })));
+    call(
+        &s,
+        "CALL system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true', \
+         'partial-progress.enabled', 'true', 'target-file-size-bytes', '1'))",
+    )
+    .await
+    .unwrap();
+    let events = events.lock().unwrap().clone();
+    // From 0 to all 6 files, never backwards.
+    assert!(events.len() >= 2, "{events:?}");
+    assert_eq!(events.first().unwrap().done, 0);
+    assert!(events
+        .iter()
+        .all(|e| e.total == 6 && e.procedure == "rewrite_data_files"));
+    assert!(events.windows(2).all(|w| w[0].done <= w[1].done));
+    assert_eq!(events.last().unwrap().done, 6);
+}

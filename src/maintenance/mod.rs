@@ -12,6 +12,7 @@
 //!  files.rs                what snapshots reach, and the bounded-memory anti-join both use
 //!  position_deletes.rs     RewritePositionDeleteFiles: one delete file per data file, dangling
 //!                          delete files dropped
+//!  progress.rs             MaintenanceProgress: a session extension long runs report to
 //!  call.rs                 CALL [catalog.]system.<procedure>(..): the same from SQL
 //! ```
 
@@ -21,6 +22,7 @@ mod files;
 mod options;
 mod orphan_files;
 mod position_deletes;
+mod progress;
 mod rewrite_data_files;
 mod rewrite_manifests;
 
@@ -29,6 +31,7 @@ pub use expire_snapshots::{ExpireSnapshots, ExpireSnapshotsResult};
 pub use options::RewriteOptions;
 pub use orphan_files::{RemoveOrphanFiles, RemoveOrphanFilesResult};
 pub use position_deletes::{RewritePositionDeleteFiles, RewritePositionDeleteFilesResult};
+pub use progress::{MaintenanceProgress, ProgressEvent};
 pub use rewrite_data_files::{
     PlannedRewrite, RewriteDataFiles, RewriteDataFilesResult, RewriteStrategy,
 };

@@ -45,6 +45,7 @@ use iceberg::table::Table;
 use iceberg::TableIdent;
 
 use super::options::RewriteOptions;
+use super::progress::Reporter;
 use crate::catalog::MetadataStore;
 use crate::dml::core::{commit_or_clean_up, optimized, removed_with_deletes};
 use crate::error::IcebergResultExt;
@@ -60,6 +61,7 @@ use crate::scan::{
 };
 use crate::snapshot::{NewFile, RemovedDeletes, SnapshotChanges, Validation};
 use crate::IcebergOptions;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How the rows of a file group are laid out in the new files.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -400,6 +402,21 @@ fn parse_sort_order(text: &str, input: &Schema) -> Result<LexRequirement> {
     LexRequirement::new(reqs).ok_or_else(|| bad("no columns given".into()))
 }
 
+/// Files rewritten so far, reported to the session's progress watcher.
+struct Progress {
+    reporter: Reporter,
+    done: AtomicU64,
+    total: u64,
+}
+
+impl Progress {
+    fn advance(&self, files: u64) {
+        let done = self.done.fetch_add(files, Ordering::Relaxed) + files;
+        self.reporter
+            .report("rewrite_data_files", done, self.total, "files");
+    }
+}
+
 /// What one group's rewrite produced.
 struct Rewritten {
     files: Vec<FileGroup>,
@@ -430,9 +447,15 @@ impl PlannedRewrite {
         } else {
             vec![self.groups.clone()]
         };
+        let progress = Arc::new(Progress {
+            reporter: Reporter::of(state),
+            done: AtomicU64::new(0),
+            total: self.file_count() as u64,
+        });
+        progress.advance(0);
         for batch in batches {
             let files: u64 = batch.iter().map(|g| g.files.len() as u64).sum();
-            match self.rewrite_and_commit(state, batch).await {
+            match self.rewrite_and_commit(state, batch, &progress).await {
                 Ok(done) => {
                     result.rewritten_data_files_count += done.rewritten_data_files_count;
                     result.added_data_files_count += done.added_data_files_count;
@@ -480,6 +503,7 @@ impl PlannedRewrite {
         &self,
         state: &SessionState,
         groups: Vec<FileGroup>,
+        progress: &Arc<Progress>,
     ) -> Result<RewriteDataFilesResult> {
         let written = WrittenFiles::default();
         let rewriter = Arc::new(GroupRewriter {
@@ -493,10 +517,13 @@ impl PlannedRewrite {
         });
         let shared = written.clone();
         let units: Vec<FileGroup> = groups.into_iter().flat_map(|g| self.bins(g)).collect();
+        let progress = Arc::clone(progress);
         let rewritten = futures::stream::iter(units.into_iter().map(move |g| {
             let (rewriter, written) = (Arc::clone(&rewriter), shared.clone());
+            let progress = Arc::clone(&progress);
             async move {
                 let (added, rows) = rewriter.rewrite(&g, written).await?;
+                progress.advance(g.files.len() as u64);
                 Ok::<_, DataFusionError>(Rewritten {
                     files: vec![g],
                     added,

@@ -176,6 +176,7 @@ async fn run(cli: Cli) -> Result<()> {
     let memory_limit = cli.memory_limit.as_deref().map(parse_size).transpose()?;
     let config = warehouse_config(&cli, memory_limit)?;
     let session = IcebergSession::open(config).await?;
+    show_progress(&session);
     match cli.command {
         Some(Command::Sql {
             statements: Some(sql),
@@ -183,6 +184,41 @@ async fn run(cli: Cli) -> Result<()> {
         Some(Command::Sql { statements: None }) | None => shell(&session, cli.format).await,
         Some(Command::Demo { rows }) => demo::tour(&session, rows).await,
     }
+}
+
+/// On a terminal, long maintenance runs (`CALL system.rewrite_data_files`) draw a progress bar
+/// on stderr.
+fn show_progress(session: &IcebergSession) {
+    use std::io::{IsTerminal, Write};
+    if !std::io::stderr().is_terminal() {
+        return;
+    }
+    let progress = iceberg_exec::maintenance::MaintenanceProgress::new(|e| {
+        const WIDTH: u64 = 30;
+        let filled = (e.done * WIDTH).checked_div(e.total).unwrap_or(WIDTH);
+        let bar = format!(
+            "{}{}",
+            "#".repeat(filled as usize),
+            "-".repeat((WIDTH - filled.min(WIDTH)) as usize)
+        );
+        // A bar that cannot be drawn (stderr closed) is no reason to stop the statement.
+        let mut err = std::io::stderr();
+        let _ = write!(
+            err,
+            "\r{} [{bar}] {}/{} {}",
+            e.procedure, e.done, e.total, e.unit
+        );
+        if e.done >= e.total {
+            let _ = writeln!(err);
+        }
+        let _ = err.flush();
+    });
+    session
+        .context()
+        .state_ref()
+        .write()
+        .config_mut()
+        .set_extension(std::sync::Arc::new(progress));
 }
 
 /// Runs each statement of `sql` in order, printing each result.
