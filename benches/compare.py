@@ -239,25 +239,28 @@ class Suite:
             f.write("\n".join(table["data_files"]) + "\n")
         return path
 
-    def generate(self, name: str, *options, planning=False) -> dict:
+    def generate(self, name: str, *options, planning=False, command=None, pristine=True) -> dict:
+        """A generated table, kept between runs; `pristine`: with a copy DML runs restore."""
         wh = os.path.join(self.work, name)
         stamp = os.path.join(wh, "generated.json")
         # Tables made by another version of the generator are made again.
         source = open(os.path.join(SUITE, "engine.rs"), "rb").read()
-        want = json.dumps([options, planning, hashlib.sha256(source).hexdigest()])
+        command = command or ("generate-planning" if planning else "generate")
+        want = json.dumps([options, planning, command, hashlib.sha256(source).hexdigest()])
         if os.path.exists(stamp):
             doc = json.load(open(stamp))
-            if doc.get("options") == want and os.path.exists(wh + ".pristine"):
+            if doc.get("options") == want and (not pristine or os.path.exists(wh + ".pristine")):
                 return doc
         for d in (wh, wh + ".pristine"):
             shutil.rmtree(d, ignore_errors=True)
         os.makedirs(wh)
         log(f"generating {name} {' '.join(options)}")
         started = time.monotonic()
-        doc = self.engine_json("generate-planning" if planning else "generate", "--warehouse", wh, *options)
+        doc = self.engine_json(command, "--warehouse", wh, *options)
         doc.update(warehouse=wh, options=want, generate_s=round(time.monotonic() - started, 1))
         json.dump(doc, open(stamp, "w"))
-        shutil.copytree(wh, wh + ".pristine")
+        if pristine:
+            shutil.copytree(wh, wh + ".pristine")
         return doc
 
     def restore(self, table: dict) -> None:
@@ -561,6 +564,32 @@ def main() -> int:
                 expect(want_mor, limit_ignores_deletes=True),
                 scale_note="The limit reads the data files before compaction and ignores the deletes.",
             )
+
+    # Orphan files: a table whose manifests list most of the files under it, and some files no
+    # snapshot reaches; a dry run of remove_orphan_files (so every run starts alike) under a
+    # 64 MiB pool, the listing anti-joined against every manifest entry.
+    if not args.scenarios or "orphans_64mib" in args.scenarios:
+        listed = 20_000 if quick else 2_000_000
+        orphans_n = 1_000 if quick else 10_000
+        orph = s.generate("orphans", "--listed", str(listed), "--orphans", str(orphans_n),
+                          command="generate-orphans", pristine=False)
+        cutoff = int(time.time() * 1000) + 3_600_000
+        call = (f"CALL system.remove_orphan_files(table => 'bench.t', older_than => {cutoff}, "
+                "dry_run => true)")
+
+        def orphans_after(e, run):
+            return [str(len(run.doc.get("rows", [])))]
+
+        s.scenario(
+            "orphans_64mib", f"remove_orphan_files (dry run) over {listed:,} listed files, {orphans_n:,} of them orphans, 64 MiB pool",
+            "completes under the pool; peak RSS <= 400 MB",
+            [(OURS, [E, "sql", "--warehouse", orph["warehouse"], "--memory-limit", "64M", "--sql", call]),
+             (OURS_UNLIMITED, [E, "sql", "--warehouse", orph["warehouse"], "--sql", call]),
+             (PYICEBERG, "pyiceberg 0.12 has no orphan file removal"),
+             (DUCKDB, "DuckDB 1.5.5's iceberg extension has no orphan file removal")],
+            lambda e: [str(orphans_n)], None, orphans_after,
+            "The table's manifests list the other files (empty files on disk: only the listing and the manifests are read).",
+        )
 
     # DML: each run starts from the pristine table; the effect is read back by another engine.
     def dml_scenario(name, title, goal, table, lo, hi, mode):

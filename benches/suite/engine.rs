@@ -6,6 +6,7 @@
 //! bench-engine generate CATALOG [--table NAME] --rows N --files F [--pos-every M] [--eq-keys K]
 //!     [--format-version 2|3]
 //! bench-engine generate-planning --warehouse DIR --delete-files N
+//! bench-engine generate-orphans --warehouse DIR --listed N --orphans M
 //! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE]..
 //! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M]
 //!     [--catalog-prop KEY=VALUE].. [--store s3://BUCKET].. [--cold]
@@ -529,6 +530,61 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
     }))
 }
 
+/// `generate-orphans`: a table whose manifests list `--listed` minus `--orphans` data files,
+/// all created (empty) under its data directory, next to `--orphans` files no snapshot lists:
+/// the `remove_orphan_files` scenario lists them all and reads every manifest entry.
+async fn generate_orphans(args: &Args) -> Result<Value> {
+    let warehouse = args.need("--warehouse")?;
+    let listed = args.num("--listed", 2_000_000)? as usize;
+    let orphans = args.num("--orphans", 10_000)? as usize;
+    let referenced = listed.saturating_sub(orphans);
+    let partitions = 50usize;
+    let s = session(args, None).await?;
+    for q in [
+        "CREATE SCHEMA bench".to_string(),
+        format!(
+            "CREATE EXTERNAL TABLE {TABLE} (id BIGINT, part INT NOT NULL) STORED AS ICEBERG \
+             LOCATION '' PARTITIONED BY (part)"
+        ),
+    ] {
+        run(s.context(), &q).await?;
+    }
+    let ident =
+        TableIdent::from_strs(["bench", "t"]).map_err(|e| DataFusionError::External(e.into()))?;
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let base = format!("{warehouse}/bench/t/data");
+    for part in 0..partitions {
+        std::fs::create_dir_all(format!("{base}/part={part}"))?;
+    }
+    // Ten appends, so the listing meets ten manifests' worth of entries.
+    let per_commit = referenced.div_ceil(10).max(1);
+    let mut i = 0;
+    while i < referenced {
+        let end = (i + per_commit).min(referenced);
+        let mut files = Vec::with_capacity(end - i);
+        for j in i..end {
+            let part = (j % partitions) as i32;
+            let path = format!("{base}/part={part}/d{j}.parquet");
+            std::fs::File::create(&path)?;
+            files.push(planning_file(DataContentType::Data, path, part, None)?);
+        }
+        commit(Arc::clone(&store), &ident, SnapshotChanges::append(files)).await?;
+        i = end;
+    }
+    for j in 0..orphans {
+        let part = j % partitions;
+        std::fs::File::create(format!("{base}/part={part}/orphan-{j}.parquet"))?;
+    }
+    Ok(json!({
+        "table": TABLE,
+        "data_files": [],
+        "rows": 0,
+        "live_where": "true",
+        "listed": listed,
+        "orphans": orphans,
+    }))
+}
+
 #[tokio::main]
 async fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -540,6 +596,7 @@ async fn main() {
     let out = match command.as_str() {
         "generate" => generate(&args).await,
         "generate-planning" => generate_planning(&args).await,
+        "generate-orphans" => generate_orphans(&args).await,
         "sql" => sql(&args).await,
         "datafusion" => datafusion_sql(&args).await,
         other => Err(DataFusionError::Plan(format!("unknown command {other}"))),
