@@ -66,7 +66,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// How the rows of a file group are laid out in the new files.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum RewriteStrategy {
-    /// Combine files as they are (sorted by the table's sort order, when it has one).
+    /// Combine files as they are, rows in file order (Spark's bin-pack; `Sort` sorts).
     #[default]
     BinPack,
     /// Sort the rows of each group: by this order (`"c1 DESC NULLS LAST, c2"`), or by the
@@ -348,7 +348,8 @@ fn sort_of(
     input: &Schema,
 ) -> Result<Option<LexRequirement>> {
     match strategy {
-        RewriteStrategy::BinPack => sort_requirement(table, input),
+        // As Spark's bin-pack: files are combined as they are, not sorted.
+        RewriteStrategy::BinPack => Ok(None),
         RewriteStrategy::Sort(None) => match sort_requirement(table, input)? {
             Some(order) => Ok(Some(order)),
             None => Err(DataFusionError::Plan(format!(
@@ -400,6 +401,16 @@ fn parse_sort_order(text: &str, input: &Schema) -> Result<LexRequirement> {
         ));
     }
     LexRequirement::new(reqs).ok_or_else(|| bad("no columns given".into()))
+}
+
+/// Writers that run at once: `wanted`, but under a memory limit one per 128 MiB of it (each
+/// holds its delete joins and, with sort strategy, a sort; all of them share the pool).
+fn concurrency(state: &SessionState, wanted: usize) -> usize {
+    use datafusion::execution::memory_pool::MemoryLimit;
+    match state.runtime_env().memory_pool.memory_limit() {
+        MemoryLimit::Finite(bytes) => wanted.min((bytes >> 27).max(1)),
+        MemoryLimit::Infinite | MemoryLimit::Unknown => wanted,
+    }
 }
 
 /// Files rewritten so far, reported to the session's progress watcher.
@@ -531,7 +542,7 @@ impl PlannedRewrite {
                 })
             }
         }))
-        .buffer_unordered(self.options.max_concurrent_groups)
+        .buffer_unordered(concurrency(state, self.options.max_concurrent_groups))
         .try_fold(
             Rewritten {
                 files: vec![],
