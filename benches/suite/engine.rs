@@ -367,6 +367,20 @@ fn planning_file(
     })
 }
 
+/// `bench.t (id BIGINT, part INT NOT NULL)` partitioned by `part`.
+async fn create_partitioned_table(s: &IcebergSession) -> Result<()> {
+    run(s.context(), "CREATE SCHEMA bench").await?;
+    run(
+        s.context(),
+        &format!(
+            "CREATE EXTERNAL TABLE {TABLE} (id BIGINT, part INT NOT NULL) STORED AS ICEBERG \
+             LOCATION '' PARTITIONED BY (part)"
+        ),
+    )
+    .await?;
+    Ok(())
+}
+
 /// `generate-planning`: a partitioned table whose manifests list `--data-files` data files and
 /// `--delete-files` delete files (three quarters position deletes naming one data file, a
 /// quarter partition-scoped equality deletes). The files are never written: planning reads
@@ -377,15 +391,7 @@ async fn generate_planning(args: &Args) -> Result<Value> {
     let data_files = args.num("--data-files", 2000)?.max(1) as usize;
     let partitions = 50usize;
     let s = session(args, None).await?;
-    for q in [
-        "CREATE SCHEMA bench".to_string(),
-        format!(
-            "CREATE EXTERNAL TABLE {TABLE} (id BIGINT, part INT NOT NULL) STORED AS ICEBERG \
-             LOCATION '' PARTITIONED BY (part)"
-        ),
-    ] {
-        run(s.context(), &q).await?;
-    }
+    create_partitioned_table(&s).await?;
     let ident =
         TableIdent::from_strs(["bench", "t"]).map_err(|e| DataFusionError::External(e.into()))?;
     let store: Arc<dyn MetadataStore> = s.catalog().clone();
@@ -540,15 +546,7 @@ async fn generate_orphans(args: &Args) -> Result<Value> {
     let referenced = listed.saturating_sub(orphans);
     let partitions = 50usize;
     let s = session(args, None).await?;
-    for q in [
-        "CREATE SCHEMA bench".to_string(),
-        format!(
-            "CREATE EXTERNAL TABLE {TABLE} (id BIGINT, part INT NOT NULL) STORED AS ICEBERG \
-             LOCATION '' PARTITIONED BY (part)"
-        ),
-    ] {
-        run(s.context(), &q).await?;
-    }
+    create_partitioned_table(&s).await?;
     let ident =
         TableIdent::from_strs(["bench", "t"]).map_err(|e| DataFusionError::External(e.into()))?;
     let store: Arc<dyn MetadataStore> = s.catalog().clone();

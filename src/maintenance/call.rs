@@ -124,15 +124,11 @@ pub async fn call(
         "rewrite_manifests" => {
             let ident = table_arg("rewrite_manifests", &args, catalog, &default_namespace)?;
             let r = RewriteManifests::new(store, ident).execute().await?;
-            let schema = Arc::new(Schema::new(vec![
-                Field::new("rewritten_manifests_count", DataType::Int64, false),
-                Field::new("added_manifests_count", DataType::Int64, false),
-            ]));
-            let columns: Vec<ArrayRef> = vec![
-                Arc::new(Int64Array::from(vec![r.rewritten_manifests_count as i64])),
-                Arc::new(Int64Array::from(vec![r.added_manifests_count as i64])),
-            ];
-            Ok(Some(RecordBatch::try_new(schema, columns)?))
+            counts_row(&[
+                ("rewritten_manifests_count", r.rewritten_manifests_count),
+                ("added_manifests_count", r.added_manifests_count),
+            ])
+            .map(Some)
         }
         other => Err(DataFusionError::Internal(format!(
             "CALL: procedure {other} has parameters but no body"
@@ -421,18 +417,8 @@ async fn rewrite_data_files(
         }
     };
     let mut rewrite = RewriteDataFiles::new(store, ident).strategy(strategy);
-    match args.get("options") {
-        None => {}
-        Some(Arg::Map(options)) => {
-            for (k, v) in options {
-                rewrite = rewrite.option(k, v);
-            }
-        }
-        Some(_) => {
-            return Err(DataFusionError::Plan(format!(
-                "CALL {P}: 'options' must be map('key', 'value', ..)"
-            )))
-        }
+    for (k, v) in options_of(P, &args)? {
+        rewrite = rewrite.option(k, v);
     }
     if let Some(filter) = text(P, &args, "where")? {
         rewrite = rewrite.filter_sql(filter);
@@ -470,6 +456,32 @@ async fn rewrite_data_files(
         )?])),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// The `options` argument: `map('key', 'value', ..)`, none when absent.
+fn options_of(procedure: &str, args: &BTreeMap<String, Arg>) -> Result<BTreeMap<String, String>> {
+    match args.get("options") {
+        None => Ok(BTreeMap::new()),
+        Some(Arg::Map(options)) => Ok(options.clone()),
+        Some(_) => Err(DataFusionError::Plan(format!(
+            "CALL {procedure}: 'options' must be map('key', 'value', ..)"
+        ))),
+    }
+}
+
+/// One result row of BIGINT columns.
+fn counts_row(columns: &[(&str, u64)]) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(
+        columns
+            .iter()
+            .map(|(n, _)| Field::new(*n, DataType::Int64, false))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays: Vec<ArrayRef> = columns
+        .iter()
+        .map(|(_, v)| Arc::new(Int64Array::from(vec![*v as i64])) as ArrayRef)
+        .collect();
+    Ok(RecordBatch::try_new(schema, arrays)?)
 }
 
 /// The table a procedure's `table` argument names.
@@ -530,7 +542,7 @@ async fn expire_snapshots(
         }
     }
     let r = expire.execute(state).await?;
-    let fields = [
+    counts_row(&[
         ("deleted_data_files_count", r.deleted_data_files_count),
         (
             "deleted_position_delete_files_count",
@@ -552,18 +564,7 @@ async fn expire_snapshots(
             "deleted_statistics_files_count",
             r.deleted_statistics_files_count,
         ),
-    ];
-    let schema = Arc::new(Schema::new(
-        fields
-            .iter()
-            .map(|(n, _)| Field::new(*n, DataType::Int64, false))
-            .collect::<Vec<_>>(),
-    ));
-    let columns: Vec<ArrayRef> = fields
-        .iter()
-        .map(|(_, v)| Arc::new(Int64Array::from(vec![*v as i64])) as ArrayRef)
-        .collect();
-    Ok(RecordBatch::try_new(schema, columns)?)
+    ])
 }
 
 async fn remove_orphan_files(
@@ -608,36 +609,19 @@ async fn rewrite_position_delete_files(
     const P: &str = "rewrite_position_delete_files";
     let ident = table_arg(P, &args, catalog, default_namespace)?;
     let mut rewrite = RewritePositionDeleteFiles::new(store, ident);
-    match args.get("options") {
-        None => {}
-        Some(Arg::Map(options)) => {
-            for (k, v) in options {
-                rewrite = rewrite.option(k, v);
-            }
-        }
-        Some(_) => {
-            return Err(DataFusionError::Plan(format!(
-                "CALL {P}: 'options' must be map('key', 'value', ..)"
-            )))
-        }
+    for (k, v) in options_of(P, &args)? {
+        rewrite = rewrite.option(k, v);
     }
     let r = rewrite.execute(state).await?;
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("rewritten_delete_files_count", DataType::Int64, false),
-        Field::new("added_delete_files_count", DataType::Int64, false),
-        Field::new("rewritten_bytes_count", DataType::Int64, false),
-        Field::new("added_bytes_count", DataType::Int64, false),
-    ]));
-    let columns: Vec<ArrayRef> = [
-        r.rewritten_delete_files_count,
-        r.added_delete_files_count,
-        r.rewritten_bytes_count,
-        r.added_bytes_count,
-    ]
-    .into_iter()
-    .map(|v| Arc::new(Int64Array::from(vec![v as i64])) as ArrayRef)
-    .collect();
-    Ok(RecordBatch::try_new(schema, columns)?)
+    counts_row(&[
+        (
+            "rewritten_delete_files_count",
+            r.rewritten_delete_files_count,
+        ),
+        ("added_delete_files_count", r.added_delete_files_count),
+        ("rewritten_bytes_count", r.rewritten_bytes_count),
+        ("added_bytes_count", r.added_bytes_count),
+    ])
 }
 
 #[cfg(test)]

@@ -510,13 +510,10 @@ impl SnapshotProducer {
                 if !entry.is_alive() {
                     continue;
                 }
-                let seq = entry.sequence_number().ok_or_else(|| {
-                    DataFusionError::Internal("manifest entry without sequence number".into())
-                })?;
+                let (seq, file_seq) = sequence_numbers(entry)?;
                 let file = entry.data_file().clone();
                 let key = format!("{:?}", file.partition());
                 let sid = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
-                let file_seq = entry.file_sequence_number.or(Some(seq));
                 by_spec
                     .entry(manifest.partition_spec_id)
                     .or_default()
@@ -593,10 +590,7 @@ impl SnapshotProducer {
             if !entry.is_alive() {
                 continue;
             }
-            let seq = entry.sequence_number().ok_or_else(|| {
-                DataFusionError::Internal("manifest entry without sequence number".into())
-            })?;
-            let file_seq = entry.file_sequence_number.or(Some(seq));
+            let (seq, file_seq) = sequence_numbers(entry)?;
             if self.removes(entry.data_file()) {
                 found.insert(removal_name(entry.data_file()));
                 summary.remove_file(
@@ -720,6 +714,15 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
         at = snapshot.parent_snapshot_id();
     }
     Ok(())
+}
+
+/// A live entry's data and file sequence numbers (after inheritance), as a rewritten manifest
+/// keeps them.
+fn sequence_numbers(entry: &iceberg::spec::ManifestEntry) -> Result<(i64, Option<i64>)> {
+    let seq = entry.sequence_number().ok_or_else(|| {
+        DataFusionError::Internal("manifest entry without sequence number".into())
+    })?;
+    Ok((seq, entry.file_sequence_number.or(Some(seq))))
 }
 
 /// How a removed entry is named in the commit's bookkeeping (and its conflict message).
