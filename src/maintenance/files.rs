@@ -245,7 +245,11 @@ pub(crate) fn unreachable_plan(
             SortOptions::default(),
         )])
         .ok_or_else(|| DataFusionError::Internal("empty ordering".into()))?;
-        Ok(Arc::new(SortExec::new(order, plan)))
+        // Each side sorts in a task of its own from the start: the listing (system calls) and
+        // the manifests (decoding) proceed at the same time.
+        Ok(Arc::new(SpawnedExec::new(Arc::new(SortExec::new(
+            order, plan,
+        )))))
     };
     let left = by_path(candidates)?;
     let right = by_path(reachable)?;
@@ -262,6 +266,92 @@ pub(crate) fn unreachable_plan(
         vec![SortOptions::default()],
         NullEquality::NullEqualsNothing,
     )?))
+}
+
+/// Runs its input in a task of its own from the moment it is executed, passing batches on
+/// through a channel of two: a consumer that polls one input after another (a merge join) still
+/// has both computed at once.
+#[derive(Debug)]
+struct SpawnedExec {
+    input: Arc<dyn ExecutionPlan>,
+    properties: Arc<datafusion::physical_plan::PlanProperties>,
+}
+
+impl SpawnedExec {
+    fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+        let properties = Arc::clone(input.properties());
+        Self { input, properties }
+    }
+}
+
+impl datafusion::physical_plan::DisplayAs for SpawnedExec {
+    fn fmt_as(
+        &self,
+        _t: datafusion::physical_plan::DisplayFormatType,
+        f: &mut std::fmt::Formatter,
+    ) -> std::fmt::Result {
+        f.write_str("SpawnedExec")
+    }
+}
+
+impl ExecutionPlan for SpawnedExec {
+    fn name(&self) -> &str {
+        "SpawnedExec"
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(
+            &Arc<dyn datafusion::physical_expr::PhysicalExpr>,
+        ) -> Result<datafusion::common::tree_node::TreeNodeRecursion>,
+    ) -> Result<datafusion::common::tree_node::TreeNodeRecursion> {
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    }
+
+    fn properties(&self) -> &Arc<datafusion::physical_plan::PlanProperties> {
+        &self.properties
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match <[_; 1]>::try_from(children) {
+            Ok([input]) => Ok(Arc::new(Self::new(input))),
+            Err(_) => Err(DataFusionError::Internal(
+                "SpawnedExec takes one child".into(),
+            )),
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let mut builder = RecordBatchReceiverStream::builder(self.input.schema(), 2);
+        let tx = builder.tx();
+        let input = Arc::clone(&self.input);
+        builder.spawn(async move {
+            let mut stream = input.execute(partition, context)?;
+            while let Some(batch) = stream.next().await {
+                // The receiver gone means the consumer stopped: so does this task.
+                if tx.send(batch).await.is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        Ok(builder.build())
+    }
 }
 
 /// `sorted` (by path) without repeated paths, across batches too.
