@@ -16,7 +16,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     ExecutionPlan, Partitioning, PlanProperties, SendableRecordBatchStream,
 };
-use iceberg::spec::{DataContentType, TableMetadata};
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
 use crate::catalog::MetadataStore;
@@ -188,23 +188,19 @@ pub(crate) async fn removed_with_deletes(
 ) -> Result<(HashSet<String>, HashSet<(String, u64)>, usize)> {
     let removed_paths: HashSet<&str> = removed.iter().map(|f| f.path.as_str()).collect();
     let mut delete_files_removed = replaced.len();
-    let mut removed_files: HashSet<String> = replaced.files;
-    removed_files.extend(removed_paths.iter().map(|p| p.to_string()));
-    let mut vectors: HashSet<(String, u64)> = replaced.vectors;
+    let mut gone = replaced;
     for f in removed {
         for d in &f.position_deletes {
-            if d.referenced_data_file.as_deref() != Some(f.path.as_str()) {
-                continue;
-            }
-            let new = match d.deletion_vector {
-                Some(blob) => vectors.insert((d.path.clone(), blob.offset)),
-                None => removed_files.insert(d.path.clone()),
-            };
-            if new {
+            if d.referenced_data_file.as_deref() == Some(f.path.as_str()) && gone.insert(d) {
                 delete_files_removed += 1;
             }
         }
     }
+    let RemovedDeletes {
+        files: mut removed_files,
+        vectors,
+    } = gone;
+    removed_files.extend(removed_paths.iter().map(|p| p.to_string()));
     let mut candidates: Vec<Arc<DeleteFileRef>> = equality_deletes.to_vec();
     for f in removed {
         candidates.extend(
@@ -261,14 +257,7 @@ async fn orphan_deletes(
     .collect();
     let mut out: Vec<String> = vec![];
     for d in deletes {
-        let used = remaining.iter().any(|f| {
-            let newer = match d.content {
-                DataContentType::EqualityDeletes => f.data_seq < d.data_seq,
-                _ => f.data_seq <= d.data_seq,
-            };
-            newer
-                && (d.spec_unpartitioned || (d.spec_id == f.spec_id && d.partition == f.partition))
-        });
+        let used = remaining.iter().any(|f| d.may_apply_to(f));
         if !used && !out.contains(&d.path) {
             out.push(d.path.clone());
         }

@@ -111,14 +111,7 @@ impl DeleteWriter {
         }
         let mut replaces = RemovedDeletes::default();
         for d in merged.iter().filter(|d| file_scoped(d, &data.path)) {
-            match d.deletion_vector {
-                Some(blob) => {
-                    replaces.vectors.insert((d.path.clone(), blob.offset));
-                }
-                None => {
-                    replaces.files.insert(d.path.clone());
-                }
-            }
+            replaces.insert(d);
         }
         let file = self.write_file(data, positions, written).await?;
         Ok(FileDeletes { file, replaces })
@@ -185,14 +178,7 @@ impl DeleteWriter {
             .iter()
             .filter(|d| file_scoped(d, &data.path))
         {
-            match d.deletion_vector {
-                Some(blob) => {
-                    replaces.vectors.insert((d.path.clone(), blob.offset));
-                }
-                None => {
-                    replaces.files.insert(d.path.clone());
-                }
-            }
+            replaces.insert(d);
         }
         if positions.is_empty() {
             return Ok((None, replaces));

@@ -305,30 +305,18 @@ impl ExpireSnapshots {
         after: &Table,
         result: &mut ExpireSnapshotsResult,
     ) -> Result<()> {
-        let stats = |m: &TableMetadata, ids: Option<&HashSet<i64>>| -> Vec<(String, FileKind)> {
-            let wanted = |id: i64| ids.is_none_or(|ids| ids.contains(&id));
-            m.statistics_iter()
-                .filter(|s| wanted(s.snapshot_id))
-                .map(|s| (s.statistics_path.clone(), FileKind::Statistics))
-                .chain(
-                    m.partition_statistics_iter()
-                        .filter(|s| wanted(s.snapshot_id))
-                        .map(|s| (s.statistics_path.clone(), FileKind::Statistics)),
-                )
-                .collect()
-        };
         let expired_ids: HashSet<i64> = expired.iter().map(|s| s.snapshot_id()).collect();
         let candidates = files::source(Arc::new(ReachableFiles {
             table: before.clone(),
             snapshots: expired,
             live_only: false,
-            extra: stats(before.metadata(), Some(&expired_ids)),
+            extra: files::statistics_files(before.metadata(), Some(&expired_ids)),
         }))?;
         let reachable = files::source(Arc::new(ReachableFiles {
             table: after.clone(),
             snapshots: after.metadata().snapshots().cloned().collect(),
             live_only: true,
-            extra: stats(after.metadata(), None),
+            extra: files::statistics_files(after.metadata(), None),
         }))?;
         let gone = files::unreachable(candidates, reachable, state.task_ctx())?;
         delete_all(

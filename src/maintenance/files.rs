@@ -127,6 +127,26 @@ impl FileBatcher {
     }
 }
 
+/// The statistics files (table and partition statistics) of `metadata`, of the snapshots in
+/// `only` when given.
+pub(crate) fn statistics_files(
+    metadata: &iceberg::spec::TableMetadata,
+    only: Option<&HashSet<i64>>,
+) -> Vec<(String, FileKind)> {
+    let wanted = |id: i64| only.is_none_or(|ids| ids.contains(&id));
+    metadata
+        .statistics_iter()
+        .filter(|s| wanted(s.snapshot_id))
+        .map(|s| (s.statistics_path.clone(), FileKind::Statistics))
+        .chain(
+            metadata
+                .partition_statistics_iter()
+                .filter(|s| wanted(s.snapshot_id))
+                .map(|s| (s.statistics_path.clone(), FileKind::Statistics)),
+        )
+        .collect()
+}
+
 /// The files `snapshots` of `table` reach: their manifest lists, their manifests (each once),
 /// and the files the manifests list (only live entries with `live_only`), plus `extra`.
 #[derive(Debug)]

@@ -123,12 +123,7 @@ impl RemoveOrphanFiles {
             ),
             FileKind::Metadata,
         ));
-        for s in metadata.statistics_iter() {
-            extra.push((s.statistics_path.clone(), FileKind::Statistics));
-        }
-        for s in metadata.partition_statistics_iter() {
-            extra.push((s.statistics_path.clone(), FileKind::Statistics));
-        }
+        extra.extend(files::statistics_files(metadata, None));
         let reachable = files::source(Arc::new(ReachableFiles {
             table: table.clone(),
             snapshots: metadata.snapshots().cloned().collect(),

@@ -32,23 +32,12 @@ use crate::scan::{plan_files_pruned, DeleteFileRef, FileFilter, ScanFiles};
 use crate::snapshot::{RemovedDeletes, SnapshotChanges, Validation};
 use crate::IcebergOptions;
 
-/// A delete file's identity: its path, and the blob offset of a deletion vector.
+/// A delete file's identity, owned ([`DeleteFileRef::identity`]).
 type DeleteKey = (String, Option<u64>);
 
 fn key(d: &DeleteFileRef) -> DeleteKey {
-    (d.path.clone(), d.deletion_vector.map(|b| b.offset))
-}
-
-/// `removed` plus `d`.
-fn remove(removed: &mut RemovedDeletes, d: &DeleteFileRef) {
-    match d.deletion_vector {
-        Some(blob) => {
-            removed.vectors.insert((d.path.clone(), blob.offset));
-        }
-        None => {
-            removed.files.insert(d.path.clone());
-        }
-    }
+    let (path, offset) = d.identity();
+    (path.to_string(), offset)
 }
 
 /// The delete files of `snapshot` that apply to none of its data files (`scan`: its data
@@ -264,7 +253,7 @@ impl RewritePositionDeleteFiles {
             removed_refs.insert(key(d), Arc::clone(d));
         }
         for d in removed_refs.values() {
-            remove(&mut removed, d);
+            removed.insert(d);
             result.rewritten_delete_files_count += 1;
             result.rewritten_bytes_count += match d.deletion_vector {
                 Some(blob) => blob.length,

@@ -273,13 +273,7 @@ impl FileGroup {
 
 /// Delete files that apply to `f`, and the share of its rows they are known to delete.
 fn delete_load(f: &PlannedFile, equality: &[Arc<DeleteFileRef>]) -> (usize, f64) {
-    let eq = equality
-        .iter()
-        .filter(|d| {
-            d.data_seq > f.data_seq
-                && (d.spec_unpartitioned || (d.spec_id == f.spec_id && d.partition == f.partition))
-        })
-        .count();
+    let eq = equality.iter().filter(|d| d.may_apply_to(f)).count();
     let known: u64 = f
         .position_deletes
         .iter()
@@ -291,6 +285,22 @@ fn delete_load(f: &PlannedFile, equality: &[Arc<DeleteFileRef>]) -> (usize, f64)
         n => known.min(n) as f64 / n as f64,
     };
     (f.position_deletes.len() + eq, ratio)
+}
+
+/// `files` packed next-fit into groups of at most `limit` bytes (a larger file goes alone).
+fn pack(files: Vec<PlannedFile>, limit: u64) -> Vec<FileGroup> {
+    let mut out = vec![];
+    let mut current = FileGroup { files: vec![] };
+    for f in files {
+        if !current.files.is_empty() && current.bytes() + f.size > limit {
+            out.push(std::mem::replace(&mut current, FileGroup { files: vec![] }));
+        }
+        current.files.push(f);
+    }
+    if !current.files.is_empty() {
+        out.push(current);
+    }
+    out
 }
 
 /// Spark's bin-pack selection: candidate files, packed per partition, groups worth rewriting.
@@ -316,20 +326,10 @@ fn choose_groups(options: &RewriteOptions, scan: &ScanFiles) -> Vec<FileGroup> {
         });
         partitions[i].1.push(f.clone());
     }
-    let mut groups = vec![];
-    for (_, files) in partitions {
-        // Next-fit packing by bytes; a file larger than a group goes alone.
-        let mut current = FileGroup { files: vec![] };
-        for f in files {
-            if !current.files.is_empty() && current.bytes() + f.size > options.max_file_group_size {
-                groups.push(std::mem::replace(&mut current, FileGroup { files: vec![] }));
-            }
-            current.files.push(f);
-        }
-        if !current.files.is_empty() {
-            groups.push(current);
-        }
-    }
+    let mut groups: Vec<FileGroup> = partitions
+        .into_iter()
+        .flat_map(|(_, files)| pack(files, options.max_file_group_size))
+        .collect();
     groups.retain(|g| {
         let n = g.files.len();
         options.rewrite_all
@@ -491,22 +491,10 @@ impl PlannedRewrite {
     /// one target file of input bytes, written side by side; a sorted group stays whole (its
     /// files cover disjoint ranges of the sort key).
     fn bins(&self, group: FileGroup) -> Vec<FileGroup> {
-        let target = self.options.target_file_size;
-        if !matches!(self.strategy, RewriteStrategy::BinPack) || group.bytes() <= target {
-            return vec![group];
+        match self.strategy {
+            RewriteStrategy::BinPack => pack(group.files, self.options.target_file_size),
+            RewriteStrategy::Sort(_) => vec![group],
         }
-        let mut out = vec![];
-        let mut current = FileGroup { files: vec![] };
-        for f in group.files {
-            if !current.files.is_empty() && current.bytes() + f.size > target {
-                out.push(std::mem::replace(&mut current, FileGroup { files: vec![] }));
-            }
-            current.files.push(f);
-        }
-        if !current.files.is_empty() {
-            out.push(current);
-        }
-        out
     }
 
     /// Rewrites `groups` and commits them as one `replace` snapshot.
@@ -590,8 +578,11 @@ impl PlannedRewrite {
                 return Err(e);
             }
         };
-        let (mut removed_files, mut removed_vectors, mut delete_files_removed) =
-            (removed_files, removed_vectors, delete_files_removed);
+        let mut gone = RemovedDeletes {
+            files: removed_files,
+            vectors: removed_vectors,
+        };
+        let mut delete_files_removed = delete_files_removed;
         if self.options.remove_dangling_deletes {
             // Delete files that already applied to no data file go in the same commit.
             let dangling = match table.metadata().current_snapshot() {
@@ -609,11 +600,7 @@ impl PlannedRewrite {
                 None => vec![],
             };
             for d in dangling {
-                let new = match d.deletion_vector {
-                    Some(blob) => removed_vectors.insert((d.path.clone(), blob.offset)),
-                    None => removed_files.insert(d.path.clone()),
-                };
-                if new {
+                if gone.insert(&d) {
                     delete_files_removed += 1;
                 }
             }
@@ -632,8 +619,8 @@ impl PlannedRewrite {
             operation: Operation::Replace,
             added_data_files: rewritten.added.clone(),
             added_delete_files: vec![],
-            removed_files,
-            removed_deletion_vectors: removed_vectors,
+            removed_files: gone.files,
+            removed_deletion_vectors: gone.vectors,
             summary_properties: summary,
             validation: Some(Validation {
                 base_snapshot_id: self.base_snapshot_id,

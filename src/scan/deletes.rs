@@ -55,6 +55,28 @@ pub struct DeleteFileRef {
     pub deletion_vector: Option<BlobRange>,
 }
 
+impl DeleteFileRef {
+    /// What tells delete files apart: the path, and a deletion vector's blob offset (several
+    /// vectors share a Puffin file).
+    pub fn identity(&self) -> (&str, Option<u64>) {
+        (self.path.as_str(), self.deletion_vector.map(|b| b.offset))
+    }
+
+    /// Whether this delete may apply to `data` by the spec's sequence-number and scope rules
+    /// (not looking at which file a position delete names): an equality delete when it is newer
+    /// than the file, a position delete when it is not older; in the file's partition, or
+    /// everywhere when its spec is unpartitioned.
+    pub fn may_apply_to(&self, data: &super::PlannedFile) -> bool {
+        let newer = match self.content {
+            DataContentType::EqualityDeletes => data.data_seq < self.data_seq,
+            _ => data.data_seq <= self.data_seq,
+        };
+        newer
+            && (self.spec_unpartitioned
+                || (self.spec_id == data.spec_id && self.partition == data.partition))
+    }
+}
+
 /// Where a deletion vector's blob lies in its Puffin file (`content_offset`,
 /// `content_size_in_bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -84,14 +84,11 @@ impl ScanFiles {
 
     /// Distinct delete files (each deletion vector counts as one) that apply.
     pub fn delete_file_count(&self) -> usize {
-        fn key(d: &Arc<DeleteFileRef>) -> (&str, Option<u64>) {
-            (d.path.as_str(), d.deletion_vector.map(|b| b.offset))
-        }
         let mut paths: Vec<(&str, Option<u64>)> = self
             .files
             .iter()
-            .flat_map(|f| f.position_deletes.iter().map(key))
-            .chain(self.equality_deletes.iter().map(key))
+            .flat_map(|f| f.position_deletes.iter().map(|d| d.identity()))
+            .chain(self.equality_deletes.iter().map(|d| d.identity()))
             .collect();
         paths.sort_unstable();
         paths.dedup();

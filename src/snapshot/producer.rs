@@ -87,6 +87,15 @@ impl RemovedDeletes {
         self.vectors.extend(other.vectors);
     }
 
+    /// Adds `d` (a deletion vector by Puffin file and offset, any other delete file by path);
+    /// whether it was not there yet.
+    pub fn insert(&mut self, d: &crate::scan::DeleteFileRef) -> bool {
+        match d.deletion_vector {
+            Some(blob) => self.vectors.insert((d.path.clone(), blob.offset)),
+            None => self.files.insert(d.path.clone()),
+        }
+    }
+
     /// How many delete files and vectors are removed.
     pub fn len(&self) -> usize {
         self.files.len() + self.vectors.len()
@@ -267,16 +276,17 @@ impl SnapshotProducer {
             let list = crate::scan::manifest_list(base, &LocationMap::default(), parent).await?;
             let removes_nothing = self.changes.removed_files.is_empty()
                 && self.changes.removed_deletion_vectors.is_empty();
-            if self.changes.rewrite_data_manifests {
+            // A manifest rewrite writes every manifest anew; other commits carry them over.
+            let carried: &[ManifestFile] = if self.changes.rewrite_data_manifests {
                 let counts = self
                     .cluster_data_manifests(base, &list, snapshot_id, attempt, &mut manifests)
                     .await?;
                 rewrite_counts = Some(counts);
-            }
-            for (i, manifest) in list.iter().cloned().enumerate() {
-                if self.changes.rewrite_data_manifests {
-                    break;
-                }
+                &[]
+            } else {
+                &list
+            };
+            for (i, manifest) in carried.iter().cloned().enumerate() {
                 if removes_nothing {
                     manifests.push(manifest);
                     continue;
