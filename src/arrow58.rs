@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, RecordBatch, StructArray};
-use arrow::datatypes::Schema;
+use arrow::datatypes::{Schema, SchemaRef};
 use arrow_array58 as a58;
 use arrow_schema58 as s58;
 use datafusion::error::{DataFusionError, Result};
@@ -87,6 +87,30 @@ pub fn batch_to_58(batch: &RecordBatch, schema: &SchemaRef58) -> Result<RecordBa
     .map_err(bridge_err)
 }
 
+/// An Arrow 58 batch (from the iceberg crate's partition splitter) as a DataFusion (Arrow 59)
+/// batch of `schema`, which must describe the same columns; the buffers are not copied.
+pub(crate) fn batch_from_58(batch: &RecordBatch58, schema: &SchemaRef) -> Result<RecordBatch> {
+    let rows = batch.num_rows();
+    let data = a58::Array::into_data(a58::StructArray::from(batch.clone()));
+    let (mut array, mut array_schema) = a58::ffi::to_ffi(&data).map_err(bridge_err)?;
+    // SAFETY: as in `schema_to_58`, for the ArrowArray and its ArrowSchema.
+    let data59 = unsafe {
+        let array59 = arrow::ffi::FFI_ArrowArray::from_raw(
+            &mut array as *mut a58::ffi::FFI_ArrowArray as *mut arrow::ffi::FFI_ArrowArray,
+        );
+        let schema59 = arrow::ffi::FFI_ArrowSchema::from_raw(
+            &mut array_schema as *mut a58::ffi::FFI_ArrowSchema as *mut arrow::ffi::FFI_ArrowSchema,
+        );
+        arrow::ffi::from_ffi(array59, &schema59)?
+    };
+    let columns = StructArray::from(data59).into_parts().1;
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +179,14 @@ mod tests {
         assert!(names58.is_null(1));
         assert_eq!(names58.value(2), "c");
         assert_eq!(batch58.column(2).null_count(), 1);
+        let back = batch_from_58(&batch58, &schema).unwrap();
+        assert_eq!(back, batch);
+        let ids59 = back
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(ids59.values().inner().as_ptr(), id_buffer);
 
         // Zero columns keep their row count.
         let empty = RecordBatch::try_new_with_options(

@@ -17,11 +17,10 @@ use iceberg::writer::base_writer::equality_delete_writer::{
 };
 use iceberg::writer::file_writer::location_generator::DefaultFileNameGenerator;
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
-use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 
 use super::locations::FileLocations;
-use super::writer::{writer_properties, WriteSchema};
+use super::writer::{parquet_writers, WriteSchema};
 use crate::arrow58::RecordBatch58;
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
@@ -163,7 +162,7 @@ async fn write_positions(
     let key = partition_key(table, spec_id, partition)?;
     let metadata = table.metadata();
     let rolling = RollingFileWriterBuilder::new(
-        ParquetWriterBuilder::new(writer_properties(metadata)?, Arc::clone(&schema)),
+        parquet_writers(metadata, Arc::clone(&schema), None)?,
         NO_ROLLING,
         table.file_io().clone(),
         FileLocations::new(metadata)?,
@@ -215,7 +214,7 @@ pub async fn write_equality_delete_file(
     let delete_schema =
         Arc::new(iceberg::arrow::arrow_schema_to_schema(config.projected_arrow_schema_ref()).df()?);
     let rolling = RollingFileWriterBuilder::new(
-        ParquetWriterBuilder::new(writer_properties(metadata)?, delete_schema),
+        parquet_writers(metadata, delete_schema, None)?,
         NO_ROLLING,
         table.file_io().clone(),
         FileLocations::new(metadata)?,

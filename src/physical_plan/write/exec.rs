@@ -21,7 +21,7 @@ use datafusion::physical_plan::{
 };
 use iceberg::table::Table;
 
-use super::writer::{data_files_schema, write_partition, WriterCounters};
+use super::writer::{data_files_schema, write_partition, PartitionWrite, WriterCounters};
 
 /// Locations of every file a write handed out, shared by the writer and commit nodes of one
 /// statement so that a failed statement can remove what it wrote.
@@ -295,6 +295,7 @@ impl ExecutionPlan for DataFileWriterExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let pool = Arc::clone(&context.runtime_env().memory_pool);
         let input = self.input.execute(partition, context)?;
         let counters = WriterCounters {
             rows: MetricBuilder::new(&self.metrics).counter("rows_written", partition),
@@ -309,8 +310,11 @@ impl ExecutionPlan for DataFileWriterExec {
             partition,
             written,
             counters,
-            self.row_lineage,
-            self.target_file_size,
+            PartitionWrite {
+                row_lineage: self.row_lineage,
+                target_file_size: self.target_file_size,
+                pool,
+            },
         );
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             data_files_schema(),

@@ -6,6 +6,7 @@ mod delete_files;
 mod deletion_vectors;
 mod exec;
 mod locations;
+mod parquet_file;
 mod sort_order;
 mod writer;
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
@@ -21,15 +22,15 @@ use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, LocationGenerator,
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
-use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use parquet58::basic::{Compression, GzipLevel, ZstdLevel};
-use parquet58::file::properties::WriterProperties;
+use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+use parquet::file::properties::WriterProperties;
 
 use super::exec::WrittenFiles;
 use super::locations::FileLocations;
+use super::parquet_file::ParquetFileWriterBuilder;
 use crate::arrow58::{batch_to_58, schema_from_58, RecordBatch58, SchemaRef58};
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
@@ -89,12 +90,12 @@ impl LocationGenerator for RecordingLocations {
     }
 }
 
-fn bad_level(e: parquet58::errors::ParquetError) -> DataFusionError {
+fn bad_level(e: parquet::errors::ParquetError) -> DataFusionError {
     DataFusionError::Configuration(format!("write.parquet.compression-level: {e}"))
 }
 
 /// Parquet writer properties from the table's `write.parquet.*` properties.
-pub(super) fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
+fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
     let props = metadata.properties();
     let codec = props
         .get("write.parquet.compression-codec")
@@ -142,6 +143,42 @@ pub(super) fn writer_properties(metadata: &TableMetadata) -> Result<WriterProper
         .set_compression(compression)
         .set_created_by(concat!("iceberg-exec version ", env!("CARGO_PKG_VERSION")).to_string())
         .build())
+}
+
+/// Default of `write.parquet.row-group-size-bytes` (the Iceberg spec's).
+const DEFAULT_ROW_GROUP_BYTES: usize = 128 << 20;
+
+/// The table's `write.parquet.row-group-size-bytes`: encoded bytes after which a row group is
+/// closed.
+pub(super) fn row_group_bytes(metadata: &TableMetadata) -> Result<usize> {
+    match metadata
+        .properties()
+        .get("write.parquet.row-group-size-bytes")
+    {
+        None => Ok(DEFAULT_ROW_GROUP_BYTES),
+        Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            DataFusionError::Configuration(format!(
+                "write.parquet.row-group-size-bytes must be a positive integer, got '{v}'"
+            ))
+        }),
+    }
+}
+
+/// The parquet writers of `schema` for a table: its `write.parquet.*` properties, encoders'
+/// buffers reserved from `pool` when given.
+pub(super) fn parquet_writers(
+    metadata: &TableMetadata,
+    schema: Arc<iceberg::spec::Schema>,
+    pool: Option<Arc<dyn MemoryPool>>,
+) -> Result<ParquetFileWriterBuilder> {
+    let arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema)?);
+    Ok(ParquetFileWriterBuilder::new(
+        writer_properties(metadata)?,
+        schema,
+        arrow,
+        pool,
+        row_group_bytes(metadata)?,
+    ))
 }
 
 /// A table's row layout in both Arrow versions: DataFusion's batches are cast onto it on
@@ -205,18 +242,30 @@ pub(crate) struct WriterCounters {
     pub bytes: Count,
 }
 
-/// Writes one input partition and returns the batch describing the files written. With
-/// `row_lineage`, the input ends with the row lineage columns, written out with their reserved
-/// field ids.
+/// How one writer partition writes (besides the table's own properties).
+pub(crate) struct PartitionWrite {
+    /// The input ends with the row lineage columns, written out with their reserved field ids.
+    pub row_lineage: bool,
+    /// Overrides `write.target-file-size-bytes`.
+    pub target_file_size: Option<usize>,
+    /// Where the parquet encoders reserve their buffers.
+    pub pool: Arc<dyn MemoryPool>,
+}
+
+/// Writes one input partition and returns the batch describing the files written.
 pub(crate) async fn write_partition(
     mut input: SendableRecordBatchStream,
     table: Table,
     partition: usize,
     written: WrittenFiles,
     counters: WriterCounters,
-    row_lineage: bool,
-    target_file_size: Option<usize>,
+    how: PartitionWrite,
 ) -> Result<RecordBatch> {
+    let PartitionWrite {
+        row_lineage,
+        target_file_size,
+        pool,
+    } = how;
     let metadata = table.metadata();
     let schema = match row_lineage {
         true => crate::physical_plan::scan::lineage::rows_schema(metadata)?,
@@ -234,7 +283,7 @@ pub(crate) async fn write_partition(
         }
     };
 
-    let parquet = ParquetWriterBuilder::new(writer_properties(metadata)?, schema.clone());
+    let parquet = parquet_writers(metadata, schema.clone(), Some(pool))?;
     let locations = RecordingLocations {
         inner: FileLocations::new(metadata)?,
         written,

@@ -1,0 +1,986 @@
+//! The parquet file writer under every data and delete file this crate writes.
+//!
+//! It plugs into the iceberg crate's writer stack (rolling, data-file, equality-delete and fan-out
+//! writers) as a [`FileWriterBuilder`], and differs from the iceberg crate's own parquet writer in
+//! three ways:
+//!
+//! - **Columns are encoded in parallel.** Each leaf column of the row group in progress is
+//!   encoded by a task of its own, fed through a small bounded channel, so a single file (a
+//!   compaction's output, a sorted INSERT) uses every core instead of one. At the end of a row
+//!   group the column chunks are joined and appended in order; encoded bytes go to storage as
+//!   each row group completes.
+//! - **What it buffers is reserved from the memory pool.** The encoders' buffered pages are
+//!   reserved; when the pool refuses, the row group in progress is closed early (smaller row
+//!   groups, bounded memory) rather than failing the statement.
+//! - **Column metrics are the Iceberg spec's**: sizes, value, null and NaN counts, and lower and
+//!   upper bounds per field id. A bound is kept only when every row group with values gives one
+//!   (a row group without statistics makes the file's bound unknown, never a tighter one), and
+//!   truncated parquet statistics are kept as the valid bounds they are.
+//!
+//! `write.parquet.row-group-limit` and `write.parquet.row-group-size-bytes` bound row groups.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{Array, AsArray, BooleanBufferBuilder, RecordBatch};
+use arrow::buffer::BooleanBuffer;
+use arrow::datatypes::{DataType, Field, Float32Type, Float64Type, SchemaRef};
+use bytes::Bytes;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
+use iceberg::io::{FileWrite, OutputFile};
+use iceberg::spec::{
+    DataContentType, DataFileBuilder, DataFileFormat, Datum, PrimitiveType,
+    Schema as IcebergSchema, Struct, Type,
+};
+use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder};
+use iceberg::writer::CurrentFileStatus;
+use parquet::arrow::arrow_writer::{
+    compute_leaves, ArrowColumnChunk, ArrowColumnWriter, ArrowLeafColumn,
+    ArrowRowGroupWriterFactory, ArrowWriterOptions,
+};
+use parquet::arrow::ArrowWriter;
+use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
+use parquet::file::properties::WriterProperties;
+use parquet::file::statistics::{Statistics, ValueStatistics};
+use parquet::file::writer::SerializedFileWriter;
+use tokio::sync::mpsc;
+
+use crate::arrow58::{batch_from_58, RecordBatch58};
+use crate::error::IcebergResultExt;
+
+/// Leaf arrays queued per column encoder: enough to keep both sides busy, little memory.
+const QUEUED_LEAVES: usize = 2;
+
+/// A row group is never closed early for memory below this many rows (one default batch).
+const MIN_PRESSURED_ROW_GROUP_ROWS: usize = 8192;
+
+/// Builds [`ParquetFileWriter`]s: one per file the rolling writer opens.
+#[derive(Clone)]
+pub(crate) struct ParquetFileWriterBuilder {
+    settings: Arc<Settings>,
+}
+
+struct Settings {
+    props: Arc<WriterProperties>,
+    /// The Iceberg schema of the rows (field ids, types for the bounds).
+    schema: Arc<IcebergSchema>,
+    /// The same rows in DataFusion's Arrow, with field ids in the field metadata.
+    arrow: SchemaRef,
+    /// Where the encoders' buffers are reserved; `None` leaves them unaccounted (small files
+    /// written outside a plan, such as delete files).
+    pool: Option<Arc<dyn MemoryPool>>,
+    row_group_rows: usize,
+    row_group_bytes: usize,
+}
+
+impl ParquetFileWriterBuilder {
+    /// Writers of `schema` (`arrow` is its Arrow form, as [`crate::arrow58::iceberg_to_arrow`]
+    /// gives it) with `props`, reserving from `pool` when given.
+    pub(crate) fn new(
+        props: WriterProperties,
+        schema: Arc<IcebergSchema>,
+        arrow: SchemaRef,
+        pool: Option<Arc<dyn MemoryPool>>,
+        row_group_bytes: usize,
+    ) -> Self {
+        let row_group_rows = props.max_row_group_row_count().unwrap_or(usize::MAX).max(1);
+        Self {
+            settings: Arc::new(Settings {
+                props: Arc::new(props),
+                schema,
+                arrow,
+                pool,
+                row_group_rows,
+                row_group_bytes: row_group_bytes.max(1),
+            }),
+        }
+    }
+}
+
+impl FileWriterBuilder for ParquetFileWriterBuilder {
+    type R = ParquetFileWriter;
+
+    async fn build(&self, output_file: OutputFile) -> iceberg::Result<ParquetFileWriter> {
+        let reservation = self.settings.pool.as_ref().map(|pool| {
+            MemoryConsumer::new(format!("ParquetFileWriter[{}]", output_file.location()))
+                .register(pool)
+        });
+        Ok(ParquetFileWriter {
+            settings: Arc::clone(&self.settings),
+            output: output_file,
+            open: None,
+            rows: 0,
+            nan_counts: HashMap::new(),
+            reservation,
+        })
+    }
+}
+
+/// Writes one parquet file; see the module documentation.
+pub(crate) struct ParquetFileWriter {
+    settings: Arc<Settings>,
+    output: OutputFile,
+    /// The file, once the first rows arrive (no rows, no file).
+    open: Option<OpenFile>,
+    rows: usize,
+    nan_counts: HashMap<i32, u64>,
+    reservation: Option<MemoryReservation>,
+}
+
+struct OpenFile {
+    file: SerializedFileWriter<SharedBuffer>,
+    buffer: SharedBuffer,
+    sink: Box<dyn FileWrite>,
+    factory: ArrowRowGroupWriterFactory,
+    group: Option<RowGroup>,
+    groups: usize,
+    /// Bytes handed to storage so far.
+    flushed: usize,
+}
+
+/// The bytes the file writer produced and storage has not taken yet.
+#[derive(Clone, Default)]
+struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl SharedBuffer {
+    fn take(&self) -> Vec<u8> {
+        self.0
+            .lock()
+            .map(|mut b| std::mem::take(&mut *b))
+            .unwrap_or_default()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().map(|b| b.len()).unwrap_or(0)
+    }
+}
+
+impl Write for SharedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("parquet output buffer poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What a column encoder last reported of itself, read by the file writer without waiting.
+#[derive(Default)]
+struct EncoderSize {
+    memory: AtomicUsize,
+    encoded: AtomicUsize,
+}
+
+/// The row group in progress: one encoding task per leaf column.
+struct RowGroup {
+    senders: Vec<mpsc::Sender<ArrowLeafColumn>>,
+    tasks: Vec<SpawnedTask<parquet::errors::Result<ArrowColumnWriter>>>,
+    sizes: Arc<[EncoderSize]>,
+    rows: usize,
+}
+
+async fn encode_column(
+    mut leaves: mpsc::Receiver<ArrowLeafColumn>,
+    mut writer: ArrowColumnWriter,
+    sizes: Arc<[EncoderSize]>,
+    column: usize,
+) -> parquet::errors::Result<ArrowColumnWriter> {
+    while let Some(leaf) = leaves.recv().await {
+        writer.write(&leaf)?;
+        sizes[column]
+            .memory
+            .store(writer.memory_size(), Ordering::Relaxed);
+        sizes[column]
+            .encoded
+            .store(writer.get_estimated_total_bytes(), Ordering::Relaxed);
+    }
+    Ok(writer)
+}
+
+impl RowGroup {
+    fn start(factory: &ArrowRowGroupWriterFactory, index: usize) -> Result<Self> {
+        let writers = factory.create_column_writers(index)?;
+        let sizes: Arc<[EncoderSize]> = writers.iter().map(|_| EncoderSize::default()).collect();
+        let mut senders = Vec::with_capacity(writers.len());
+        let mut tasks = Vec::with_capacity(writers.len());
+        for (column, writer) in writers.into_iter().enumerate() {
+            let (tx, rx) = mpsc::channel(QUEUED_LEAVES);
+            senders.push(tx);
+            tasks.push(SpawnedTask::spawn(encode_column(
+                rx,
+                writer,
+                Arc::clone(&sizes),
+                column,
+            )));
+        }
+        Ok(Self {
+            senders,
+            tasks,
+            sizes,
+            rows: 0,
+        })
+    }
+
+    fn memory(&self) -> usize {
+        self.sizes
+            .iter()
+            .map(|s| s.memory.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn encoded(&self) -> usize {
+        self.sizes
+            .iter()
+            .map(|s| s.encoded.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Hands every leaf column of `batch` to its encoder. `Ok(false)` when an encoder has
+    /// stopped (its error comes out of [`Self::finish`]).
+    async fn send(&mut self, batch: &RecordBatch) -> Result<bool> {
+        let mut column = 0;
+        for (array, field) in batch.columns().iter().zip(batch.schema().fields()) {
+            for leaf in compute_leaves(field, array)? {
+                let Some(sender) = self.senders.get(column) else {
+                    return Err(DataFusionError::Internal(
+                        "parquet writer: more leaf columns than encoders".into(),
+                    ));
+                };
+                if sender.send(leaf).await.is_err() {
+                    return Ok(false);
+                }
+                column += 1;
+            }
+        }
+        self.rows += batch.num_rows();
+        Ok(true)
+    }
+
+    /// Waits for every encoder and closes its column chunk, in column order.
+    async fn finish(self) -> Result<Vec<ArrowColumnChunk>> {
+        drop(self.senders);
+        let mut chunks = Vec::with_capacity(self.tasks.len());
+        for task in self.tasks {
+            let writer = task
+                .join_unwind()
+                .await
+                .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))??;
+            chunks.push(writer.close()?);
+        }
+        Ok(chunks)
+    }
+}
+
+impl OpenFile {
+    async fn create(settings: &Settings, output: &OutputFile) -> Result<Self> {
+        let buffer = SharedBuffer::default();
+        let options = ArrowWriterOptions::new().with_properties((*settings.props).clone());
+        let writer = ArrowWriter::try_new_with_options(
+            buffer.clone(),
+            Arc::clone(&settings.arrow),
+            options,
+        )?;
+        let (file, factory) = writer.into_serialized_writer()?;
+        let sink = output.writer().await.df()?;
+        Ok(Self {
+            file,
+            buffer,
+            sink,
+            factory,
+            group: None,
+            groups: 0,
+            flushed: 0,
+        })
+    }
+
+    fn written_size(&self) -> usize {
+        self.flushed + self.buffer.len() + self.group.as_ref().map(RowGroup::encoded).unwrap_or(0)
+    }
+
+    /// Closes the row group in progress (if any) into the file and hands its bytes to storage.
+    async fn finish_group(&mut self) -> Result<()> {
+        let Some(group) = self.group.take() else {
+            return Ok(());
+        };
+        let chunks = group.finish().await?;
+        let mut row_group = self.file.next_row_group()?;
+        for chunk in chunks {
+            chunk.append_to_row_group(&mut row_group)?;
+        }
+        row_group.close()?;
+        self.groups += 1;
+        self.drain().await
+    }
+
+    async fn drain(&mut self) -> Result<()> {
+        self.file.flush()?;
+        let bytes = self.buffer.take();
+        if !bytes.is_empty() {
+            self.flushed += bytes.len();
+            self.sink.write(Bytes::from(bytes)).await.df()?;
+        }
+        Ok(())
+    }
+}
+
+impl ParquetFileWriter {
+    async fn write_batch(&mut self, mut batch: RecordBatch) -> Result<()> {
+        count_nans(&batch, &mut self.nan_counts);
+        self.rows += batch.num_rows();
+        let settings = Arc::clone(&self.settings);
+        if self.open.is_none() {
+            self.open = Some(OpenFile::create(&settings, &self.output).await?);
+        }
+        let Some(open) = self.open.as_mut() else {
+            return Err(DataFusionError::Internal("parquet file not open".into()));
+        };
+        while batch.num_rows() > 0 {
+            if open.group.is_none() {
+                open.group = Some(RowGroup::start(&open.factory, open.groups)?);
+            }
+            let Some(group) = open.group.as_mut() else {
+                return Err(DataFusionError::Internal("no row group in progress".into()));
+            };
+            let take = batch
+                .num_rows()
+                .min(settings.row_group_rows.saturating_sub(group.rows).max(1));
+            if !group.send(&batch.slice(0, take)).await? {
+                // An encoder stopped: its error is the statement's.
+                open.finish_group().await?;
+                return Err(DataFusionError::Internal(
+                    "a parquet column encoder stopped without an error".into(),
+                ));
+            }
+            batch = batch.slice(take, batch.num_rows() - take);
+
+            let full = group.rows >= settings.row_group_rows
+                || group.encoded() >= settings.row_group_bytes;
+            let pressed = match self.reservation.as_mut() {
+                Some(reservation) => {
+                    let memory = group.memory();
+                    if reservation.try_resize(memory).is_ok() {
+                        false
+                    } else if group.rows >= MIN_PRESSURED_ROW_GROUP_ROWS {
+                        true
+                    } else {
+                        // Too small to close early: account for it anyway.
+                        reservation.resize(memory);
+                        false
+                    }
+                }
+                None => false,
+            };
+            if full || pressed {
+                open.finish_group().await?;
+                if let Some(reservation) = self.reservation.as_mut() {
+                    reservation.free();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self) -> Result<Vec<DataFileBuilder>> {
+        let Some(mut open) = self.open.take() else {
+            return Ok(vec![]);
+        };
+        open.finish_group().await?;
+        let metadata = open.file.finish()?;
+        open.drain().await?;
+        open.sink.close().await.df()?;
+        if let Some(reservation) = self.reservation.as_mut() {
+            reservation.free();
+        }
+        let builder = file_metrics(
+            &self.settings.schema,
+            &metadata,
+            open.flushed,
+            self.output.location(),
+            std::mem::take(&mut self.nan_counts),
+        )?;
+        Ok(vec![builder])
+    }
+}
+
+fn to_iceberg(e: DataFusionError) -> iceberg::Error {
+    iceberg::Error::new(iceberg::ErrorKind::Unexpected, "writing a parquet file").with_source(e)
+}
+
+impl FileWriter for ParquetFileWriter {
+    async fn write(&mut self, batch: &RecordBatch58) -> iceberg::Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = batch_from_58(batch, &self.settings.arrow).map_err(to_iceberg)?;
+        self.write_batch(batch).await.map_err(to_iceberg)
+    }
+
+    async fn close(mut self) -> iceberg::Result<Vec<DataFileBuilder>> {
+        self.finish().await.map_err(to_iceberg)
+    }
+}
+
+impl CurrentFileStatus for ParquetFileWriter {
+    fn current_file_path(&self) -> String {
+        self.output.location().to_string()
+    }
+
+    fn current_row_num(&self) -> usize {
+        self.rows
+    }
+
+    fn current_written_size(&self) -> usize {
+        self.open.as_ref().map(OpenFile::written_size).unwrap_or(0)
+    }
+}
+
+/// The field id Iceberg gave an Arrow field (`PARQUET:field_id` metadata).
+fn field_id(field: &Field) -> Option<i32> {
+    field
+        .metadata()
+        .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+        .and_then(|id| id.parse().ok())
+}
+
+/// Adds the NaN values of every float column of `batch` (nested ones too) to `counts`. Only
+/// values that exist count: a value under a null struct, list or map is not in the file.
+fn count_nans(batch: &RecordBatch, counts: &mut HashMap<i32, u64>) {
+    for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
+        count_array_nans(field, array.as_ref(), None, counts);
+    }
+}
+
+/// `present`: which slots of `array` its parents let exist (`None`: all).
+fn count_array_nans(
+    field: &Field,
+    array: &dyn Array,
+    present: Option<&BooleanBuffer>,
+    counts: &mut HashMap<i32, u64>,
+) {
+    // The slots that exist and are not null themselves.
+    let valid = match (present, array.logical_nulls()) {
+        (None, None) => None,
+        (Some(p), None) => Some(p.clone()),
+        (None, Some(n)) => Some(n.into_inner()),
+        (Some(p), Some(n)) => Some(p & n.inner()),
+    };
+    fn nans<T: arrow::datatypes::ArrowPrimitiveType>(
+        array: &dyn Array,
+        valid: Option<&BooleanBuffer>,
+        is_nan: impl Fn(T::Native) -> bool,
+    ) -> u64 {
+        let values = array.as_primitive::<T>().values();
+        match valid {
+            None => values.iter().filter(|v| is_nan(**v)).count() as u64,
+            Some(valid) => valid.set_indices().filter(|i| is_nan(values[*i])).count() as u64,
+        }
+    }
+    let id = field_id(field);
+    match array.data_type() {
+        DataType::Float32 | DataType::Float64 => {
+            if let Some(id) = id {
+                let n = match array.data_type() {
+                    DataType::Float32 => nans::<Float32Type>(array, valid.as_ref(), f32::is_nan),
+                    _ => nans::<Float64Type>(array, valid.as_ref(), f64::is_nan),
+                };
+                *counts.entry(id).or_insert(0) += n;
+            }
+        }
+        DataType::Struct(fields) => {
+            for (child_field, child) in fields.iter().zip(array.as_struct().columns()) {
+                count_array_nans(child_field, child.as_ref(), valid.as_ref(), counts);
+            }
+        }
+        DataType::List(child_field) => {
+            list_nans(child_field, array.as_list::<i32>(), valid.as_ref(), counts)
+        }
+        DataType::LargeList(child_field) => {
+            list_nans(child_field, array.as_list::<i64>(), valid.as_ref(), counts)
+        }
+        DataType::FixedSizeList(child_field, size) => {
+            let list = array.as_fixed_size_list();
+            let size = *size as usize;
+            let present = present_children(list.values().len(), list.len(), valid.as_ref(), |i| {
+                (i * size, (i + 1) * size)
+            });
+            count_array_nans(child_field, list.values().as_ref(), Some(&present), counts);
+        }
+        DataType::Map(entries_field, _) => {
+            let map = array.as_map();
+            let offsets = map.value_offsets();
+            let present = present_children(map.entries().len(), map.len(), valid.as_ref(), |i| {
+                (offsets[i] as usize, offsets[i + 1] as usize)
+            });
+            count_array_nans(entries_field, map.entries(), Some(&present), counts);
+        }
+        _ => {}
+    }
+}
+
+/// Which child values exist, given which parent slots do (`None`: all) and each slot's range.
+fn present_children(
+    children: usize,
+    slots: usize,
+    valid: Option<&BooleanBuffer>,
+    range: impl Fn(usize) -> (usize, usize),
+) -> BooleanBuffer {
+    let mut present = BooleanBufferBuilder::new(children);
+    present.append_n(children, false);
+    for slot in 0..slots {
+        if valid.is_none_or(|v| v.value(slot)) {
+            let (start, end) = range(slot);
+            for i in start..end {
+                present.set_bit(i, true);
+            }
+        }
+    }
+    present.finish()
+}
+
+fn list_nans<O: arrow::array::OffsetSizeTrait>(
+    child_field: &Field,
+    list: &arrow::array::GenericListArray<O>,
+    valid: Option<&BooleanBuffer>,
+    counts: &mut HashMap<i32, u64>,
+) {
+    let offsets = list.value_offsets();
+    let present = present_children(list.values().len(), list.len(), valid, |i| {
+        (offsets[i].as_usize(), offsets[i + 1].as_usize())
+    });
+    count_array_nans(child_field, list.values().as_ref(), Some(&present), counts);
+}
+
+enum Side {
+    Lower,
+    Upper,
+}
+
+/// One side of a row group's statistics as an Iceberg value of `ty`; `None` when the
+/// statistics do not give that side (or give it in a form `ty` cannot take).
+fn bound(ty: &PrimitiveType, stats: &Statistics, side: Side) -> Option<Datum> {
+    fn pick<T: Copy>(s: &ValueStatistics<T>, side: &Side) -> Option<T> {
+        match side {
+            Side::Lower => s.min_opt().copied(),
+            Side::Upper => s.max_opt().copied(),
+        }
+    }
+    let decimal = |v: i128| Datum::try_from_bytes(&v.to_be_bytes(), ty.clone()).ok();
+    match (ty, stats) {
+        (PrimitiveType::Boolean, Statistics::Boolean(s)) => pick(s, &side).map(Datum::bool),
+        (PrimitiveType::Int, Statistics::Int32(s)) => pick(s, &side).map(Datum::int),
+        (PrimitiveType::Date, Statistics::Int32(s)) => pick(s, &side).map(Datum::date),
+        (PrimitiveType::Long, Statistics::Int64(s)) => pick(s, &side).map(Datum::long),
+        (PrimitiveType::Time, Statistics::Int64(s)) => {
+            pick(s, &side).and_then(|v| Datum::time_micros(v).ok())
+        }
+        (PrimitiveType::Timestamp, Statistics::Int64(s)) => {
+            pick(s, &side).map(Datum::timestamp_micros)
+        }
+        (PrimitiveType::Timestamptz, Statistics::Int64(s)) => {
+            pick(s, &side).map(Datum::timestamptz_micros)
+        }
+        (PrimitiveType::TimestampNs, Statistics::Int64(s)) => {
+            pick(s, &side).map(Datum::timestamp_nanos)
+        }
+        (PrimitiveType::TimestamptzNs, Statistics::Int64(s)) => {
+            pick(s, &side).map(Datum::timestamptz_nanos)
+        }
+        (PrimitiveType::Float, Statistics::Float(s)) => pick(s, &side).map(Datum::float),
+        (PrimitiveType::Double, Statistics::Double(s)) => pick(s, &side).map(Datum::double),
+        (PrimitiveType::Decimal { .. }, Statistics::Int32(s)) => {
+            pick(s, &side).and_then(|v| decimal(v.into()))
+        }
+        (PrimitiveType::Decimal { .. }, Statistics::Int64(s)) => {
+            pick(s, &side).and_then(|v| decimal(v.into()))
+        }
+        (
+            PrimitiveType::String
+            | PrimitiveType::Binary
+            | PrimitiveType::Decimal { .. }
+            | PrimitiveType::Uuid
+            | PrimitiveType::Fixed(_),
+            Statistics::ByteArray(_) | Statistics::FixedLenByteArray(_),
+        ) => {
+            let bytes = match side {
+                Side::Lower => stats.min_bytes_opt(),
+                Side::Upper => stats.max_bytes_opt(),
+            }?;
+            if let PrimitiveType::Fixed(len) = ty {
+                if bytes.len() as u64 != *len {
+                    return None;
+                }
+            }
+            Datum::try_from_bytes(bytes, ty.clone()).ok()
+        }
+        _ => None,
+    }
+}
+
+/// Where a row group starts in the file, for the data file's split offsets.
+fn row_group_offset(group: &RowGroupMetaData) -> Option<i64> {
+    group.file_offset().or_else(|| {
+        (group.num_columns() > 0).then(|| {
+            let first = group.column(0);
+            first
+                .dictionary_page_offset()
+                .unwrap_or_else(|| first.data_page_offset())
+        })
+    })
+}
+
+/// The Iceberg description of a written parquet file (content, partition and spec are the
+/// caller's): counts, sizes and bounds per field id, from the file's footer.
+fn file_metrics(
+    schema: &IcebergSchema,
+    metadata: &ParquetMetaData,
+    file_size: usize,
+    location: &str,
+    nan_counts: HashMap<i32, u64>,
+) -> Result<DataFileBuilder> {
+    let mut sizes: HashMap<i32, u64> = HashMap::new();
+    let mut values: HashMap<i32, u64> = HashMap::new();
+    let mut nulls: HashMap<i32, u64> = HashMap::new();
+    let mut lower: HashMap<i32, Datum> = HashMap::new();
+    let mut upper: HashMap<i32, Datum> = HashMap::new();
+    // Ids whose null count, lower or upper bound some row group leaves unknown.
+    let mut unknown_nulls: HashSet<i32> = HashSet::new();
+    let mut unbounded_lower: HashSet<i32> = HashSet::new();
+    let mut unbounded_upper: HashSet<i32> = HashSet::new();
+
+    for group in metadata.row_groups() {
+        for column in group.columns() {
+            let info = column.column_descr().self_type().get_basic_info();
+            if !info.has_id() {
+                continue;
+            }
+            let id = info.id();
+            *sizes.entry(id).or_insert(0) += column.compressed_size() as u64;
+            *values.entry(id).or_insert(0) += column.num_values() as u64;
+            let ty = match schema.field_by_id(id).map(|f| f.field_type.as_ref()) {
+                Some(Type::Primitive(ty)) => ty,
+                _ => continue,
+            };
+            let Some(stats) = column.statistics() else {
+                unknown_nulls.insert(id);
+                unbounded_lower.insert(id);
+                unbounded_upper.insert(id);
+                continue;
+            };
+            let null_count = stats.null_count_opt();
+            match null_count {
+                Some(n) => *nulls.entry(id).or_insert(0) += n,
+                None => {
+                    unknown_nulls.insert(id);
+                }
+            }
+            // A row group of only nulls (or only NaNs) has no bounds and needs none.
+            let only_nulls = null_count == Some(column.num_values() as u64);
+            match bound(ty, stats, Side::Lower) {
+                Some(v) => {
+                    if lower.get(&id).is_none_or(|cur| v < *cur) {
+                        lower.insert(id, v);
+                    }
+                }
+                None if only_nulls || is_float(ty) => {}
+                None => {
+                    unbounded_lower.insert(id);
+                }
+            }
+            match bound(ty, stats, Side::Upper) {
+                Some(v) => {
+                    if upper.get(&id).is_none_or(|cur| v > *cur) {
+                        upper.insert(id, v);
+                    }
+                }
+                None if only_nulls || is_float(ty) => {}
+                None => {
+                    unbounded_upper.insert(id);
+                }
+            }
+        }
+    }
+    for id in &unknown_nulls {
+        nulls.remove(id);
+    }
+    for id in &unbounded_lower {
+        lower.remove(id);
+    }
+    for id in &unbounded_upper {
+        upper.remove(id);
+    }
+
+    let mut builder = DataFileBuilder::default();
+    builder
+        .content(DataContentType::Data)
+        .file_path(location.to_string())
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::empty())
+        .record_count(metadata.file_metadata().num_rows() as u64)
+        .file_size_in_bytes(file_size as u64)
+        .column_sizes(sizes)
+        .value_counts(values)
+        .null_value_counts(nulls)
+        .nan_value_counts(nan_counts)
+        .lower_bounds(lower)
+        .upper_bounds(upper)
+        .split_offsets(Some(
+            metadata
+                .row_groups()
+                .iter()
+                .filter_map(row_group_offset)
+                .collect(),
+        ));
+    Ok(builder)
+}
+
+/// Float columns leave a row group's bounds out when all its values are NaN: bounds cover the
+/// non-NaN values, so such a row group constrains nothing.
+fn is_float(ty: &PrimitiveType) -> bool {
+    matches!(ty, PrimitiveType::Float | PrimitiveType::Double)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{
+        Float32Array, Float64Array, Int64Array, ListArray, StringArray, StructArray,
+    };
+    use arrow::buffer::{NullBuffer, OffsetBuffer};
+    use arrow::compute::concat_batches;
+    use datafusion::execution::memory_pool::GreedyMemoryPool;
+    use iceberg::io::FileIO;
+    use iceberg::spec::{ListType, NestedField, StructType};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::file::properties::EnabledStatistics;
+
+    fn schema() -> Arc<IcebergSchema> {
+        let double = || Type::Primitive(PrimitiveType::Double);
+        Arc::new(
+            IcebergSchema::builder()
+                .with_fields([
+                    NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                    NestedField::optional(2, "name", Type::Primitive(PrimitiveType::String)).into(),
+                    NestedField::optional(3, "score", double()).into(),
+                    NestedField::optional(
+                        4,
+                        "point",
+                        Type::Struct(StructType::new(vec![NestedField::optional(
+                            5,
+                            "x",
+                            Type::Primitive(PrimitiveType::Float),
+                        )
+                        .into()])),
+                    )
+                    .into(),
+                    NestedField::optional(
+                        6,
+                        "tags",
+                        Type::List(ListType::new(
+                            NestedField::optional(7, "element", double()).into(),
+                        )),
+                    )
+                    .into(),
+                ])
+                .build()
+                .unwrap(),
+        )
+    }
+
+    /// `rows` rows of every shape the writer handles: nulls, NaNs, nested floats.
+    fn batch(arrow: &SchemaRef, start: i64, rows: usize) -> RecordBatch {
+        let ids: Vec<i64> = (start..start + rows as i64).collect();
+        let names = StringArray::from_iter(
+            ids.iter()
+                .map(|i| (i % 5 != 0).then(|| format!("name-{:06}", i % 1000))),
+        );
+        let scores = Float64Array::from_iter(ids.iter().map(|i| match i % 7 {
+            0 => None,
+            1 => Some(f64::NAN),
+            _ => Some(*i as f64 / 3.0),
+        }));
+        let DataType::Struct(point_fields) = arrow.field(3).data_type() else {
+            unreachable!()
+        };
+        let xs = Float32Array::from_iter(ids.iter().map(|i| match i % 11 {
+            0 => None,
+            1 => Some(f32::NAN),
+            _ => Some(-(*i as f32)),
+        }));
+        let points = StructArray::try_new(
+            point_fields.clone(),
+            vec![Arc::new(xs)],
+            Some(NullBuffer::from_iter(ids.iter().map(|i| i % 13 != 0))),
+        )
+        .unwrap();
+        let DataType::List(element) = arrow.field(4).data_type() else {
+            unreachable!()
+        };
+        // Row i holds i % 3 elements; the element after a NaN is i itself.
+        let lengths: Vec<usize> = ids.iter().map(|i| (i % 3) as usize).collect();
+        let values = Float64Array::from_iter(ids.iter().flat_map(|i| {
+            let i = *i;
+            (0..(i % 3)).map(move |k| {
+                if k == 0 && i % 4 == 0 {
+                    f64::NAN
+                } else {
+                    (i * 10 + k) as f64
+                }
+            })
+        }));
+        let tags = ListArray::try_new(
+            Arc::clone(element),
+            OffsetBuffer::from_lengths(lengths),
+            Arc::new(values),
+            None,
+        )
+        .unwrap();
+        RecordBatch::try_new(
+            Arc::clone(arrow),
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(names),
+                Arc::new(scores),
+                Arc::new(points),
+                Arc::new(tags),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Writes `count` batches of `rows` rows with `props` (reserving from `pool` when given),
+    /// checks that the file reads back the same rows, and returns its description and rows.
+    async fn round_trip(
+        props: WriterProperties,
+        pool: Option<Arc<dyn MemoryPool>>,
+        count: i64,
+        rows: usize,
+    ) -> (iceberg::spec::DataFile, RecordBatch) {
+        let schema = schema();
+        let arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema).unwrap());
+        let builder =
+            ParquetFileWriterBuilder::new(props, schema, Arc::clone(&arrow), pool, 1 << 30);
+        let batches: Vec<RecordBatch> = (0..count)
+            .map(|i| batch(&arrow, i * rows as i64, rows))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.parquet");
+        let io = FileIO::new_with_fs();
+        let output = io.new_output(path.to_str().unwrap()).unwrap();
+        let mut writer = builder.build(output).await.unwrap();
+        let schema58 = Arc::new(crate::arrow58::schema_to_58(&arrow).unwrap());
+        for b in &batches {
+            let b58 = crate::arrow58::batch_to_58(b, &schema58).unwrap();
+            writer.write(&b58).await.unwrap();
+        }
+        let mut built = writer.close().await.unwrap();
+        assert_eq!(built.len(), 1);
+        let file = built.remove(0).partition_spec_id(0).build().unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        let read: Vec<RecordBatch> = reader.map(|b| b.unwrap()).collect();
+        let read = concat_batches(&read[0].schema(), &read).unwrap();
+        let all = concat_batches(&arrow, &batches).unwrap();
+        assert_eq!(all.num_rows(), read.num_rows());
+        for (x, y) in all.columns().iter().zip(read.columns()) {
+            assert_eq!(x.to_data(), y.to_data());
+        }
+        (file, all)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn files_read_back_with_the_spec_metrics() {
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(10_000))
+            .build();
+        let (file, all) = round_trip(props, None, 5, 7_000).await;
+        let rows = all.num_rows() as u64;
+        assert_eq!(file.record_count(), rows);
+        // 35,000 rows in row groups of at most 10,000.
+        assert_eq!(file.split_offsets().map(|s| s.len()), Some(4));
+        assert_eq!(file.value_counts()[&1], rows);
+        assert_eq!(file.null_value_counts()[&1], 0);
+        assert_eq!(
+            file.null_value_counts()[&2],
+            all.column(1).null_count() as u64
+        );
+
+        // NaN counts, top level and nested, against a count over the rows.
+        let ids: Vec<i64> = (0..rows as i64).collect();
+        let score_nans = ids.iter().filter(|i| *i % 7 == 1).count() as u64;
+        let x_nans = ids.iter().filter(|i| *i % 11 == 1 && *i % 13 != 0).count() as u64;
+        let tag_nans = ids.iter().filter(|i| *i % 4 == 0 && *i % 3 > 0).count() as u64;
+        assert_eq!(file.nan_value_counts()[&3], score_nans);
+        assert_eq!(file.nan_value_counts()[&5], x_nans);
+        assert_eq!(file.nan_value_counts()[&7], tag_nans);
+
+        // Bounds: exact, NaN left out, per field id.
+        assert_eq!(file.lower_bounds()[&1], Datum::long(0));
+        assert_eq!(file.upper_bounds()[&1], Datum::long(rows as i64 - 1));
+        assert_eq!(file.lower_bounds()[&2], Datum::string("name-000001"));
+        assert_eq!(file.upper_bounds()[&2], Datum::string("name-000999"));
+        let scores: Vec<f64> = ids
+            .iter()
+            .filter(|i| *i % 7 > 1)
+            .map(|i| *i as f64 / 3.0)
+            .collect();
+        let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+        assert_eq!(file.lower_bounds()[&3], Datum::double(2.0 / 3.0));
+        assert_eq!(file.upper_bounds()[&3], Datum::double(max));
+        assert_eq!(file.upper_bounds()[&5], Datum::float(-2.0));
+        let tags: Vec<f64> = ids
+            .iter()
+            .flat_map(|i| (0..i % 3).map(move |k| (i, k)))
+            .filter(|(i, k)| !(*k == 0 && *i % 4 == 0))
+            .map(|(i, k)| (i * 10 + k) as f64)
+            .collect();
+        let tag_max = tags.iter().cloned().fold(f64::MIN, f64::max);
+        let tag_min = tags.iter().cloned().fold(f64::MAX, f64::min);
+        assert_eq!(file.lower_bounds()[&7], Datum::double(tag_min));
+        assert_eq!(file.upper_bounds()[&7], Datum::double(tag_max));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn missing_or_truncated_statistics_give_safe_bounds() {
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(3_000))
+            .set_statistics_truncate_length(Some(6))
+            .set_column_statistics_enabled("score".into(), EnabledStatistics::None)
+            .build();
+        let (file, _) = round_trip(props, None, 1, 10_000).await;
+        // No statistics for `score`: no bounds and no null count, rather than wrong ones.
+        assert!(!file.lower_bounds().contains_key(&3));
+        assert!(!file.upper_bounds().contains_key(&3));
+        assert!(!file.null_value_counts().contains_key(&3));
+        // Truncated strings stay valid bounds: a prefix below, a successor above.
+        let lower = &file.lower_bounds()[&2];
+        let upper = &file.upper_bounds()[&2];
+        assert!(*lower <= Datum::string("name-000001"), "{lower}");
+        assert!(*upper >= Datum::string("name-000999"), "{upper}");
+        assert_ne!(*upper, Datum::string("name-000999"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn memory_pressure_closes_row_groups_early() {
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(256 << 10));
+        let props = WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::UNCOMPRESSED)
+            .set_dictionary_enabled(false)
+            .build();
+        let (file, _) = round_trip(props, Some(Arc::clone(&pool)), 25, 8_192).await;
+        // One row group would fit the row limit; the pool made several.
+        let groups = file.split_offsets().map(|s| s.len()).unwrap_or(0);
+        assert!(groups > 1, "{groups} row groups");
+        assert_eq!(pool.reserved(), 0);
+    }
+}
