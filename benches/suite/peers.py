@@ -205,16 +205,19 @@ def cmd_pyiceberg_append(a) -> dict:
 
 def cmd_delta_create(a) -> dict:
     import pyarrow.dataset as ds
-    from deltalake import write_deltalake
+    from deltalake import WriterProperties, write_deltalake
 
     files = [line for line in open(a.files).read().splitlines() if line]
+    # deltalake's default codec, or the Iceberg tables' (zstd level 3) for inputs of the same bytes.
+    props = WriterProperties(compression="ZSTD", compression_level=3) if a.zstd else None
     if a.one_per_file:
         # One Delta data file per source file, as the Iceberg table has them.
         for i, f in enumerate(files):
             table = ds.dataset([f], format="parquet").to_table()
-            write_deltalake(a.path, table, mode="overwrite" if i == 0 else "append")
+            write_deltalake(a.path, table, mode="overwrite" if i == 0 else "append", writer_properties=props)
     else:
-        write_deltalake(a.path, ds.dataset(files, format="parquet").to_table(), mode="overwrite")
+        write_deltalake(a.path, ds.dataset(files, format="parquet").to_table(), mode="overwrite",
+                        writer_properties=props)
     return {"seconds": 0.0, "answer": []}
 
 
@@ -397,6 +400,7 @@ def main() -> int:
     c.add_argument("--path", required=True)
     c.add_argument("--files", required=True)
     c.add_argument("--one-per-file", action="store_true")
+    c.add_argument("--zstd", action="store_true", help="write zstd (level 3) instead of deltalake's default")
     c = sub.add_parser("delta-scan")
     c.add_argument("--path", required=True)
     c.add_argument("--aggs", required=True)

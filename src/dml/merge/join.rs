@@ -4,7 +4,7 @@
 //!  ON a AND b AND …  ─► equalities target_expr = source_expr  ─► hash join keys
 //!                    └► the rest                               ─► join filter
 //!
-//!  source ─► buffered under a budget (a quarter of a finite pool), min/max of each key taken
+//!  source ─► buffered under a budget (an eighth of a finite pool), min/max of each key taken
 //!    fits:     HashJoinExec(CollectLeft: source in memory, target streamed in its partitions)
 //!    too big:  spilled to one file; then a Grace hash join out of DataFusion's parts:
 //!              HashJoinExec(Partitioned) over RepartitionExec(hash, N) of both sides (which
@@ -179,16 +179,19 @@ pub(crate) struct SourceRead {
     pub bounds: Vec<Option<KeyBounds>>,
 }
 
-/// The memory the source may hold: a quarter of a finite pool (`None`: no limit).
+/// The memory the source may hold: an eighth of a finite pool (`None`: no limit).
 fn source_budget(context: &TaskContext) -> Option<usize> {
+    // The in-memory join's build side holds about three times the source's bytes (the
+    // repartitioned batches and the hash table), and the writers and the position bitmaps
+    // need their part of the pool beside it.
     match context.memory_pool().memory_limit() {
-        MemoryLimit::Finite(n) => Some(n / 4),
+        MemoryLimit::Finite(n) => Some(n / 8),
         _ => None,
     }
 }
 
-/// Reads `source` (one stream of all its partitions), keeping it in memory while it fits in a
-/// quarter of a finite pool, spilling it to one file when it does not.
+/// Reads `source` (one stream of all its partitions), keeping it in memory while it fits in an
+/// eighth of a finite pool, spilling it to one file when it does not.
 pub(crate) async fn read_source(
     source: Arc<dyn ExecutionPlan>,
     spec: &JoinSpec,

@@ -10,8 +10,9 @@
 //!   group the column chunks are joined and appended in order; encoded bytes go to storage as
 //!   each row group completes.
 //! - **What it buffers is reserved from the memory pool.** The encoders' buffered pages are
-//!   reserved; when the pool refuses, the row group in progress is closed early (smaller row
-//!   groups, bounded memory) rather than failing the statement.
+//!   reserved, up to a sixteenth of a bounded pool per file; past that, or when the pool
+//!   refuses, the row group in progress is closed early (smaller row groups, bounded memory)
+//!   rather than failing the statement or starving the operators beside it.
 //! - **Column metrics are the Iceberg spec's**: sizes, value, null and NaN counts, and lower and
 //!   upper bounds per field id. A bound is kept only when every row group with values gives one
 //!   (a row group without statistics makes the file's bound unknown, never a tighter one), and
@@ -30,7 +31,9 @@ use arrow::datatypes::{DataType, Field, Float32Type, Float64Type, SchemaRef};
 use bytes::Bytes;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
+use datafusion::execution::memory_pool::{
+    MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation,
+};
 use iceberg::io::{FileWrite, OutputFile};
 use iceberg::spec::{
     DataContentType, DataFileBuilder, DataFileFormat, Datum, PrimitiveType,
@@ -58,6 +61,10 @@ const QUEUED_LEAVES: usize = 2;
 /// A row group is never closed early for memory below this many rows (one default batch).
 const MIN_PRESSURED_ROW_GROUP_ROWS: usize = 8192;
 
+/// The share of a bounded memory pool one file's encoders may hold: the rest stays for the
+/// operators beside the writer (joins, sorts, delete sets), which may not be able to spill.
+const POOL_SHARE_DIVISOR: usize = 16;
+
 /// Builds [`ParquetFileWriter`]s: one per file the rolling writer opens.
 #[derive(Clone)]
 pub(crate) struct ParquetFileWriterBuilder {
@@ -73,6 +80,8 @@ struct Settings {
     /// Where the encoders' buffers are reserved; `None` leaves them unaccounted (small files
     /// written outside a plan, such as delete files).
     pool: Option<Arc<dyn MemoryPool>>,
+    /// Buffered bytes after which a file closes its row group: a share of a bounded pool.
+    memory_cap: usize,
     row_group_rows: usize,
     row_group_bytes: usize,
 }
@@ -88,12 +97,17 @@ impl ParquetFileWriterBuilder {
         row_group_bytes: usize,
     ) -> Self {
         let row_group_rows = props.max_row_group_row_count().unwrap_or(usize::MAX).max(1);
+        let memory_cap = match pool.as_ref().map(|p| p.memory_limit()) {
+            Some(MemoryLimit::Finite(limit)) => limit / POOL_SHARE_DIVISOR,
+            _ => usize::MAX,
+        };
         Self {
             settings: Arc::new(Settings {
                 props: Arc::new(props),
                 schema,
                 arrow,
                 pool,
+                memory_cap,
                 row_group_rows,
                 row_group_bytes: row_group_bytes.max(1),
             }),
@@ -105,6 +119,8 @@ impl FileWriterBuilder for ParquetFileWriterBuilder {
     type R = ParquetFileWriter;
 
     async fn build(&self, output_file: OutputFile) -> iceberg::Result<ParquetFileWriter> {
+        // Not a spiller in the pool's sense: counting it among the spillers would shrink the
+        // fair share of every operator that spills beside it. Its own cap keeps it small.
         let reservation = self.settings.pool.as_ref().map(|pool| {
             MemoryConsumer::new(format!("ParquetFileWriter[{}]", output_file.location()))
                 .register(pool)
@@ -367,7 +383,9 @@ impl ParquetFileWriter {
             let pressed = match self.reservation.as_mut() {
                 Some(reservation) => {
                     let memory = group.memory();
-                    if reservation.try_resize(memory).is_ok() {
+                    let refused =
+                        memory > settings.memory_cap || reservation.try_resize(memory).is_err();
+                    if !refused {
                         false
                     } else if group.rows >= MIN_PRESSURED_ROW_GROUP_ROWS {
                         true
@@ -968,6 +986,54 @@ mod tests {
         assert!(*lower <= Datum::string("name-000001"), "{lower}");
         assert!(*upper >= Datum::string("name-000999"), "{upper}");
         assert_ne!(*upper, Datum::string("name-000999"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_leaves_the_pool_to_the_operators_beside_it() {
+        use datafusion::execution::memory_pool::FairSpillPool;
+        let pool: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(8 << 20));
+        // An operator that cannot spill holds 6 MiB and needs 1 MiB more now and then.
+        let other = MemoryConsumer::new("unspillable").register(&pool);
+        other.try_grow(6 << 20).unwrap();
+        let schema = schema();
+        let arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema).unwrap());
+        let props = WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::UNCOMPRESSED)
+            .set_dictionary_enabled(false)
+            .build();
+        let builder = ParquetFileWriterBuilder::new(
+            props,
+            schema,
+            Arc::clone(&arrow),
+            Some(Arc::clone(&pool)),
+            1 << 30,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let io = FileIO::new_with_fs();
+        let output = io
+            .new_output(dir.path().join("f.parquet").to_str().unwrap())
+            .unwrap();
+        let mut writer = builder.build(output).await.unwrap();
+        let schema58 = Arc::new(crate::arrow58::schema_to_58(&arrow).unwrap());
+        for i in 0..40 {
+            let b = batch(&arrow, i * 8_192, 8_192);
+            writer
+                .write(&crate::arrow58::batch_to_58(&b, &schema58).unwrap())
+                .await
+                .unwrap();
+            // At most a sixteenth of the pool (plus one batch in flight) is the writer's.
+            assert!(
+                pool.reserved() <= (6 << 20) + (1 << 20) + (512 << 10),
+                "{}",
+                pool.reserved()
+            );
+            other.try_grow(1 << 20).unwrap();
+            other.shrink(1 << 20);
+        }
+        let files = writer.close().await.unwrap();
+        assert_eq!(files.len(), 1);
+        drop(other);
+        assert_eq!(pool.reserved(), 0);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
