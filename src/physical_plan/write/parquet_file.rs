@@ -10,7 +10,7 @@
 //!   group the column chunks are joined and appended in order; encoded bytes go to storage as
 //!   each row group completes.
 //! - **What it buffers is reserved from the memory pool.** The encoders' buffered pages are
-//!   reserved, up to a sixteenth of a bounded pool per file; past that, or when the pool
+//!   reserved, up to a quarter of a bounded pool per file; past that, or when the pool
 //!   refuses, the row group in progress is closed early (smaller row groups, bounded memory)
 //!   rather than failing the statement or starving the operators beside it.
 //! - **Column metrics are the Iceberg spec's**: sizes, value, null and NaN counts, and lower and
@@ -63,7 +63,7 @@ const MIN_PRESSURED_ROW_GROUP_ROWS: usize = 8192;
 
 /// The share of a bounded memory pool one file's encoders may hold: the rest stays for the
 /// operators beside the writer (joins, sorts, delete sets), which may not be able to spill.
-const POOL_SHARE_DIVISOR: usize = 16;
+const POOL_SHARE_DIVISOR: usize = 4;
 
 /// Builds [`ParquetFileWriter`]s: one per file the rolling writer opens.
 #[derive(Clone)]
@@ -992,9 +992,9 @@ mod tests {
     async fn the_writer_leaves_the_pool_to_the_operators_beside_it() {
         use datafusion::execution::memory_pool::FairSpillPool;
         let pool: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(8 << 20));
-        // An operator that cannot spill holds 6 MiB and needs 1 MiB more now and then.
+        // An operator that cannot spill holds 4 MiB and needs 1 MiB more now and then.
         let other = MemoryConsumer::new("unspillable").register(&pool);
-        other.try_grow(6 << 20).unwrap();
+        other.try_grow(4 << 20).unwrap();
         let schema = schema();
         let arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema).unwrap());
         let props = WriterProperties::builder()
@@ -1021,9 +1021,9 @@ mod tests {
                 .write(&crate::arrow58::batch_to_58(&b, &schema58).unwrap())
                 .await
                 .unwrap();
-            // At most a sixteenth of the pool (plus one batch in flight) is the writer's.
+            // At most a quarter of the pool (plus one batch in flight) is the writer's.
             assert!(
-                pool.reserved() <= (6 << 20) + (1 << 20) + (512 << 10),
+                pool.reserved() <= (4 << 20) + (2 << 20) + (512 << 10),
                 "{}",
                 pool.reserved()
             );
