@@ -484,6 +484,10 @@ fn count_array_nans(
     present: Option<&BooleanBuffer>,
     counts: &mut HashMap<i32, u64>,
 ) {
+    // Most columns hold no float at any depth: nothing to walk.
+    if !holds_floats(array.data_type()) {
+        return;
+    }
     // The slots that exist and are not null themselves.
     let valid = match (present, array.logical_nulls()) {
         (None, None) => None,
@@ -541,6 +545,19 @@ fn count_array_nans(
             count_array_nans(entries_field, map.entries(), Some(&present), counts);
         }
         _ => {}
+    }
+}
+
+/// Whether values of `ty` are, or hold, floats.
+fn holds_floats(ty: &DataType) -> bool {
+    match ty {
+        DataType::Float32 | DataType::Float64 => true,
+        DataType::Struct(fields) => fields.iter().any(|f| holds_floats(f.data_type())),
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => holds_floats(f.data_type()),
+        _ => false,
     }
 }
 

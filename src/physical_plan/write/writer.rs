@@ -125,16 +125,7 @@ fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
             )))
         }
     };
-    let row_group_rows: Option<usize> = props
-        .get("write.parquet.row-group-limit")
-        .map(|l| {
-            l.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                DataFusionError::Configuration(format!(
-                    "write.parquet.row-group-limit must be a positive integer, got '{l}'"
-                ))
-            })
-        })
-        .transpose()?;
+    let row_group_rows = positive_property(metadata, "write.parquet.row-group-limit")?;
     let builder = match row_group_rows {
         Some(n) => WriterProperties::builder().set_max_row_group_row_count(Some(n)),
         None => WriterProperties::builder(),
@@ -150,18 +141,26 @@ const DEFAULT_ROW_GROUP_BYTES: usize = 128 << 20;
 
 /// The table's `write.parquet.row-group-size-bytes`: encoded bytes after which a row group is
 /// closed.
-pub(super) fn row_group_bytes(metadata: &TableMetadata) -> Result<usize> {
-    match metadata
+fn row_group_bytes(metadata: &TableMetadata) -> Result<usize> {
+    Ok(
+        positive_property(metadata, "write.parquet.row-group-size-bytes")?
+            .unwrap_or(DEFAULT_ROW_GROUP_BYTES),
+    )
+}
+
+/// A table property that must be a positive integer when set.
+fn positive_property(metadata: &TableMetadata, name: &str) -> Result<Option<usize>> {
+    metadata
         .properties()
-        .get("write.parquet.row-group-size-bytes")
-    {
-        None => Ok(DEFAULT_ROW_GROUP_BYTES),
-        Some(v) => v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
-            DataFusionError::Configuration(format!(
-                "write.parquet.row-group-size-bytes must be a positive integer, got '{v}'"
-            ))
-        }),
-    }
+        .get(name)
+        .map(|v| {
+            v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                DataFusionError::Configuration(format!(
+                    "{name} must be a positive integer, got '{v}'"
+                ))
+            })
+        })
+        .transpose()
 }
 
 /// The parquet writers of `schema` for a table: its `write.parquet.*` properties, encoders'
