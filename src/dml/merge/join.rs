@@ -8,7 +8,8 @@
 //!    fits:     HashJoinExec(CollectLeft: source in memory, target streamed in its partitions)
 //!    too big:  spilled to one file; then a Grace hash join out of DataFusion's parts:
 //!              HashJoinExec(Partitioned) over RepartitionExec(hash, N) of both sides (which
-//!              spill what waits), its N partitions run one after another
+//!              spill what waits, holding an eighth of the pool at most together), its N
+//!              partitions run one after another
 //!              (SequentialPartitionsExec), so one N-th of the source is in memory at a time
 //!    no keys:  NestedLoopJoinExec (it spills its build side itself)
 //! ```
@@ -47,6 +48,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::clauses::{RowLayout, Side, Sides};
 use super::key_filter::{KeyFilter, KeyFilterExec};
+use crate::physical_plan::memory_share::{MemoryShare, MemoryShareExec};
 use crate::physical_plan::spill::SpillWriter;
 
 /// The `ON` condition taken apart.
@@ -407,17 +409,10 @@ pub(crate) fn join_plan(
     let Some(bytes) = spilled_bytes else {
         let partitions = context.session_config().target_partitions();
         let (source, target, mode) = match filtered && partitions > 1 {
-            true => (
-                Arc::new(RepartitionExec::try_new(
-                    source,
-                    Partitioning::Hash(spec.source_keys.clone(), partitions),
-                )?) as Arc<dyn ExecutionPlan>,
-                Arc::new(RepartitionExec::try_new(
-                    target,
-                    Partitioning::Hash(spec.target_keys.clone(), partitions),
-                )?) as Arc<dyn ExecutionPlan>,
-                PartitionMode::Partitioned,
-            ),
+            true => {
+                let (source, target) = repartitioned(source, target, spec, partitions)?;
+                (source, target, PartitionMode::Partitioned)
+            }
             false => (source, target, PartitionMode::CollectLeft),
         };
         let join = HashJoinExec::try_new(
@@ -439,14 +434,7 @@ pub(crate) fn join_plan(
         .div_ceil(budget)
         .next_power_of_two()
         .clamp(2, 4096);
-    let source = Arc::new(RepartitionExec::try_new(
-        source,
-        Partitioning::Hash(spec.source_keys.clone(), partitions),
-    )?);
-    let target = Arc::new(RepartitionExec::try_new(
-        target,
-        Partitioning::Hash(spec.target_keys.clone(), partitions),
-    )?);
+    let (source, target) = repartitioned(source, target, spec, partitions)?;
     let join = HashJoinExec::try_new(
         source,
         target,
@@ -463,6 +451,34 @@ pub(crate) fn join_plan(
         JoinMode::Grace(partitions),
     ))
 }
+
+/// Both sides hash-partitioned by their keys into `partitions`. What the two repartitions
+/// buffer is held to an eighth of a bounded pool together (past it they spill): the join's
+/// build sides cannot spill, and a fair pool would otherwise let channels waiting for their
+/// partition take the memory those build sides ask for later.
+fn repartitioned(
+    source: Arc<dyn ExecutionPlan>,
+    target: Arc<dyn ExecutionPlan>,
+    spec: &JoinSpec,
+    partitions: usize,
+) -> Result<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)> {
+    let share = MemoryShare::new(REPARTITION_SHARE_DIVISOR);
+    let side = |input, keys: &[Arc<dyn PhysicalExpr>]| -> Result<Arc<dyn ExecutionPlan>> {
+        let repartition =
+            RepartitionExec::try_new(input, Partitioning::Hash(keys.to_vec(), partitions))?;
+        Ok(Arc::new(MemoryShareExec::new(
+            Arc::new(repartition),
+            Arc::clone(&share),
+        )))
+    };
+    Ok((
+        side(source, &spec.source_keys)?,
+        side(target, &spec.target_keys)?,
+    ))
+}
+
+/// The join's two repartitions buffer at most this fraction of a bounded pool together.
+const REPARTITION_SHARE_DIVISOR: usize = 8;
 
 /// Copy-on-write's rewrite join (see `rewrite.rs`): the source (in memory) with the rows pass
 /// 1 updated (`probe`, as the rewrite's scan has them), by `ON`.
