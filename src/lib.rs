@@ -23,6 +23,8 @@
 pub mod arrow58;
 pub mod catalog;
 mod config;
+#[cfg(feature = "distributed")]
+pub mod distributed;
 mod dml;
 mod error;
 mod io_runtime;

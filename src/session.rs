@@ -225,6 +225,21 @@ impl IcebergSession {
         Ok(Self { ctx, catalog, pool })
     }
 
+    /// This session, running its queries over the datafusion-distributed `workers` (see
+    /// [`crate::distributed`]): planning, the catalog and commits stay here; stages run on the
+    /// workers, which read the tables' files from the same storage.
+    #[cfg(feature = "distributed")]
+    pub fn with_workers(self, workers: Vec<url::Url>) -> Self {
+        let builder =
+            datafusion::execution::SessionStateBuilder::new_from_existing(self.ctx.state());
+        let state = crate::distributed::coordinator(builder, workers).build();
+        Self {
+            ctx: SessionContext::new_with_state(state),
+            catalog: self.catalog,
+            pool: self.pool,
+        }
+    }
+
     /// The DataFusion context: run SQL or DataFrames here.
     pub fn context(&self) -> &SessionContext {
         &self.ctx

@@ -53,6 +53,25 @@ pub(crate) fn without_work_stealing(context: Arc<TaskContext>) -> Arc<TaskContex
     with_config(&context, config)
 }
 
+/// The plan `leaf` runs as: itself, or for a distributed leaf the scan of the task `context`
+/// runs (its original scan when there is no context or one task).
+#[cfg_attr(not(feature = "distributed"), allow(unused_variables))]
+pub(crate) fn task_leaf<'a>(
+    leaf: &'a Arc<dyn ExecutionPlan>,
+    context: Option<&Arc<TaskContext>>,
+) -> &'a Arc<dyn ExecutionPlan> {
+    #[cfg(feature = "distributed")]
+    if let Some(d) = leaf.downcast_ref::<datafusion_distributed::DistributedLeafExec>() {
+        let task = context.map(datafusion_distributed::DistributedTaskContext::from_ctx);
+        return match task {
+            // A task past the variants gets the leaf itself, which no caller takes for a scan.
+            Some(t) if t.task_count > 1 => d.variants().get(t.task_index).unwrap_or(leaf),
+            _ => d.original(),
+        };
+    }
+    leaf
+}
+
 /// The one child of a single-input node, for `with_new_children`.
 pub(crate) fn single_child(
     node: &str,

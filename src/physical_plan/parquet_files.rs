@@ -416,7 +416,7 @@ pub(crate) fn with_recorded_size_reader(
 }
 
 /// [`with_recorded_size_reader`], loading page indexes with footers when `page_index`.
-fn with_recorded_size_reader_indexed(
+pub(crate) fn with_recorded_size_reader_indexed(
     source: ParquetSource,
     runtime: &RuntimeEnv,
     url: &ObjectStoreUrl,

@@ -25,6 +25,10 @@ use datafusion::physical_expr_adapter::{
 use iceberg::spec::Literal as IcebergLiteral;
 use iceberg::spec::{NameMapping, Type, DEFAULT_SCHEMA_NAME_MAPPING};
 
+/// The adapters [`FieldIdAdapterFactory::shared`] made that are still in use.
+static MADE: std::sync::Mutex<Vec<std::sync::Weak<FieldIdAdapterFactory>>> =
+    std::sync::Mutex::new(Vec::new());
+
 /// Parquet's field-id key in Arrow field metadata.
 const PARQUET_FIELD_ID: &str = "PARQUET:field_id";
 
@@ -41,6 +45,8 @@ pub struct FieldIdAdapterFactory {
     /// the column in files written before it was added (`None`: a type this reader cannot
     /// turn into a value yet, refused when such a file is read).
     initial_defaults: HashMap<String, Option<ScalarValue>>,
+    /// What it was made from (to make it again where a plan is decoded).
+    source: Arc<(iceberg::spec::Schema, HashMap<String, String>)>,
 }
 
 impl FieldIdAdapterFactory {
@@ -97,7 +103,33 @@ impl FieldIdAdapterFactory {
             mapped_ids,
             nested_names_by_id,
             initial_defaults,
+            source: Arc::new((schema.clone(), properties.clone())),
         }
+    }
+
+    /// The schema and table properties it was made from.
+    pub fn source(&self) -> (&iceberg::spec::Schema, &HashMap<String, String>) {
+        (&self.source.0, &self.source.1)
+    }
+
+    /// This adapter, shared, and findable again from a scan that holds it (see
+    /// [`FieldIdAdapterFactory::of`]).
+    pub fn shared(self) -> Arc<Self> {
+        let adapter = Arc::new(self);
+        let mut made = MADE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        made.retain(|w| w.strong_count() > 0);
+        made.push(Arc::downgrade(&adapter));
+        adapter
+    }
+
+    /// The adapter a scan holds, if it is one made by [`FieldIdAdapterFactory::shared`] (the
+    /// factory trait has no downcast: a plan codec finds this crate's adapters here).
+    pub fn of(adapter: &Arc<dyn PhysicalExprAdapterFactory>) -> Option<Arc<Self>> {
+        let address = Arc::as_ptr(adapter) as *const ();
+        let made = MADE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        made.iter()
+            .find(|w| std::ptr::eq(w.as_ptr() as *const (), address))
+            .and_then(std::sync::Weak::upgrade)
     }
 
     /// The file schema with each column renamed to the table column of the same field id.

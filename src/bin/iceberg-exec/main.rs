@@ -48,6 +48,11 @@ struct Cli {
     /// Output format of query results.
     #[arg(long, global = true, value_enum, default_value_t = Format::Table)]
     format: Format,
+    /// Run the statements over these workers (`iceberg-exec worker`), comma-separated URLs such
+    /// as http://127.0.0.1:50051,http://127.0.0.1:50052.
+    #[cfg(feature = "distributed")]
+    #[arg(long, global = true, value_delimiter = ',', value_name = "URL,...")]
+    workers: Vec<url::Url>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -65,6 +70,15 @@ enum Command {
         /// Rows in the sample table.
         #[arg(long, default_value_t = 3_000_000)]
         rows: u64,
+    },
+    /// Serve as a worker of distributed queries (the catalog and storage options say where
+    /// tables are read; --memory-limit bounds the worker's tasks). Prints its URL, then serves
+    /// until stopped.
+    #[cfg(feature = "distributed")]
+    Worker {
+        /// Address to listen on (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:50051")]
+        listen: std::net::SocketAddr,
     },
 }
 
@@ -176,6 +190,21 @@ async fn run(cli: Cli) -> Result<()> {
     let memory_limit = cli.memory_limit.as_deref().map(parse_size).transpose()?;
     let config = warehouse_config(&cli, memory_limit)?;
     let session = IcebergSession::open(config).await?;
+    #[cfg(feature = "distributed")]
+    if let Some(Command::Worker { listen }) = cli.command {
+        let worker = iceberg_exec::distributed::worker(session.context().runtime_env());
+        let (url, server) = iceberg_exec::distributed::serve_worker(worker, listen).await?;
+        println!("listening on {url}");
+        std::io::stdout().flush()?;
+        return server
+            .await
+            .map_err(|e| DataFusionError::Execution(format!("worker stopped: {e}")))?;
+    }
+    #[cfg(feature = "distributed")]
+    let session = match cli.workers.is_empty() {
+        true => session,
+        false => session.with_workers(cli.workers.clone()),
+    };
     show_progress(&session);
     match cli.command {
         Some(Command::Sql {
@@ -183,6 +212,8 @@ async fn run(cli: Cli) -> Result<()> {
         }) => run_statements(&session, &sql, cli.format).await,
         Some(Command::Sql { statements: None }) | None => shell(&session, cli.format).await,
         Some(Command::Demo { rows }) => demo::tour(&session, rows).await,
+        #[cfg(feature = "distributed")]
+        Some(Command::Worker { .. }) => Ok(()),
     }
 }
 

@@ -102,7 +102,7 @@ pub struct EqualityDeleteColumns {
 
 /// What decides whether an equality delete applies to a data file's rows: the file's data
 /// sequence number and its partition scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct FileGate {
     /// The data file's data sequence number.
     pub data_seq: i64,
@@ -185,6 +185,26 @@ impl EqualityDeleteExec {
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         })
+    }
+
+    /// Where the keys and gates are in the probe input.
+    pub fn columns(&self) -> &EqualityDeleteColumns {
+        &self.columns
+    }
+
+    /// The equality field ids the deletes hold.
+    pub fn equality_ids(&self) -> &[i32] {
+        &self.equality_ids
+    }
+
+    /// Partitions the join splits into when the keys do not fit in memory.
+    pub fn fanout(&self) -> usize {
+        self.fanout
+    }
+
+    /// The probe columns output, when not all of them.
+    pub fn projection(&self) -> Option<&[usize]> {
+        self.projection.as_deref()
     }
 
     /// Outputs only the probe columns `projection` (in that order).

@@ -20,7 +20,9 @@ const MAGIC: [u8; 4] = [0xD1, 0xD3, 0x39, 0x64];
 const FRAME_BYTES: usize = 4 + 4 + 4;
 
 /// A deletion vector stored in a Puffin file, as its manifest entry describes it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct DeletionVectorRef {
     /// Recorded location of the data file it deletes rows from (`referenced_data_file`).
     pub data_file: String,

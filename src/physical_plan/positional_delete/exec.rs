@@ -78,7 +78,7 @@ const FILE_PATH_ID: i32 = 2147483546;
 const POS_ID: i32 = 2147483545;
 
 /// A position delete file to read.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct PositionDeleteFile {
     /// Object store location.
     pub location: String,
@@ -108,7 +108,7 @@ impl PositionDeleteFile {
 }
 
 /// The position delete files that apply to one data file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct FileDeletes {
     /// The data file's location as recorded in the table (what `file_path` holds).
     pub recorded_path: String,
@@ -142,7 +142,7 @@ impl PositionalDeleteExec {
         input: Arc<dyn ExecutionPlan>,
         deletes: HashMap<String, FileDeletes>,
     ) -> Result<Self> {
-        scan_config(&input)?;
+        scan_config(&input, None)?;
         Ok(Self {
             input,
             deletes: Arc::new(deletes),
@@ -163,7 +163,7 @@ impl PositionalDeleteExec {
     /// Also appends [`POSITION_COLUMN`] (Int64): each row's position in its data file. Filters
     /// are then kept out of the scan below (they would hide rows from the count).
     pub fn with_positions(mut self) -> Result<Self> {
-        scan_config(&self.input)?;
+        scan_config(&self.input, None)?;
         let schema = with_position_field(&self.input.schema());
         let props = self.input.properties();
         self.positions = Some(Arc::new(PlanProperties::new(
@@ -173,6 +173,21 @@ impl PositionalDeleteExec {
             props.boundedness,
         )));
         Ok(self)
+    }
+
+    /// The deletes, by object store location of the data file.
+    pub fn deletes(&self) -> &HashMap<String, FileDeletes> {
+        &self.deletes
+    }
+
+    /// Whether [`POSITION_COLUMN`] is appended.
+    pub fn has_positions(&self) -> bool {
+        self.positions.is_some()
+    }
+
+    /// See [`PositionalDeleteExec::with_join_threshold`].
+    pub fn join_threshold(&self) -> u64 {
+        self.join_threshold
     }
 
     fn delete_file_count(&self) -> usize {
@@ -187,8 +202,13 @@ impl PositionalDeleteExec {
     }
 }
 
-/// The file scan configuration of a parquet `DataSourceExec`.
-fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> Result<&FileScanConfig> {
+/// The file scan configuration of a parquet `DataSourceExec` (or of the scan a distributed
+/// leaf runs in the task of `context`; its original scan without one).
+fn scan_config<'a>(
+    plan: &'a Arc<dyn ExecutionPlan>,
+    context: Option<&Arc<TaskContext>>,
+) -> Result<&'a FileScanConfig> {
+    let plan = crate::physical_plan::task_leaf(plan, context);
     plan.downcast_ref::<DataSourceExec>()
         .and_then(|d| d.data_source().downcast_ref::<FileScanConfig>())
         .ok_or_else(|| {
@@ -254,7 +274,7 @@ impl ExecutionPlan for PositionalDeleteExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = single_child("PositionalDeleteExec", children)?;
-        scan_config(&input)?;
+        scan_config(&input, None)?;
         let node = Self {
             input,
             deletes: Arc::clone(&self.deletes),
@@ -273,7 +293,7 @@ impl ExecutionPlan for PositionalDeleteExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let config = scan_config(&self.input)?;
+        let config = scan_config(&self.input, Some(&context))?;
         let files: Vec<PartitionedFile> = config
             .file_groups
             .get(partition)

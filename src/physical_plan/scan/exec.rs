@@ -19,7 +19,7 @@ use datafusion::physical_plan::{
 };
 
 /// What planning decided for one scan, shown in `EXPLAIN`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ScanSummary {
     /// The table scanned.
     pub table: String,

@@ -53,6 +53,20 @@ const GATE_COLUMN: &str = "__iceberg_gate";
 const SCOPE_COLUMN: &str = "__iceberg_delete_scope";
 /// Per-file column of equality delete files: their sequence number.
 const DELETE_SEQ_COLUMN: &str = "__iceberg_delete_seq";
+
+/// Whether `config` is the scan of an equality delete's rows (the build side of the join,
+/// which carries the delete sequence number and scope of each row as per-file columns).
+#[cfg_attr(not(feature = "distributed"), allow(dead_code))]
+pub(crate) fn is_delete_rows_scan(
+    config: &datafusion::datasource::physical_plan::FileScanConfig,
+) -> bool {
+    let names: Vec<&str> = config
+        .table_partition_cols()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
+    names == [DELETE_SEQ_COLUMN, SCOPE_COLUMN]
+}
 /// Hidden per-file column: the data file's location as recorded in its manifest.
 pub(crate) const FILE_COLUMN: &str = "__iceberg_file";
 
@@ -221,7 +235,7 @@ pub(crate) async fn plan_scan(
         FileScanConfigBuilder::new(url.clone(), Arc::new(ParquetSource::new(table_schema)))
             .with_file_groups(groups)
             .with_statistics(statistics)
-            .with_expr_adapter(Some(Arc::new(adapter)))
+            .with_expr_adapter(Some(adapter.shared()))
             .with_projection_indices(projection)?
             // Deletes remove rows after the read: a limit cannot go to the reader then.
             .with_limit(req.limit.filter(|_| !has_deletes))
@@ -478,7 +492,7 @@ async fn delete_scan(
     );
     let config = FileScanConfigBuilder::new(url, Arc::new(source))
         .with_file_groups(groups.into_iter().map(FileGroup::new).collect())
-        .with_expr_adapter(Some(Arc::new(adapter)))
+        .with_expr_adapter(Some(adapter.shared()))
         .build();
     parquet_exec(state, config, false)
 }

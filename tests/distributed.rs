@@ -1,0 +1,463 @@
+//! Distributed execution over datafusion-distributed workers (feature `distributed`): a
+//! cluster of workers served on 127.0.0.1 runs the same statements as one session, over a
+//! table with position deletes, equality deletes and a renamed column, and gives the same
+//! answers.
+#![cfg(feature = "distributed")]
+
+mod common;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use common::{render, sql};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use datafusion::execution::memory_pool::{
+    MemoryConsumer, MemoryPool, MemoryReservation, UnboundedMemoryPool,
+};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use iceberg::spec::{NestedField, Operation, Schema, Struct, TableMetadataBuilder};
+use iceberg::TableIdent;
+use iceberg_exec::catalog::{CommitResult, MetadataChange};
+use iceberg_exec::distributed::{serve_worker, worker};
+use iceberg_exec::physical_plan::write::write_equality_delete_file;
+use iceberg_exec::snapshot::{commit, SnapshotChanges};
+use iceberg_exec::{IcebergSession, MetadataStore, WarehouseConfig};
+
+/// An unbounded pool that counts the consumers registered with it (what a worker ran).
+#[derive(Debug, Default)]
+struct CountingPool {
+    inner: UnboundedMemoryPool,
+    registered: AtomicUsize,
+}
+
+impl std::fmt::Display for CountingPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "counting")
+    }
+}
+
+impl MemoryPool for CountingPool {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.registered.fetch_add(1, Ordering::Relaxed);
+        self.inner.register(consumer)
+    }
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.inner.unregister(consumer)
+    }
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.inner.grow(reservation, additional)
+    }
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.inner.shrink(reservation, shrink)
+    }
+    fn try_grow(
+        &self,
+        reservation: &MemoryReservation,
+        additional: usize,
+    ) -> datafusion::error::Result<()> {
+        self.inner.try_grow(reservation, additional)
+    }
+    fn reserved(&self) -> usize {
+        self.inner.reserved()
+    }
+}
+
+/// `n` workers on 127.0.0.1, each on its own free port, with the pools they run in.
+async fn cluster(n: usize) -> (Vec<url::Url>, Vec<Arc<CountingPool>>) {
+    let mut urls = vec![];
+    let mut pools = vec![];
+    for _ in 0..n {
+        let pool = Arc::new(CountingPool::default());
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::clone(&pool) as Arc<dyn MemoryPool>)
+            .build_arc()
+            .unwrap();
+        let (url, _server) = serve_worker(worker(runtime), "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        urls.push(url);
+        pools.push(pool);
+    }
+    (urls, pools)
+}
+
+/// Renames column `from` to `to` (same field id), as schema evolution does.
+async fn rename_column(session: &IcebergSession, ident: &TableIdent, from: &str, to: &str) {
+    let table = session.catalog().load_table(ident).await.unwrap();
+    let metadata = table.metadata();
+    let current = metadata.current_schema();
+    let fields: Vec<_> = current
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| {
+            let mut f = f.as_ref().clone();
+            if f.name == from {
+                f.name = to.to_string();
+            }
+            Arc::new(f)
+        })
+        .collect::<Vec<Arc<NestedField>>>();
+    let schema = Schema::builder()
+        .with_schema_id(current.schema_id() + 1)
+        .with_fields(fields)
+        .build()
+        .unwrap();
+    let built = TableMetadataBuilder::new_from_metadata(metadata.clone(), None)
+        .add_current_schema(schema)
+        .unwrap()
+        .build()
+        .unwrap();
+    let store: Arc<dyn MetadataStore> = session.catalog().clone();
+    let change = MetadataChange {
+        base: table.clone(),
+        metadata: built.metadata,
+        updates: built.changes,
+        requirements: vec![],
+    };
+    assert!(matches!(
+        store.commit_metadata(ident, change).await.unwrap(),
+        CommitResult::Committed(_)
+    ));
+}
+
+/// Equality deletes of `k` in `keys`, committed as their own snapshot.
+async fn delete_keys(session: &IcebergSession, ident: &TableIdent, keys: &[i64]) {
+    let table = session.catalog().load_table(ident).await.unwrap();
+    let schema = table.metadata().current_schema().clone();
+    let k = schema.field_by_name("k").unwrap().id;
+    let n = keys.len();
+    let batch = RecordBatch::try_from_iter(
+        schema
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| {
+                let values: Vec<i64> = match f.name.as_str() {
+                    "k" => keys.to_vec(),
+                    _ => vec![0; n],
+                };
+                (
+                    f.name.clone(),
+                    Arc::new(Int64Array::from(values)) as ArrayRef,
+                )
+            })
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let spec_id = table.metadata().default_partition_spec_id();
+    let file = write_equality_delete_file(&table, vec![k], spec_id, Struct::empty(), &[batch])
+        .await
+        .unwrap();
+    let store: Arc<dyn MetadataStore> = session.catalog().clone();
+    commit(
+        store,
+        ident,
+        SnapshotChanges {
+            operation: Operation::Delete,
+            added_delete_files: vec![file],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// A session on a fresh warehouse in `dir` with the table `ns.t (id, k, v)`: ids
+/// `1..=inserts * rows` appended by `inserts` statements, `k = id % modulus`, `v = id * scale`.
+async fn table(
+    dir: &std::path::Path,
+    inserts: i64,
+    rows: i64,
+    modulus: i64,
+    scale: i64,
+) -> IcebergSession {
+    let s = common::session(dir).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, k BIGINT, v BIGINT) STORED AS ICEBERG \
+         LOCATION ''",
+    )
+    .await
+    .unwrap();
+    for part in 0..inserts {
+        sql(
+            &s,
+            &format!(
+                "INSERT INTO ns.t SELECT value AS id, value % {modulus} AS k, value * {scale} AS v \
+                 FROM generate_series({}, {})",
+                part * rows + 1,
+                (part + 1) * rows
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    s
+}
+
+async fn rows(session: &IcebergSession, query: &str) -> Vec<String> {
+    render(
+        &sql(session, query)
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_of_two_workers_reads_like_one_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = table(dir.path(), 6, 20_000, 97, 3).await;
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    sql(&single, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    sql(&single, "DELETE FROM ns.t WHERE id % 7 = 0")
+        .await
+        .unwrap();
+    delete_keys(&single, &ident, &[3, 50, 96]).await;
+    rename_column(&single, &ident, "v", "w").await;
+
+    let (urls, pools) = cluster(2).await;
+    let distributed = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap()
+        .with_workers(urls);
+    // Small tables: a task per 64 KiB of data files, so that stages run on both workers.
+    sql(
+        &distributed,
+        "SET distributed.file_scan_config_bytes_per_partition = 65536",
+    )
+    .await
+    .unwrap();
+
+    // Oracle: ids 1..=120000, without multiples of 7 and keys 3, 50, 96.
+    let live = (1..=120_000i64).filter(|id| id % 7 != 0 && ![3, 50, 96].contains(&(id % 97)));
+    let (count, sum) = live.fold((0i64, 0i64), |(c, s), id| (c + 1, s + id * 3));
+    let queries = [
+        "SELECT count(*), sum(w) FROM ns.t",
+        "SELECT k, count(*), sum(w) FROM ns.t GROUP BY k ORDER BY k",
+        "SELECT id, k, w FROM ns.t WHERE id > 1000 ORDER BY w DESC LIMIT 5",
+        "SELECT count(*) FROM ns.t WHERE k IN (3, 50, 96) OR id % 7 = 0",
+    ];
+    for q in queries {
+        assert_eq!(rows(&distributed, q).await, rows(&single, q).await, "{q}");
+    }
+    assert_eq!(rows(&single, queries[0]).await, [format!("{count}|{sum}")]);
+    assert_eq!(rows(&single, queries[3]).await, ["0"]);
+
+    // The plan (as the session's query planner makes it: EXPLAIN shows the local plan) has
+    // its scan in a stage of more than one task.
+    for q in queries {
+        let plan = distributed
+            .context()
+            .sql(q)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let shown = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
+        assert!(
+            shown.contains("PositionalDeleteExec") && shown.contains("EqualityDeleteExec"),
+            "{q}:\n{shown}"
+        );
+        assert!(
+            stage_of_tasks(&shown),
+            "{q}: expected a stage of several tasks:\n{shown}"
+        );
+    }
+    // Both workers ran tasks of the stages (their operators reserved memory there).
+    for (i, pool) in pools.iter().enumerate() {
+        assert!(
+            pool.registered.load(Ordering::Relaxed) > 0,
+            "worker {i} ran nothing"
+        );
+        assert_eq!(pool.reserved(), 0, "worker {i}");
+    }
+}
+
+/// Whether the plan shows a stage of more than one task.
+fn stage_of_tasks(plan: &str) -> bool {
+    plan.split("tasks=").skip(1).any(|rest| {
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse::<usize>().ok())
+            > Some(1)
+    })
+}
+
+/// A plan through bytes and back with the codec: it displays the same and returns the same
+/// rows as before.
+async fn round_trip(session: &IcebergSession, query: &str) {
+    use datafusion::physical_plan::{collect, displayable};
+    use datafusion_proto::bytes::{
+        physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
+    };
+    use iceberg_exec::distributed::IcebergPhysicalCodec;
+
+    let plan = session
+        .context()
+        .sql(query)
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let codec = IcebergPhysicalCodec;
+    let bytes = physical_plan_to_bytes_with_extension_codec(Arc::clone(&plan), &codec).unwrap();
+    let task = session.context().task_ctx();
+    let decoded = physical_plan_from_bytes_with_extension_codec(&bytes, &task, &codec).unwrap();
+    let shown = |p: &Arc<dyn datafusion::physical_plan::ExecutionPlan>| {
+        displayable(p.as_ref()).indent(false).to_string()
+    };
+    assert_eq!(shown(&decoded), shown(&plan), "{query}");
+    let before = render(&collect(plan, Arc::clone(&task)).await.unwrap());
+    let after = render(&collect(decoded, task).await.unwrap());
+    assert!(!before.is_empty(), "{query}");
+    assert_eq!(after, before, "{query}");
+}
+
+#[tokio::test]
+async fn plans_with_deletes_and_a_renamed_column_survive_the_codec() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = table(dir.path(), 3, 1000, 11, 1).await;
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    // Plain files first: the scan's own parquet child.
+    round_trip(&s, "SELECT k, sum(v) FROM ns.t GROUP BY k ORDER BY k").await;
+    sql(&s, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    sql(&s, "DELETE FROM ns.t WHERE id % 5 = 0").await.unwrap();
+    delete_keys(&s, &ident, &[4]).await;
+    rename_column(&s, &ident, "v", "w").await;
+    // The renamed column reads by field id: without the adapter it would be NULL.
+    round_trip(
+        &s,
+        "SELECT k, count(*), sum(w) FROM ns.t GROUP BY k ORDER BY k",
+    )
+    .await;
+    round_trip(&s, "SELECT id, w FROM ns.t WHERE w > 2990 ORDER BY id").await;
+    assert_eq!(
+        rows(&s, "SELECT count(*), count(w) FROM ns.t WHERE k = 4").await,
+        ["0|0"]
+    );
+}
+
+#[test]
+fn the_codec_refuses_nodes_it_does_not_know() {
+    use datafusion::physical_plan::empty::EmptyExec;
+    use datafusion_proto::physical_plan::{DefaultPhysicalProtoConverter, PhysicalExtensionCodec};
+    use iceberg_exec::distributed::IcebergPhysicalCodec;
+
+    let node = Arc::new(EmptyExec::new(Arc::new(arrow::datatypes::Schema::empty())));
+    let err = IcebergPhysicalCodec
+        .try_encode(node, &mut vec![], &DefaultPhysicalProtoConverter {})
+        .unwrap_err();
+    assert!(
+        matches!(err, datafusion::error::DataFusionError::NotImplemented(_)),
+        "{err}"
+    );
+    let task = datafusion::execution::TaskContext::default();
+    let err = IcebergPhysicalCodec
+        .try_decode(b"{}", &[], &task, &DefaultPhysicalProtoConverter {})
+        .unwrap_err();
+    assert!(
+        matches!(err, datafusion::error::DataFusionError::NotImplemented(_)),
+        "{err}"
+    );
+}
+
+/// A worker process, killed when dropped.
+struct WorkerProcess(std::process::Child);
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `iceberg-exec worker` on a free port of 127.0.0.1; returns it and its URL.
+fn worker_process(warehouse: &std::path::Path) -> (WorkerProcess, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_iceberg-exec"))
+        .args(["--warehouse", warehouse.to_str().unwrap()])
+        .args(["worker", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let process = WorkerProcess(child);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line of a worker: {line:?}"))
+        .to_string();
+    (process, url)
+}
+
+/// `iceberg-exec sql` on `warehouse` (over `workers` when given): stdout, or the failure.
+fn cli_sql(warehouse: &std::path::Path, workers: Option<&str>, statements: &str) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_iceberg-exec"));
+    cmd.args([
+        "--warehouse",
+        warehouse.to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    if let Some(w) = workers {
+        cmd.args(["--workers", w]);
+    }
+    let out = cmd.args(["sql", statements]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{statements}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn the_cli_over_two_worker_processes_answers_like_the_cli_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let warehouse = dir.path();
+    cli_sql(
+        warehouse,
+        None,
+        "CREATE SCHEMA ns; \
+         CREATE TABLE ns.t AS SELECT value AS id, value % 13 AS k FROM generate_series(1, 50000); \
+         INSERT INTO ns.t SELECT value AS id, value % 13 AS k FROM generate_series(50001, 90000); \
+         SET iceberg.delete_mode = 'merge-on-read'; \
+         DELETE FROM ns.t WHERE id % 9 = 0",
+    );
+    let (_w1, u1) = worker_process(warehouse);
+    let (_w2, u2) = worker_process(warehouse);
+    let workers = format!("{u1},{u2}");
+    let query = "SELECT k, count(*) AS n, sum(id) AS s FROM ns.t GROUP BY k ORDER BY k; \
+                 SELECT count(*) AS n FROM ns.t WHERE id % 9 = 0";
+    let alone = cli_sql(warehouse, None, query);
+    // Small tasks, so that both workers get some.
+    let over = cli_sql(
+        warehouse,
+        Some(&workers),
+        &format!("SET distributed.file_scan_config_bytes_per_partition = 4096; {query}"),
+    );
+    assert_eq!(over, alone);
+    // 13 groups, and the deleted rows stay deleted.
+    assert!(alone.contains("n\n0\n"), "{alone}");
+    assert_eq!(
+        alone.lines().filter(|l| l.contains(',')).count(),
+        14,
+        "{alone}"
+    );
+}
