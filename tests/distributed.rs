@@ -461,3 +461,76 @@ fn the_cli_over_two_worker_processes_answers_like_the_cli_alone() {
         "{alone}"
     );
 }
+
+/// The summary of the current snapshot, without what names files or times.
+async fn summary(session: &IcebergSession) -> Vec<(String, String)> {
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = session.catalog().load_table(&ident).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    let mut out: Vec<(String, String)> = snapshot
+        .summary()
+        .additional_properties
+        .iter()
+        .filter(|(k, _)| !k.contains("size") && !k.contains("time"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    out.push((
+        "operation".into(),
+        format!("{:?}", snapshot.summary().operation),
+    ));
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let single = table(one.path(), 4, 10_000, 31, 2).await;
+    drop(table(many.path(), 4, 10_000, 31, 2).await);
+    let (urls, pools) = cluster(2).await;
+    let distributed = IcebergSession::open(WarehouseConfig::local(many.path()))
+        .await
+        .unwrap()
+        .with_workers(urls);
+    sql(
+        &distributed,
+        "SET distributed.file_scan_config_bytes_per_partition = 16384",
+    )
+    .await
+    .unwrap();
+    let statements = [
+        "SET iceberg.delete_mode = 'merge-on-read'",
+        "DELETE FROM ns.t WHERE id % 5 = 0",
+        "SET iceberg.update_mode = 'merge-on-read'",
+        "UPDATE ns.t SET v = v + 1 WHERE k = 3",
+        "SET iceberg.delete_mode = 'copy-on-write'",
+        "DELETE FROM ns.t WHERE id % 7 = 0",
+        "SET iceberg.update_mode = 'copy-on-write'",
+        "UPDATE ns.t SET v = -v WHERE k = 4",
+        "INSERT INTO ns.t SELECT value AS id, value % 31 AS k, 1 AS v FROM generate_series(40001, 45000)",
+    ];
+    let check = "SELECT count(*), sum(v), sum(k), min(v), max(id) FROM ns.t";
+    for statement in statements {
+        assert_eq!(
+            rows(&distributed, statement).await,
+            rows(&single, statement).await,
+            "{statement}"
+        );
+        assert_eq!(
+            rows(&distributed, check).await,
+            rows(&single, check).await,
+            "after {statement}"
+        );
+        if !statement.starts_with("SET") {
+            assert_eq!(
+                summary(&distributed).await,
+                summary(&single).await,
+                "{statement}"
+            );
+        }
+    }
+    // The checks ran on the workers (the writes' plans run on the coordinator for now).
+    assert!(pools
+        .iter()
+        .all(|p| p.registered.load(Ordering::Relaxed) > 0));
+}
