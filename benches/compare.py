@@ -51,6 +51,7 @@ LIMIT = "DataFusion, bare parquet (limit)"
 LIMIT_FREE = "DataFusion, no memory limit (limit)"
 OURS_INDEXED = "iceberg-exec, every delete indexed in memory"
 OURS_UNLIMITED = "iceberg-exec, no memory limit"
+OURS_ONE_PROCESS = "iceberg-exec, one process"
 OURS_V2_POSITIONS = "iceberg-exec, v2 position delete files"
 DUCKDB_V2_POSITIONS = "DuckDB 1.5.5 iceberg_scan, v2 position delete files"
 DUCKDB_NATIVE = "DuckDB 1.5.5 MERGE (native table)"
@@ -91,6 +92,8 @@ def build_engine(args) -> str:
     cmd = ["cargo", "build", "--example", "bench-engine"]
     if not args.quick:
         cmd.append("--release")
+    if args.distributed:
+        cmd += ["--features", "distributed"]
     log("building: " + " ".join(cmd))
     subprocess.run(cmd, check=True, cwd=REPO, env={**os.environ, "CARGO_TARGET_DIR": target_dir()})
     return os.path.join(target_dir(), "debug" if args.quick else "release", "examples", "bench-engine")
@@ -381,6 +384,8 @@ def main() -> int:
     p.add_argument("--venv", default=os.environ.get("ICEBERG_EXEC_VENV") or os.path.expanduser("~/.cache/iceberg-exec-venv"))
     p.add_argument("--no-build-peers", action="store_true", help="skip the iceberg-datafusion peer when not built")
     p.add_argument("--no-s3", action="store_true", help="skip the object-storage scenarios (SeaweedFS)")
+    p.add_argument("--distributed", action="store_true",
+                   help="build bench-engine with the distributed feature and run the distributed scenarios")
     args = p.parse_args()
     quick = args.quick
     args.runs = args.runs or (1 if quick else 3)
@@ -477,6 +482,27 @@ def main() -> int:
             expect(s.oracle(pos_dv, agg), limit_ignores_deletes=True),
             scale_note="Both tables hold the same rows and delete the same ones; the limit reads the data files and ignores the deletes.",
         )
+    # The merge-on-read scan over two worker processes on this machine (loopback), against the
+    # same binary in one process: the overhead of distribution where it cannot gain (the workers
+    # share the same cores).
+    if args.distributed and (not args.scenarios or "distributed_mor_scan" in args.scenarios):
+        workers = [subprocess.Popen([E, "worker", "--warehouse", mor["warehouse"]], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL) for _ in range(2)]
+        try:
+            urls = [json.loads(w.stdout.readline())["listening"] for w in workers]
+            one = [E, "sql", "--warehouse", mor["warehouse"], "--sql", q_mor.replace("{t}", "bench.t")]
+            s.scenario(
+                "distributed_mor_scan", f"Merge-on-read scan (as mor_scan) over 2 workers on this machine",
+                "overhead <= 1.3x of one process",
+                [(OURS, one + ["--workers", ",".join(urls)]), (OURS_ONE_PROCESS, one)],
+                expect(s.oracle(mor, agg)),
+                scale_note="Coordinator and both workers share this machine's 2 cores; the workers were started "
+                           "before the runs and read the same files.",
+            )
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait()
     s.scenario(
         "eq_big_64mib", f"{eq_big:,} equality-deleted keys, iceberg-exec under a 64 MiB pool",
         "completes; peak RSS <= 350 MB",

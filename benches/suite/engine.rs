@@ -8,6 +8,9 @@
 //! bench-engine generate-planning --warehouse DIR --delete-files N
 //! bench-engine generate-orphans --warehouse DIR --listed N --orphans M
 //! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE]..
+//!     [--workers URL,URL..]                 (feature distributed: run over these workers)
+//! bench-engine worker CATALOG [--listen ADDR] (feature distributed: prints {"listening": URL},
+//!     then serves until killed)
 //! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M]
 //!     [--catalog-prop KEY=VALUE].. [--store s3://BUCKET].. [--cold]
 //! ```
@@ -451,6 +454,24 @@ async fn generate_planning(args: &Args) -> Result<Value> {
 /// pool's reservation afterwards.
 async fn sql(args: &Args) -> Result<Value> {
     let s = session(args, args.one("--memory-limit")).await?;
+    #[cfg(feature = "distributed")]
+    let s = match args.one("--workers") {
+        Some(list) => s.with_workers(
+            list.split(',')
+                .map(|u| {
+                    u.parse()
+                        .map_err(|e| DataFusionError::Plan(format!("--workers {u}: {e}")))
+                })
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        None => s,
+    };
+    #[cfg(not(feature = "distributed"))]
+    if args.one("--workers").is_some() {
+        return Err(DataFusionError::Plan(
+            "--workers needs bench-engine built with the distributed feature".into(),
+        ));
+    }
     let ctx = s.context();
     for kv in args.all("--set") {
         let (k, v) = kv
@@ -477,6 +498,26 @@ async fn sql(args: &Args) -> Result<Value> {
         "rows": all,
         "reserved_after": reserved,
     }))
+}
+
+/// `worker`: a worker of distributed queries over `CATALOG`'s storage; prints its URL as JSON,
+/// then serves until the process is killed.
+#[cfg(feature = "distributed")]
+async fn worker(args: &Args) -> Result<Value> {
+    use std::io::Write;
+    let s = session(args, args.one("--memory-limit")).await?;
+    let listen = args.one("--listen").unwrap_or("127.0.0.1:0");
+    let addr = listen
+        .parse()
+        .map_err(|e| DataFusionError::Plan(format!("--listen {listen}: {e}")))?;
+    let worker = iceberg_exec::distributed::worker(s.context().runtime_env());
+    let (url, server) = iceberg_exec::distributed::serve_worker(worker, addr).await?;
+    println!("{}", json!({ "listening": url.as_str() }));
+    std::io::stdout().flush()?;
+    server
+        .await
+        .map_err(|e| DataFusionError::Execution(format!("worker stopped: {e}")))??;
+    Ok(json!({ "stopped": url.as_str() }))
 }
 
 /// `datafusion`: plain DataFusion (the physical limit), parquet files registered as tables.
@@ -597,6 +638,8 @@ async fn main() {
         "generate-orphans" => generate_orphans(&args).await,
         "sql" => sql(&args).await,
         "datafusion" => datafusion_sql(&args).await,
+        #[cfg(feature = "distributed")]
+        "worker" => worker(&args).await,
         other => Err(DataFusionError::Plan(format!("unknown command {other}"))),
     };
     match out {
