@@ -3,6 +3,7 @@
 //! ```text
 //!   IcebergScanExec ──► summary                 ┐
 //!   PositionalDeleteExec ──► deletes per file   ├ JSON after a magic prefix, plus, for every
+//!     (of the files its scan reads: a task's)   │
 //!   EqualityDeleteExec ──► key/gate columns     ┘ direct child that is a parquet scan, the
 //!                                                 parts DataFusion's own encoding drops
 //! ```
@@ -245,8 +246,25 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 summary: scan.summary().clone(),
             }
         } else if let Some(p) = node.downcast_ref::<PositionalDeleteExec>() {
+            // A task's plan holds its share of the data files: only their deletes travel.
+            let deletes = match node.children().first().and_then(|c| parquet_scan(c)) {
+                Some((config, _)) => {
+                    let files: std::collections::HashSet<&str> = config
+                        .file_groups
+                        .iter()
+                        .flat_map(|g| g.iter())
+                        .map(|f| f.object_meta.location.as_ref())
+                        .collect();
+                    p.deletes()
+                        .iter()
+                        .filter(|(location, _)| files.contains(location.as_str()))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                }
+                None => p.deletes().clone(),
+            };
             Node::PositionalDelete {
-                deletes: p.deletes().clone(),
+                deletes,
                 positions: p.has_positions(),
                 join_threshold: p.join_threshold(),
             }
