@@ -515,6 +515,8 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         "SET iceberg.update_mode = 'copy-on-write'",
         "UPDATE ns.t SET v = -v WHERE k = 4",
         "INSERT INTO ns.t SELECT value AS id, value % 31 AS k, 1 AS v FROM generate_series(40001, 45000)",
+        // Rows read from the table itself: the scan below the writer has several tasks.
+        "INSERT INTO ns.t SELECT id + 100000 AS id, k, v FROM ns.t WHERE k < 10",
     ];
     let check = "SELECT count(*), sum(v), sum(k), min(v), max(id) FROM ns.t";
     for statement in statements {
@@ -536,10 +538,27 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
             );
         }
     }
-    // The checks ran on the workers (the writes' plans run on the coordinator for now).
+    // The checks ran on the workers.
     assert!(pools
         .iter()
         .all(|p| p.registered.load(Ordering::Relaxed) > 0));
+    // An INSERT from a table writes its files in the workers' tasks; the commit stays here.
+    let plan = distributed
+        .context()
+        .sql(statements[statements.len() - 1])
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let shown = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
+    let head = shown.split("Stage 1").next().unwrap();
+    let stage = shown.split("Stage 1 ── tasks=2").nth(1).unwrap_or_default();
+    assert!(
+        head.contains("CommitExec") && !head.contains("DataFileWriterExec"),
+        "{shown}"
+    );
+    assert!(stage.contains("DataFileWriterExec"), "{shown}");
 }
 
 #[tokio::test]
@@ -616,4 +635,68 @@ async fn a_task_plan_carries_only_the_deletes_of_its_own_files() {
         carried[&kept].delete_files.len(),
         all[&kept].delete_files.len()
     );
+}
+
+/// The current snapshot id and row count of `ns.t`.
+async fn state_of(session: &IcebergSession) -> (Option<i64>, Vec<String>) {
+    (
+        common::current_snapshot(session, "ns", "t").await,
+        rows(session, "SELECT count(*) FROM ns.t").await,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_worker_fails_the_insert_without_a_commit_and_a_retry_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = table(dir.path(), 4, 250_000, 31, 1).await;
+    let (w1, u1) = worker_process(dir.path());
+    let (w2, u2) = worker_process(dir.path());
+    let open = |urls: Vec<String>| {
+        let path = dir.path().to_path_buf();
+        async move {
+            let s = IcebergSession::open(WarehouseConfig::local(&path))
+                .await
+                .unwrap()
+                .with_workers(urls.iter().map(|u| u.parse().unwrap()).collect());
+            sql(
+                &s,
+                "SET distributed.file_scan_config_bytes_per_partition = 16384",
+            )
+            .await
+            .unwrap();
+            s
+        }
+    };
+    let insert = "INSERT INTO ns.t SELECT id + 1000000 AS id, k, v FROM ns.t";
+    let before = state_of(&single).await;
+    assert_eq!(before.1, ["1000000"]);
+
+    // A worker killed while the statement runs: it fails and commits nothing, or it had
+    // finished first and committed everything.
+    let cluster = open(vec![u1.clone(), u2.clone()]).await;
+    let running = tokio::spawn({
+        let cluster = cluster.clone();
+        async move { sql(&cluster, insert).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(w1);
+    let first = running.await.unwrap();
+    let after_first = state_of(&single).await;
+    match &first {
+        Err(_) => assert_eq!(after_first, before),
+        Ok(_) => assert_eq!(after_first.1, ["2000000"]),
+    }
+
+    // With the worker gone, the statement fails with an error and changes nothing.
+    let err = sql(&cluster, insert).await.unwrap_err().to_string();
+    assert!(!err.is_empty());
+    assert_eq!(state_of(&single).await, after_first);
+
+    // Over live workers the same statement succeeds.
+    let (_w3, u3) = worker_process(dir.path());
+    let retry = open(vec![u2, u3]).await;
+    sql(&retry, insert).await.unwrap();
+    let rows_before: i64 = after_first.1[0].parse().unwrap();
+    assert_eq!(state_of(&single).await.1, [(rows_before * 2).to_string()]);
+    drop(w2);
 }

@@ -4,7 +4,8 @@
 //!   IcebergScanExec ──► summary                 ┐
 //!   PositionalDeleteExec ──► deletes per file   ├ JSON after a magic prefix, plus, for every
 //!     (of the files its scan reads: a task's)   │
-//!   EqualityDeleteExec ──► key/gate columns     ┘ direct child that is a parquet scan, the
+//!   EqualityDeleteExec ──► key/gate columns     │ direct child that is a parquet scan, the
+//!   DataFileWriterExec ──► table metadata       ┘
 //!                                                 parts DataFusion's own encoding drops
 //! ```
 //!
@@ -34,6 +35,7 @@ use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDelet
 use crate::physical_plan::parquet_files::with_recorded_size_reader_indexed;
 use crate::physical_plan::positional_delete::{FileDeletes, PositionalDeleteExec};
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
+use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
 use crate::scan::FieldIdAdapterFactory;
 
 /// What starts every node this codec writes (and tells its bytes from another codec's).
@@ -60,6 +62,16 @@ enum Node {
         deletes: HashMap<String, FileDeletes>,
         positions: bool,
         join_threshold: u64,
+    },
+    DataFileWriter {
+        /// Namespace parts, then the table name.
+        table: Vec<String>,
+        metadata_location: Option<String>,
+        metadata: iceberg::spec::TableMetadata,
+        sorted: bool,
+        row_lineage: bool,
+        target_file_size: Option<usize>,
+        single_writer: bool,
     },
     EqualityDelete {
         keys: Vec<usize>,
@@ -152,6 +164,26 @@ impl ScanParts {
     }
 }
 
+/// The table a decoded writer writes to, with file I/O over the worker's object stores (no
+/// storage secrets travel in a plan: a worker reads and writes through the stores its own
+/// runtime has).
+fn worker_table(
+    name: &[String],
+    metadata_location: Option<String>,
+    metadata: iceberg::spec::TableMetadata,
+    ctx: &TaskContext,
+) -> Result<iceberg::table::Table> {
+    let ident = iceberg::TableIdent::from_strs(name)
+        .map_err(|e| DataFusionError::Internal(format!("decoded table name {name:?}: {e}")))?;
+    let stores = crate::storage::ObjectStores::new(
+        Arc::clone(&ctx.runtime_env().object_store_registry),
+        crate::storage::StorageOptions::default(),
+    );
+    let file_io = crate::storage::table_file_io(&crate::LocationMap::default(), &stores);
+    let location = metadata_location.unwrap_or_default();
+    crate::catalog::table_handle(ident, location, metadata, file_io)
+}
+
 impl PhysicalExtensionCodec for IcebergPhysicalCodec {
     fn try_decode(
         &self,
@@ -191,6 +223,32 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
             }
         };
         Ok(match encoded.node {
+            Node::DataFileWriter {
+                table,
+                metadata_location,
+                metadata,
+                sorted,
+                row_lineage,
+                target_file_size,
+                single_writer,
+            } => {
+                let input = one("DataFileWriterExec")?;
+                let table = worker_table(&table, metadata_location, metadata, ctx)?;
+                let sort = match sorted {
+                    true => sort_requirement(&table, &input.schema())?,
+                    false => None,
+                };
+                let mut node =
+                    DataFileWriterExec::try_new(input, table, sort, WrittenFiles::default())?
+                        .with_row_lineage(row_lineage)?;
+                if let Some(bytes) = target_file_size {
+                    node = node.with_target_file_size(bytes);
+                }
+                if single_writer {
+                    node = node.with_single_writer();
+                }
+                Arc::new(node)
+            }
             Node::Scan { summary } => {
                 Arc::new(IcebergScanExec::new(one("IcebergScanExec")?, summary))
             }
@@ -267,6 +325,23 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 deletes,
                 positions: p.has_positions(),
                 join_threshold: p.join_threshold(),
+            }
+        } else if let Some(w) = node.downcast_ref::<DataFileWriterExec>() {
+            let table = w.table();
+            let ident = table.identifier();
+            Node::DataFileWriter {
+                table: ident
+                    .namespace()
+                    .iter()
+                    .cloned()
+                    .chain([ident.name().to_string()])
+                    .collect(),
+                metadata_location: table.metadata_location().map(str::to_string),
+                metadata: table.metadata().clone(),
+                sorted: w.is_sorted(),
+                row_lineage: w.writes_row_lineage(),
+                target_file_size: w.target_file_size(),
+                single_writer: w.is_single_writer(),
             }
         } else if let Some(e) = node.downcast_ref::<EqualityDeleteExec>() {
             let columns = e.columns();

@@ -151,7 +151,14 @@ impl ExecutionPlan for CommitExec {
             let mut files = vec![];
             while let Some(batch) = input.next().await {
                 match batch.and_then(|b| decode_data_files(&b, table.metadata())) {
-                    Ok(mut f) => files.append(&mut f),
+                    Ok(mut f) => {
+                        // Files written elsewhere (a distributed plan's workers) are known here
+                        // only from the stream: removed too if the statement fails.
+                        for new in &f {
+                            written.record(new.file.file_path().to_string());
+                        }
+                        files.append(&mut f)
+                    }
                     Err(e) => {
                         drop(input);
                         written.remove_all(&file_io).await;

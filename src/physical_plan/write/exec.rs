@@ -45,12 +45,16 @@ impl WrittenFiles {
         }
     }
 
-    /// Takes the recorded locations, leaving none.
+    /// Takes the recorded locations (each once), leaving none.
     pub fn take(&self) -> Vec<String> {
-        self.0
+        let mut taken = self
+            .0
             .lock()
             .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default()
+            .unwrap_or_default();
+        taken.sort_unstable();
+        taken.dedup();
+        taken
     }
 }
 
@@ -172,6 +176,26 @@ impl DataFileWriterExec {
     /// The table written to.
     pub fn table(&self) -> &Table {
         &self.table
+    }
+
+    /// Whether the input is required in the table's sort order.
+    pub fn is_sorted(&self) -> bool {
+        self.sort.is_some()
+    }
+
+    /// Whether the row lineage columns are written (see [`Self::with_row_lineage`]).
+    pub fn writes_row_lineage(&self) -> bool {
+        self.row_lineage
+    }
+
+    /// The file size set by [`Self::with_target_file_size`].
+    pub fn target_file_size(&self) -> Option<usize> {
+        self.target_file_size
+    }
+
+    /// Whether every row goes through one writer (see [`Self::with_single_writer`]).
+    pub fn is_single_writer(&self) -> bool {
+        self.single_writer
     }
 }
 
