@@ -67,7 +67,7 @@ enum Node {
         /// Namespace parts, then the table name.
         table: Vec<String>,
         metadata_location: Option<String>,
-        metadata: iceberg::spec::TableMetadata,
+        metadata: Box<iceberg::spec::TableMetadata>,
         sorted: bool,
         row_lineage: bool,
         target_file_size: Option<usize>,
@@ -233,7 +233,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 single_writer,
             } => {
                 let input = one("DataFileWriterExec")?;
-                let table = worker_table(&table, metadata_location, metadata, ctx)?;
+                let table = worker_table(&table, metadata_location, *metadata, ctx)?;
                 let sort = match sorted {
                     true => sort_requirement(&table, &input.schema())?,
                     false => None,
@@ -337,7 +337,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     .chain([ident.name().to_string()])
                     .collect(),
                 metadata_location: table.metadata_location().map(str::to_string),
-                metadata: table.metadata().clone(),
+                metadata: Box::new(table.metadata().clone()),
                 sorted: w.is_sorted(),
                 row_lineage: w.writes_row_lineage(),
                 target_file_size: w.target_file_size(),
