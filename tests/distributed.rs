@@ -551,7 +551,9 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         .create_physical_plan()
         .await
         .unwrap();
-    let shown = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
+    // The committing plan answers once committed.
+    assert_eq!(plan.name(), "CommittedExec");
+    let shown = datafusion_distributed::display_plan_ascii(plan.children()[0].as_ref(), false);
     let head = shown.split("Stage 1").next().unwrap();
     let stage = shown.split("Stage 1 ── tasks=2").nth(1).unwrap_or_default();
     assert!(
@@ -699,4 +701,63 @@ async fn a_dead_worker_fails_the_insert_without_a_commit_and_a_retry_succeeds() 
     let rows_before: i64 = after_first.1[0].parse().unwrap();
     assert_eq!(state_of(&single).await.1, [(rows_before * 2).to_string()]);
     drop(w2);
+}
+
+#[tokio::test]
+async fn after_a_committed_answer_a_late_error_is_logged_not_returned() {
+    use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+    use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+    use datafusion::physical_plan::{collect, ExecutionPlan};
+    use iceberg_exec::distributed::CommittedExec;
+
+    /// Yields `before` errors or not, then a batch, then an error.
+    #[derive(Debug)]
+    struct Script(SchemaRef, bool);
+    impl PartitionStream for Script {
+        fn schema(&self) -> &SchemaRef {
+            &self.0
+        }
+        fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+            let batch = RecordBatch::try_new(
+                Arc::clone(&self.0),
+                vec![Arc::new(Int64Array::from(vec![7])) as ArrayRef],
+            )
+            .unwrap();
+            let late = || datafusion::error::DataFusionError::Execution("worker gone".into());
+            let items = match self.1 {
+                true => vec![Err(late())],
+                false => vec![Ok(batch), Err(late())],
+            };
+            Box::pin(RecordBatchStreamAdapter::new(
+                Arc::clone(&self.0),
+                futures::stream::iter(items),
+            ))
+        }
+    }
+    let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::Int64,
+        false,
+    )]));
+    let plan = |fail_first| -> Arc<dyn ExecutionPlan> {
+        let source = StreamingTableExec::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(Script(Arc::clone(&schema), fail_first)) as _],
+            None,
+            vec![],
+            false,
+            None,
+        )
+        .unwrap();
+        Arc::new(CommittedExec::new(Arc::new(source)))
+    };
+    let task = Arc::new(TaskContext::default());
+    // The answer stands; the error after it does not fail the statement.
+    let answer = collect(plan(false), Arc::clone(&task)).await.unwrap();
+    assert_eq!(render(&answer), ["7"]);
+    // An error before any answer still fails it.
+    let err = collect(plan(true), task).await.unwrap_err().to_string();
+    assert!(err.contains("worker gone"), "{err}");
 }

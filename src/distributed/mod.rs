@@ -19,6 +19,7 @@
 //! keep rows that another task's keys delete).
 
 mod codec;
+mod committed;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use datafusion_distributed::{
 use url::Url;
 
 pub use codec::IcebergPhysicalCodec;
+pub use committed::CommittedExec;
 
 use crate::physical_plan::scan::plan::is_delete_rows_scan;
 use crate::scan::FieldIdAdapterFactory;
@@ -64,12 +66,19 @@ pub fn coordinator(builder: SessionStateBuilder, workers: Vec<Url>) -> SessionSt
         .get::<crate::IcebergOptions>()
         .cloned()
         .unwrap_or_default();
-    builder
+    let mut builder = builder
         .with_distributed_planner()
         .with_distributed_worker_resolver(StaticWorkers(workers))
         .with_distributed_user_codec(IcebergPhysicalCodec)
         .with_distributed_option_extension(options)
-        .with_distributed_scale_up_leaf_node_handler(scale_up_iceberg_leaf)
+        .with_distributed_scale_up_leaf_node_handler(scale_up_iceberg_leaf);
+    // Statements that commit answer once committed (see `committed.rs`).
+    match builder.query_planner().take() {
+        Some(inner) => {
+            builder.with_query_planner(Arc::new(committed::CommitAwarePlanner { inner }))
+        }
+        None => builder,
+    }
 }
 
 /// A worker whose tasks run this crate's nodes, reading through `runtime` (its object stores
