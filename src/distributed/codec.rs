@@ -64,8 +64,7 @@ enum Node {
         join_threshold: u64,
     },
     DataFileWriter {
-        /// Namespace parts, then the table name.
-        table: Vec<String>,
+        table: iceberg::TableIdent,
         metadata_location: Option<String>,
         metadata: Box<iceberg::spec::TableMetadata>,
         sorted: bool,
@@ -94,10 +93,7 @@ struct ScanParts {
 
 /// The file scan of a parquet `DataSourceExec`.
 fn parquet_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<(&FileScanConfig, &ParquetSource)> {
-    let config = plan
-        .downcast_ref::<DataSourceExec>()?
-        .data_source()
-        .downcast_ref::<FileScanConfig>()?;
+    let config = crate::physical_plan::file_scan(plan)?;
     let source = config.file_source().downcast_ref::<ParquetSource>()?;
     Some((config, source))
 }
@@ -168,13 +164,11 @@ impl ScanParts {
 /// storage secrets travel in a plan: a worker reads and writes through the stores its own
 /// runtime has).
 fn worker_table(
-    name: &[String],
+    ident: iceberg::TableIdent,
     metadata_location: Option<String>,
     metadata: iceberg::spec::TableMetadata,
     ctx: &TaskContext,
 ) -> Result<iceberg::table::Table> {
-    let ident = iceberg::TableIdent::from_strs(name)
-        .map_err(|e| DataFusionError::Internal(format!("decoded table name {name:?}: {e}")))?;
     let stores = crate::storage::ObjectStores::new(
         Arc::clone(&ctx.runtime_env().object_store_registry),
         crate::storage::StorageOptions::default(),
@@ -233,7 +227,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 single_writer,
             } => {
                 let input = one("DataFileWriterExec")?;
-                let table = worker_table(&table, metadata_location, *metadata, ctx)?;
+                let table = worker_table(table, metadata_location, *metadata, ctx)?;
                 let sort = match sorted {
                     true => sort_requirement(&table, &input.schema())?,
                     false => None,
@@ -328,14 +322,8 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
             }
         } else if let Some(w) = node.downcast_ref::<DataFileWriterExec>() {
             let table = w.table();
-            let ident = table.identifier();
             Node::DataFileWriter {
-                table: ident
-                    .namespace()
-                    .iter()
-                    .cloned()
-                    .chain([ident.name().to_string()])
-                    .collect(),
+                table: table.identifier().clone(),
                 metadata_location: table.metadata_location().map(str::to_string),
                 metadata: Box::new(table.metadata().clone()),
                 sorted: w.is_sorted(),

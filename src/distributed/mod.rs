@@ -122,11 +122,7 @@ pub async fn serve_worker(
 /// Scales up the leaves of this crate's scans (see the module docs); other leaves are left
 /// to the built-in rules.
 fn scale_up_iceberg_leaf(ev: ScaleUpLeafNodeEvent) -> Option<Result<ScaleUpLeafNodeEventResponse>> {
-    let config = ev
-        .plan
-        .downcast_ref::<DataSourceExec>()?
-        .data_source()
-        .downcast_ref::<FileScanConfig>()?;
+    let config = crate::physical_plan::file_scan(ev.plan)?;
     if is_delete_rows_scan(config) {
         // Every task joins against all the deleted keys.
         return Some(Ok(ScaleUpLeafNodeEventResponse::new(Arc::clone(ev.plan))));

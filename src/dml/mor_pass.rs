@@ -8,8 +8,6 @@ use arrow::array::AsArray;
 use arrow::datatypes::DataType;
 use arrow::datatypes::Int64Type;
 use datafusion::common::runtime::SpawnedTask;
-use datafusion::datasource::physical_plan::FileScanConfig;
-use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::execution::TaskContext;
@@ -39,10 +37,7 @@ fn files_in_several_partitions(plan: &Arc<dyn ExecutionPlan>) -> Option<HashSet<
         {
             return None;
         }
-        if let Some(config) = p
-            .downcast_ref::<DataSourceExec>()
-            .and_then(|s| s.data_source().downcast_ref::<FileScanConfig>())
-        {
+        if let Some(config) = crate::physical_plan::file_scan(&p) {
             for group in &config.file_groups {
                 let in_group: HashSet<String> = group
                     .files()
@@ -283,6 +278,7 @@ mod tests {
     use arrow::datatypes::{Field, Schema};
     use datafusion::datasource::listing::PartitionedFile;
     use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+    use datafusion::datasource::source::DataSourceExec;
     use datafusion::execution::object_store::ObjectStoreUrl;
 
     use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;

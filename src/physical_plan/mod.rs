@@ -53,6 +53,15 @@ pub(crate) fn without_work_stealing(context: Arc<TaskContext>) -> Arc<TaskContex
     with_config(&context, config)
 }
 
+/// The file scan configuration of `plan`, if it is a file scan (`DataSourceExec`).
+pub(crate) fn file_scan(
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Option<&datafusion::datasource::physical_plan::FileScanConfig> {
+    plan.downcast_ref::<datafusion::datasource::source::DataSourceExec>()?
+        .data_source()
+        .downcast_ref()
+}
+
 /// The plan `leaf` runs as: itself, or for a distributed leaf the scan of the task `context`
 /// runs (its original scan when there is no context or one task).
 #[cfg_attr(not(feature = "distributed"), allow(unused_variables))]

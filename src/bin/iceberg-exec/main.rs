@@ -191,16 +191,6 @@ async fn run(cli: Cli) -> Result<()> {
     let config = warehouse_config(&cli, memory_limit)?;
     let session = IcebergSession::open(config).await?;
     #[cfg(feature = "distributed")]
-    if let Some(Command::Worker { listen }) = cli.command {
-        let worker = iceberg_exec::distributed::worker(session.context().runtime_env());
-        let (url, server) = iceberg_exec::distributed::serve_worker(worker, listen).await?;
-        println!("listening on {url}");
-        std::io::stdout().flush()?;
-        return server
-            .await
-            .map_err(|e| DataFusionError::Execution(format!("worker stopped: {e}")))?;
-    }
-    #[cfg(feature = "distributed")]
     let session = match cli.workers.is_empty() {
         true => session,
         false => session.with_workers(cli.workers.clone()),
@@ -213,8 +203,21 @@ async fn run(cli: Cli) -> Result<()> {
         Some(Command::Sql { statements: None }) | None => shell(&session, cli.format).await,
         Some(Command::Demo { rows }) => demo::tour(&session, rows).await,
         #[cfg(feature = "distributed")]
-        Some(Command::Worker { .. }) => Ok(()),
+        Some(Command::Worker { listen }) => serve_worker(&session, listen).await,
     }
+}
+
+/// `worker`: serves distributed tasks over the session's object stores and memory pool;
+/// prints its URL, then serves until the process is stopped.
+#[cfg(feature = "distributed")]
+async fn serve_worker(session: &IcebergSession, listen: std::net::SocketAddr) -> Result<()> {
+    let worker = iceberg_exec::distributed::worker(session.context().runtime_env());
+    let (url, server) = iceberg_exec::distributed::serve_worker(worker, listen).await?;
+    println!("listening on {url}");
+    std::io::stdout().flush()?;
+    server
+        .await
+        .map_err(|e| DataFusionError::Execution(format!("worker stopped: {e}")))?
 }
 
 /// On a terminal, long maintenance runs (`CALL system.rewrite_data_files`) draw a progress bar

@@ -209,14 +209,12 @@ fn scan_config<'a>(
     context: Option<&Arc<TaskContext>>,
 ) -> Result<&'a FileScanConfig> {
     let plan = crate::physical_plan::task_leaf(plan, context);
-    plan.downcast_ref::<DataSourceExec>()
-        .and_then(|d| d.data_source().downcast_ref::<FileScanConfig>())
-        .ok_or_else(|| {
-            DataFusionError::Internal(format!(
-                "PositionalDeleteExec needs a file scan as its input, got {}",
-                plan.name()
-            ))
-        })
+    crate::physical_plan::file_scan(plan).ok_or_else(|| {
+        DataFusionError::Internal(format!(
+            "PositionalDeleteExec needs a file scan as its input, got {}",
+            plan.name()
+        ))
+    })
 }
 
 impl DisplayAs for PositionalDeleteExec {
