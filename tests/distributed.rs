@@ -24,11 +24,13 @@ use iceberg_exec::physical_plan::write::write_equality_delete_file;
 use iceberg_exec::snapshot::{commit, SnapshotChanges};
 use iceberg_exec::{IcebergSession, MetadataStore, WarehouseConfig};
 
-/// An unbounded pool that counts the consumers registered with it (what a worker ran).
+/// An unbounded pool that counts the consumers registered with it (what a worker ran), and
+/// among them the parquet file writers (data files the worker wrote).
 #[derive(Debug, Default)]
 struct CountingPool {
     inner: UnboundedMemoryPool,
     registered: AtomicUsize,
+    writers: AtomicUsize,
 }
 
 impl std::fmt::Display for CountingPool {
@@ -43,6 +45,9 @@ impl MemoryPool for CountingPool {
     }
     fn register(&self, consumer: &MemoryConsumer) {
         self.registered.fetch_add(1, Ordering::Relaxed);
+        if consumer.name().starts_with("ParquetFileWriter") {
+            self.writers.fetch_add(1, Ordering::Relaxed);
+        }
         self.inner.register(consumer)
     }
     fn unregister(&self, consumer: &MemoryConsumer) {
@@ -349,6 +354,200 @@ async fn plans_with_deletes_and_a_renamed_column_survive_the_codec() {
     );
 }
 
+#[tokio::test]
+async fn a_change_and_its_writer_survive_the_codec_and_report_their_counts() {
+    use datafusion::common::DFSchema;
+    use datafusion::physical_plan::{collect, displayable, ExecutionPlan};
+    use datafusion::prelude::{col, lit};
+    use datafusion_proto::bytes::{
+        physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
+    };
+    use iceberg_exec::distributed::IcebergPhysicalCodec;
+    use iceberg_exec::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
+    use iceberg_exec::physical_plan::write::{DataFileWriterExec, WrittenFiles};
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = table(dir.path(), 3, 1000, 11, 1).await;
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let scan = s
+        .context()
+        .sql("SELECT id, k, v FROM ns.t")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let df_schema = DFSchema::try_from(scan.schema().as_ref().clone()).unwrap();
+    let state = s.context().state();
+    let expr = |e| state.create_physical_expr(e, &df_schema).unwrap();
+    let condition = expr((col("id") % lit(3i64)).eq(lit(0i64)));
+    for (change, written_rows) in [
+        (RowChange::Delete, 2000usize),
+        (RowChange::Update(vec![(2, expr(-col("v")))]), 3000),
+        (
+            RowChange::UpdateSelected(vec![(2, expr(col("v") + lit(1i64)))]),
+            1000,
+        ),
+    ] {
+        let counts = Arc::new(ChangeCounts::default());
+        let change = Arc::new(
+            ChangeRowsExec::try_new(
+                Arc::clone(&scan),
+                Arc::clone(&condition),
+                change,
+                Arc::clone(&counts),
+            )
+            .unwrap(),
+        );
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(
+            DataFileWriterExec::try_new(change, table.clone(), None, WrittenFiles::default())
+                .unwrap()
+                .with_local_sort(true)
+                .with_tally(counts),
+        );
+        let codec = IcebergPhysicalCodec;
+        let bytes = physical_plan_to_bytes_with_extension_codec(Arc::clone(&plan), &codec).unwrap();
+        let task = s.context().task_ctx();
+        let decoded = physical_plan_from_bytes_with_extension_codec(&bytes, &task, &codec).unwrap();
+        let shown = |p: &Arc<dyn ExecutionPlan>| displayable(p.as_ref()).indent(false).to_string();
+        assert_eq!(shown(&decoded), shown(&plan));
+        // The decoded writer reports the counts of the decoded change below it: one tally row
+        // (spec id -1) among the data file rows, of every row read and the third selected.
+        let out = collect(decoded, task).await.unwrap();
+        let mut tallies = vec![];
+        let mut files_rows = 0;
+        for batch in &out {
+            let ids = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int32Array>()
+                .unwrap();
+            let json = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>()
+                .unwrap();
+            for i in 0..batch.num_rows() {
+                let value: serde_json::Value = serde_json::from_str(json.value(i)).unwrap();
+                match ids.value(i) {
+                    -1 => {
+                        tallies.push((value["rows_read"].as_u64(), value["rows_selected"].as_u64()))
+                    }
+                    _ => files_rows += value["record_count"].as_u64().unwrap() as usize,
+                }
+            }
+        }
+        assert_eq!(tallies, [(Some(3000), Some(1000))]);
+        assert_eq!(files_rows, written_rows);
+    }
+}
+
+#[tokio::test]
+async fn logical_plans_over_iceberg_tables_survive_the_logical_codec() {
+    use datafusion::logical_expr::LogicalPlan;
+    use datafusion_proto::bytes::{
+        logical_plan_from_bytes_with_extension_codec, logical_plan_to_bytes_with_extension_codec,
+    };
+    use iceberg_exec::distributed::IcebergLogicalCodec;
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = table(dir.path(), 3, 1000, 11, 1).await;
+    let first = rows(
+        &s,
+        "SELECT snapshot_id FROM iceberg_snapshots('ns.t') ORDER BY sequence_number LIMIT 1",
+    )
+    .await
+    .remove(0);
+    sql(&s, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    sql(&s, "DELETE FROM ns.t WHERE id % 5 = 0").await.unwrap();
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let codec = IcebergLogicalCodec::with_store(store);
+    let plan_of = |q: String| {
+        let s = s.clone();
+        async move { s.context().sql(&q).await.unwrap().logical_plan().clone() }
+    };
+    let through = |plan: &LogicalPlan, codec: &IcebergLogicalCodec| {
+        let bytes = logical_plan_to_bytes_with_extension_codec(plan, codec).unwrap();
+        logical_plan_from_bytes_with_extension_codec(&bytes, &s.context().task_ctx(), codec)
+            .unwrap()
+    };
+    let run = |plan: LogicalPlan| {
+        let s = s.clone();
+        async move {
+            render(
+                &s.context()
+                    .execute_logical_plan(plan)
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    // The current table (with its position deletes) and a pinned past snapshot (one insert,
+    // no deletes) read the same after decoding, and differently from each other.
+    let current = "SELECT k, count(*), sum(v) FROM ns.t GROUP BY k ORDER BY k".to_string();
+    let pinned =
+        format!("SELECT count(*), sum(v) FROM iceberg_scan('ns.t', 'snapshot_id', {first})");
+    for q in [current.clone(), pinned.clone()] {
+        let plan = plan_of(q.clone()).await;
+        let decoded = through(&plan, &codec);
+        assert_eq!(
+            format!("{}", decoded.display_indent()),
+            format!("{}", plan.display_indent())
+        );
+        assert_eq!(run(decoded).await, run(plan).await, "{q}");
+    }
+    assert_eq!(rows(&s, &pinned).await, ["1000|500500"]);
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["2400"]);
+
+    // A DELETE shipped as a logical plan commits through the receiving side's catalog.
+    let delete = plan_of("DELETE FROM ns.t WHERE k = 3".to_string()).await;
+    assert_eq!(run(through(&delete, &codec)).await, ["218"]);
+    assert_eq!(
+        rows(&s, "SELECT count(*) FROM ns.t WHERE k = 3").await,
+        ["0"]
+    );
+    // Without a catalog there, the decoded table is read-only: the DELETE fails, nothing
+    // changes.
+    let delete = plan_of("DELETE FROM ns.t WHERE k = 4".to_string()).await;
+    let decoded = through(&delete, &IcebergLogicalCodec::default());
+    let err = s
+        .context()
+        .execute_logical_plan(decoded)
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("read-only"), "{err}");
+    assert_eq!(
+        rows(&s, "SELECT count(*) FROM ns.t WHERE k = 4").await,
+        ["218"]
+    );
+    // Other crates' tables are refused.
+    let mem = datafusion::datasource::MemTable::try_new(
+        Arc::new(arrow::datatypes::Schema::empty()),
+        vec![vec![]],
+    )
+    .unwrap();
+    let plan = datafusion::logical_expr::LogicalPlanBuilder::scan(
+        "mem",
+        datafusion::datasource::provider_as_source(Arc::new(mem)),
+        None,
+    )
+    .unwrap()
+    .build()
+    .unwrap();
+    let err = logical_plan_to_bytes_with_extension_codec(&plan, &codec).unwrap_err();
+    assert!(err.to_string().contains("does not encode table"), "{err}");
+}
+
 #[test]
 fn the_codec_refuses_nodes_it_does_not_know() {
     use datafusion::physical_plan::empty::EmptyExec;
@@ -472,13 +671,9 @@ async fn summary(session: &IcebergSession) -> Vec<(String, String)> {
         .additional_properties
         .iter()
         // How many files the writers split new rows into depends on the parallel writers'
-        // timing, in one session as in a cluster: not compared.
-        .filter(|(k, _)| {
-            !k.contains("size")
-                && !k.contains("time")
-                && k.as_str() != "added-data-files"
-                && k.as_str() != "total-data-files"
-        })
+        // timing and on how many writers there are (one session's or the workers' tasks):
+        // the data file counts, and so those a later statement removes, are not compared.
+        .filter(|(k, _)| !k.contains("size") && !k.contains("time") && !k.ends_with("data-files"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     out.push((
@@ -505,26 +700,40 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
     )
     .await
     .unwrap();
-    let statements = [
-        "SET iceberg.delete_mode = 'merge-on-read'",
-        "DELETE FROM ns.t WHERE id % 5 = 0",
-        "SET iceberg.update_mode = 'merge-on-read'",
-        "UPDATE ns.t SET v = v + 1 WHERE k = 3",
-        "SET iceberg.delete_mode = 'copy-on-write'",
-        "DELETE FROM ns.t WHERE id % 7 = 0",
-        "SET iceberg.update_mode = 'copy-on-write'",
-        "UPDATE ns.t SET v = -v WHERE k = 4",
-        "INSERT INTO ns.t SELECT value AS id, value % 31 AS k, 1 AS v FROM generate_series(40001, 45000)",
+    // Each statement, and whether it writes data files from the table's rows, which the
+    // workers then write (a merge-on-read DELETE writes only position deletes, here, from its
+    // first pass's rows).
+    let steps = [
+        ("SET iceberg.delete_mode = 'merge-on-read'", false),
+        ("DELETE FROM ns.t WHERE id % 5 = 0", false),
+        ("SET iceberg.update_mode = 'merge-on-read'", false),
+        ("UPDATE ns.t SET v = v + 1 WHERE k = 3", true),
+        ("SET iceberg.delete_mode = 'copy-on-write'", false),
+        ("DELETE FROM ns.t WHERE id % 7 = 0", true),
+        ("SET iceberg.update_mode = 'copy-on-write'", false),
+        ("UPDATE ns.t SET v = -v WHERE k = 4", true),
+        ("INSERT INTO ns.t SELECT value AS id, value % 31 AS k, 1 AS v FROM generate_series(40001, 45000)", false),
         // Rows read from the table itself: the scan below the writer has several tasks.
-        "INSERT INTO ns.t SELECT id + 100000 AS id, k, v FROM ns.t WHERE k < 10",
+        ("INSERT INTO ns.t SELECT id + 100000 AS id, k, v FROM ns.t WHERE k < 10", true),
     ];
+    let statements: Vec<&str> = steps.iter().map(|(s, _)| *s).collect();
     let check = "SELECT count(*), sum(v), sum(k), min(v), max(id) FROM ns.t";
-    for statement in statements {
+    let written = || -> usize {
+        pools
+            .iter()
+            .map(|p| p.writers.load(Ordering::Relaxed))
+            .sum()
+    };
+    for (statement, writes_data) in steps {
+        let before = written();
         assert_eq!(
             rows(&distributed, statement).await,
             rows(&single, statement).await,
             "{statement}"
         );
+        if writes_data {
+            assert!(written() > before, "no worker wrote a file for {statement}");
+        }
         assert_eq!(
             rows(&distributed, check).await,
             rows(&single, check).await,
@@ -561,6 +770,138 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         "{shown}"
     );
     assert!(stage.contains("DataFileWriterExec"), "{shown}");
+    // A DELETE: the statement node here, its first pass read in a stage of two tasks.
+    let plan = distributed
+        .context()
+        .sql("DELETE FROM ns.t WHERE id % 11 = 0")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    assert_eq!(plan.name(), "CommittedExec");
+    let shown = datafusion_distributed::display_plan_ascii(plan.children()[0].as_ref(), false);
+    let head = shown.split("Stage 1").next().unwrap();
+    let stage = shown.split("Stage 1 ── tasks=2").nth(1).unwrap_or_default();
+    assert!(head.contains("DeleteExec"), "{shown}");
+    assert!(stage.contains("DataSourceExec"), "{shown}");
+}
+
+/// Whether `k` never increases over the rows of the parquet file at `path` (column `column`).
+fn non_increasing(path: &str, column: &str) -> bool {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let path = path.strip_prefix("file://").unwrap_or(path);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut prev = i64::MAX;
+    for batch in reader {
+        let batch = batch.unwrap();
+        let values = batch
+            .column_by_name(column)
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .clone();
+        for v in values.iter().flatten() {
+            if v > prev {
+                return false;
+            }
+            prev = v;
+        }
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sorted_table_is_rewritten_on_the_workers_in_sorted_files() {
+    let sorted = |dir: std::path::PathBuf| async move {
+        let s = common::session(&dir).await;
+        sql(&s, "CREATE SCHEMA ns").await.unwrap();
+        sql(
+            &s,
+            "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, k BIGINT, v BIGINT) STORED AS \
+             ICEBERG LOCATION '' WITH ORDER (v DESC NULLS LAST)",
+        )
+        .await
+        .unwrap();
+        for part in 0..4i64 {
+            sql(
+                &s,
+                &format!(
+                    "INSERT INTO ns.t SELECT value AS id, value % 13 AS k, value * 7919 % 100003 \
+                     AS v FROM generate_series({}, {})",
+                    part * 10_000 + 1,
+                    (part + 1) * 10_000
+                ),
+            )
+            .await
+            .unwrap();
+        }
+        s
+    };
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let single = sorted(one.path().to_path_buf()).await;
+    drop(sorted(many.path().to_path_buf()).await);
+    let (urls, pools) = cluster(2).await;
+    let distributed = IcebergSession::open(WarehouseConfig::local(many.path()))
+        .await
+        .unwrap()
+        .with_workers(urls);
+    sql(
+        &distributed,
+        "SET distributed.file_scan_config_bytes_per_partition = 16384",
+    )
+    .await
+    .unwrap();
+    let check = "SELECT count(*), sum(v), sum(k), min(v), max(v) FROM ns.t";
+    for statement in [
+        "DELETE FROM ns.t WHERE id % 3 = 0",
+        // The sort key changes: the rewritten files are sorted by the new values.
+        "UPDATE ns.t SET v = 100003 - v WHERE k = 4",
+    ] {
+        let before: usize = pools
+            .iter()
+            .map(|p| p.writers.load(Ordering::Relaxed))
+            .sum();
+        assert_eq!(
+            rows(&distributed, statement).await,
+            rows(&single, statement).await,
+            "{statement}"
+        );
+        assert_eq!(
+            rows(&distributed, check).await,
+            rows(&single, check).await,
+            "after {statement}"
+        );
+        let after: usize = pools
+            .iter()
+            .map(|p| p.writers.load(Ordering::Relaxed))
+            .sum();
+        assert!(after > before, "no worker wrote a file for {statement}");
+    }
+    // Every file of the table (each task sorts its own rows) is in the table's order.
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = distributed.catalog().load_table(&ident).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await
+        .unwrap();
+    assert!(files.len() > 1);
+    for f in &files {
+        assert!(non_increasing(&f.path, "v"), "{} is not sorted", f.path);
+    }
+    // And one session's (one sorted stream) likewise.
+    let table = single.catalog().load_table(&ident).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    for f in iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await
+        .unwrap()
+    {
+        assert!(non_increasing(&f.path, "v"), "{} is not sorted", f.path);
+    }
 }
 
 #[tokio::test]
@@ -701,6 +1042,90 @@ async fn a_dead_worker_fails_the_insert_without_a_commit_and_a_retry_succeeds() 
     let rows_before: i64 = after_first.1[0].parse().unwrap();
     assert_eq!(state_of(&single).await.1, [(rows_before * 2).to_string()]);
     drop(w2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = table(dir.path(), 4, 250_000, 31, 1).await;
+    let open = |urls: Vec<String>| {
+        let path = dir.path().to_path_buf();
+        async move {
+            let s = IcebergSession::open(WarehouseConfig::local(&path))
+                .await
+                .unwrap()
+                .with_workers(urls.iter().map(|u| u.parse().unwrap()).collect());
+            sql(
+                &s,
+                "SET distributed.file_scan_config_bytes_per_partition = 16384",
+            )
+            .await
+            .unwrap();
+            s
+        }
+    };
+    let data_files = |s: &IcebergSession| {
+        let s = s.clone();
+        async move {
+            let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+            let table = s.catalog().load_table(&ident).await.unwrap();
+            let snapshot = table.metadata().current_snapshot().unwrap().clone();
+            let mut paths: Vec<String> = iceberg_exec::scan::plan_files(&table, &snapshot)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|f| f.path)
+                .collect();
+            paths.sort();
+            paths
+        }
+    };
+    // A worker killed at several moments of a copy-on-write DELETE (every file has a matching
+    // row: each is read twice and rewritten): the statement fails and changes nothing (the
+    // same snapshot, the same files), or it had finished first and deleted exactly its rows.
+    let mut failed = 0;
+    for (delay, divisor) in [(0u64, 2), (100, 3), (250, 5)] {
+        let delete = format!("DELETE FROM ns.t WHERE id % {divisor} = 0");
+        let matching = format!("SELECT count(*) FROM ns.t WHERE id % {divisor} = 0");
+        let before = state_of(&single).await;
+        let files_before = data_files(&single).await;
+        let gone: i64 = rows(&single, &matching).await[0].parse().unwrap();
+        let (w1, u1) = worker_process(dir.path());
+        let (w2, u2) = worker_process(dir.path());
+        let cluster = open(vec![u1, u2.clone()]).await;
+        let running = tokio::spawn({
+            let cluster = cluster.clone();
+            let delete = delete.clone();
+            async move { sql(&cluster, &delete).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+        drop(w1);
+        match running.await.unwrap() {
+            Err(e) => {
+                assert!(!e.to_string().is_empty());
+                assert_eq!(state_of(&single).await, before, "after {delay} ms");
+                assert_eq!(data_files(&single).await, files_before, "after {delay} ms");
+                failed += 1;
+                // With the worker gone, the statement fails again and changes nothing.
+                sql(&cluster, &delete).await.unwrap_err();
+                assert_eq!(state_of(&single).await, before);
+            }
+            Ok(_) => {
+                let left: i64 = before.1[0].parse::<i64>().unwrap() - gone;
+                assert_eq!(state_of(&single).await.1, [left.to_string()]);
+            }
+        }
+        // Over live workers the same statement succeeds.
+        let (_w3, u3) = worker_process(dir.path());
+        let retry = open(vec![u2, u3]).await;
+        sql(&retry, &delete).await.unwrap();
+        assert_eq!(rows(&single, &matching).await, ["0"]);
+        let left: i64 = before.1[0].parse::<i64>().unwrap() - gone;
+        assert_eq!(state_of(&single).await.1, [left.to_string()]);
+        drop(w2);
+    }
+    // A worker dead before its tasks arrive fails the statement at least.
+    assert!(failed >= 1);
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 //!   PositionalDeleteExec ──► deletes per file   ├ JSON after a magic prefix, plus, for every
 //!     (of the files its scan reads: a task's)   │
 //!   EqualityDeleteExec ──► key/gate columns     │ direct child that is a parquet scan, the
+//!   ChangeRowsExec ──► condition, assignments   │ (expressions as datafusion-proto messages)
 //!   DataFileWriterExec ──► table metadata       ┘
 //!                                                 parts DataFusion's own encoding drops
 //! ```
@@ -20,23 +21,34 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::catalog::TableProvider;
 use datafusion::common::not_impl_err;
+use datafusion::common::TableReference;
 use datafusion::datasource::physical_plan::{
     FileScanConfig, FileScanConfigBuilder, FileSource, ParquetSource,
 };
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{Extension, LogicalPlan};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::logical_plan::LogicalExtensionCodec;
+use datafusion_proto::physical_plan::from_proto::parse_physical_expr;
+use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use datafusion_proto::protobuf::PhysicalExprNode;
+use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};
 use crate::physical_plan::parquet_files::with_recorded_size_reader_indexed;
 use crate::physical_plan::positional_delete::{FileDeletes, PositionalDeleteExec};
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
 use crate::scan::FieldIdAdapterFactory;
+use crate::IcebergTableProvider;
 
 /// What starts every node this codec writes (and tells its bytes from another codec's).
 const MAGIC: &[u8] = b"ICEBERG-EXEC/1\n";
@@ -71,6 +83,13 @@ enum Node {
         row_lineage: bool,
         target_file_size: Option<usize>,
         single_writer: bool,
+        local_sort: bool,
+        /// Reports the counts of the `ChangeRowsExec` below it.
+        tally: bool,
+    },
+    ChangeRows {
+        condition: Vec<u8>,
+        change: Change,
     },
     EqualityDelete {
         keys: Vec<usize>,
@@ -80,6 +99,51 @@ enum Node {
         fanout: usize,
         projection: Option<Vec<usize>>,
     },
+}
+
+/// A [`RowChange`], its expressions as datafusion-proto messages.
+#[derive(Serialize, Deserialize)]
+enum Change {
+    Delete,
+    Update(Vec<(usize, Vec<u8>)>),
+    UpdateSelected(Vec<(usize, Vec<u8>)>),
+}
+
+/// `expr` as the bytes of its datafusion-proto message.
+fn expr_bytes(expr: &Arc<dyn PhysicalExpr>, codec: &IcebergPhysicalCodec) -> Result<Vec<u8>> {
+    Ok(serialize_physical_expr(expr, codec)?.encode_to_vec())
+}
+
+/// The expression `bytes` hold, over `schema`.
+fn expr_of(
+    bytes: &[u8],
+    schema: &arrow::datatypes::Schema,
+    ctx: &TaskContext,
+    codec: &IcebergPhysicalCodec,
+) -> Result<Arc<dyn PhysicalExpr>> {
+    let node = PhysicalExprNode::decode(bytes)
+        .map_err(|e| DataFusionError::Internal(format!("undecodable expression: {e}")))?;
+    parse_physical_expr(&node, ctx, schema, codec)
+}
+
+/// The counts of the `ChangeRowsExec` a decoded writer reports: the one below it in the same
+/// process, found through single-child nodes (the sort, a projection).
+fn counts_below(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<ChangeCounts>> {
+    let mut node = Arc::clone(plan);
+    loop {
+        if let Some(change) = node.downcast_ref::<ChangeRowsExec>() {
+            return Ok(Arc::clone(change.counts()));
+        }
+        node = match node.children().as_slice() {
+            [child] => Arc::clone(child),
+            _ => {
+                return Err(DataFusionError::Internal(
+                    "a writer that reports a tally has no ChangeRowsExec below it in its task"
+                        .into(),
+                ))
+            }
+        };
+    }
 }
 
 /// What DataFusion's encoding of a parquet scan leaves out.
@@ -225,8 +289,11 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 row_lineage,
                 target_file_size,
                 single_writer,
+                local_sort,
+                tally,
             } => {
                 let input = one("DataFileWriterExec")?;
+                let counts = tally.then(|| counts_below(&input)).transpose()?;
                 let table = worker_table(table, metadata_location, *metadata, ctx)?;
                 let sort = match sorted {
                     true => sort_requirement(&table, &input.schema())?,
@@ -241,7 +308,32 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 if single_writer {
                     node = node.with_single_writer();
                 }
+                node = node.with_local_sort(local_sort);
+                if let Some(counts) = counts {
+                    node = node.with_tally(counts);
+                }
                 Arc::new(node)
+            }
+            Node::ChangeRows { condition, change } => {
+                let input = one("ChangeRowsExec")?;
+                let schema = input.schema();
+                let condition = expr_of(&condition, &schema, ctx, self)?;
+                let assigned = |a: Vec<(usize, Vec<u8>)>| -> Result<Vec<_>> {
+                    a.into_iter()
+                        .map(|(i, e)| Ok((i, expr_of(&e, &schema, ctx, self)?)))
+                        .collect()
+                };
+                let change = match change {
+                    Change::Delete => RowChange::Delete,
+                    Change::Update(a) => RowChange::Update(assigned(a)?),
+                    Change::UpdateSelected(a) => RowChange::UpdateSelected(assigned(a)?),
+                };
+                Arc::new(ChangeRowsExec::try_new(
+                    input,
+                    condition,
+                    change,
+                    Arc::new(ChangeCounts::default()),
+                )?)
             }
             Node::Scan { summary } => {
                 Arc::new(IcebergScanExec::new(one("IcebergScanExec")?, summary))
@@ -330,6 +422,22 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 row_lineage: w.writes_row_lineage(),
                 target_file_size: w.target_file_size(),
                 single_writer: w.is_single_writer(),
+                local_sort: w.is_local_sort(),
+                tally: w.has_tally(),
+            }
+        } else if let Some(c) = node.downcast_ref::<ChangeRowsExec>() {
+            let assigned = |a: &[(usize, Arc<dyn PhysicalExpr>)]| -> Result<Vec<_>> {
+                a.iter()
+                    .map(|(i, e)| Ok((*i, expr_bytes(e, self)?)))
+                    .collect()
+            };
+            Node::ChangeRows {
+                condition: expr_bytes(c.condition(), self)?,
+                change: match c.change() {
+                    RowChange::Delete => Change::Delete,
+                    RowChange::Update(a) => Change::Update(assigned(a)?),
+                    RowChange::UpdateSelected(a) => Change::UpdateSelected(assigned(a)?),
+                },
             }
         } else if let Some(e) = node.downcast_ref::<EqualityDeleteExec>() {
             let columns = e.columns();
@@ -351,5 +459,114 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
         buf.extend_from_slice(MAGIC);
         serde_json::to_writer(&mut *buf, &encoded)
             .map_err(|e| DataFusionError::Internal(format!("encoding {}: {e}", node.name())))
+    }
+}
+
+/// The [`LogicalExtensionCodec`] of [`IcebergTableProvider`]: for hosts that ship logical plans
+/// (a client to a scheduler). A provider travels as its table's identifier, metadata location
+/// and metadata (the snapshot the client planned against, so both sides read the same one) and
+/// its pin (snapshot, schema, row lineage, writable). The receiving side opens files through
+/// its own object stores, and commits writes through `store`, its own connection to the
+/// table's catalog (without one, a decoded provider is read-only). No storage secrets travel.
+///
+/// Other providers and extension nodes are refused with `not_impl_err!`, so the codec composes
+/// with others.
+#[derive(Debug, Default, Clone)]
+pub struct IcebergLogicalCodec {
+    store: Option<Arc<dyn crate::MetadataStore>>,
+}
+
+impl IcebergLogicalCodec {
+    /// A codec whose decoded providers commit through `store` (the receiving side's catalog).
+    pub fn with_store(store: Arc<dyn crate::MetadataStore>) -> Self {
+        Self { store: Some(store) }
+    }
+}
+
+/// A provider, as its bytes hold it.
+#[derive(Serialize, Deserialize)]
+struct EncodedProvider {
+    table: iceberg::TableIdent,
+    metadata_location: Option<String>,
+    metadata: Box<iceberg::spec::TableMetadata>,
+    pin: crate::table::ProviderPin,
+}
+
+impl LogicalExtensionCodec for IcebergLogicalCodec {
+    fn try_decode(
+        &self,
+        _buf: &[u8],
+        _inputs: &[LogicalPlan],
+        _ctx: &TaskContext,
+    ) -> Result<Extension> {
+        not_impl_err!("iceberg-exec's logical codec has no extension nodes")
+    }
+
+    fn try_encode(&self, node: &Extension, _buf: &mut Vec<u8>) -> Result<()> {
+        not_impl_err!(
+            "iceberg-exec's logical codec does not encode {}",
+            node.node.name()
+        )
+    }
+
+    fn try_decode_table_provider(
+        &self,
+        buf: &[u8],
+        table_ref: &TableReference,
+        _schema: arrow::datatypes::SchemaRef,
+        ctx: &TaskContext,
+    ) -> Result<Arc<dyn TableProvider>> {
+        let Some(json) = buf.strip_prefix(MAGIC) else {
+            return not_impl_err!("not a table of iceberg-exec's plan codec");
+        };
+        let encoded: EncodedProvider = serde_json::from_slice(json).map_err(|e| {
+            DataFusionError::Internal(format!("undecodable Iceberg table '{table_ref}': {e}"))
+        })?;
+        let stores = match &self.store {
+            Some(store) => Arc::clone(store.object_stores()),
+            None => crate::storage::ObjectStores::new(
+                Arc::clone(&ctx.runtime_env().object_store_registry),
+                crate::storage::StorageOptions::default(),
+            ),
+        };
+        let file_io = crate::storage::table_file_io(&crate::LocationMap::default(), &stores);
+        let table = crate::catalog::table_handle(
+            encoded.table,
+            encoded.metadata_location.unwrap_or_default(),
+            *encoded.metadata,
+            file_io,
+        )?;
+        let store = match encoded.pin.writable {
+            true => self.store.clone(),
+            false => None,
+        };
+        let provider = IcebergTableProvider::try_new(table, store)?
+            .with_object_stores(stores)
+            .with_pin(&encoded.pin)?;
+        Ok(Arc::new(provider))
+    }
+
+    fn try_encode_table_provider(
+        &self,
+        table_ref: &TableReference,
+        node: Arc<dyn TableProvider>,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        let Some(provider) = node.downcast_ref::<IcebergTableProvider>() else {
+            return not_impl_err!(
+                "iceberg-exec's logical codec does not encode table '{table_ref}'"
+            );
+        };
+        let table = provider.table();
+        let encoded = EncodedProvider {
+            table: table.identifier().clone(),
+            metadata_location: table.metadata_location().map(str::to_string),
+            metadata: Box::new(table.metadata().clone()),
+            pin: provider.pin(),
+        };
+        buf.extend_from_slice(MAGIC);
+        serde_json::to_writer(&mut *buf, &encoded).map_err(|e| {
+            DataFusionError::Internal(format!("encoding Iceberg table '{table_ref}': {e}"))
+        })
     }
 }

@@ -36,7 +36,7 @@ use datafusion_distributed::{
 };
 use url::Url;
 
-pub use codec::IcebergPhysicalCodec;
+pub use codec::{IcebergLogicalCodec, IcebergPhysicalCodec};
 pub use committed::CommittedExec;
 
 use crate::physical_plan::scan::plan::is_delete_rows_scan;
@@ -79,6 +79,11 @@ pub fn coordinator(builder: SessionStateBuilder, workers: Vec<Url>) -> SessionSt
         }
         None => builder,
     }
+}
+
+/// Whether a session with `config` is a coordinator (has workers to send plans to).
+pub(crate) fn is_coordinator(config: &datafusion::prelude::SessionConfig) -> bool {
+    datafusion_distributed::get_distributed_worker_resolver(config).is_ok()
 }
 
 /// A worker whose tasks run this crate's nodes, reading through `runtime` (its object stores

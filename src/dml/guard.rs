@@ -77,6 +77,19 @@ impl QueryPlanner for IcebergQueryPlanner {
         logical_plan: &LogicalPlan,
         session_state: &dyn Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if let Some(planned) = Planned::of(logical_plan) {
+            // A plan this crate built: through the physical optimizer, as DataFusion's planner
+            // would (the planners around this one, e.g. a distributed one, take it from here).
+            let state = session_state
+                .as_any()
+                .downcast_ref::<datafusion::execution::context::SessionState>()
+                .ok_or_else(|| {
+                    DataFusionError::NotImplemented(
+                        "Iceberg statements need DataFusion's SessionState".into(),
+                    )
+                })?;
+            return crate::dml::core::optimized(state, Arc::clone(&planned.plan));
+        }
         let plan = check_dml(logical_plan.clone())?;
         let planning = async {
             match &self.inner {
@@ -89,6 +102,88 @@ impl QueryPlanner for IcebergQueryPlanner {
             }
         };
         DML_CHECKED.scope((), planning).await
+    }
+}
+
+/// A physical plan this crate built while running a statement (a pass of `DELETE`/`UPDATE`),
+/// handed to the session's query planner as a logical node: the planner's own steps (the
+/// physical optimizer, the distribution over workers of a coordinator) then apply to it as to
+/// any query. [`IcebergQueryPlanner`] plans it as the plan itself.
+#[derive(Debug, Clone)]
+pub(crate) struct Planned {
+    plan: Arc<dyn ExecutionPlan>,
+    schema: datafusion::common::DFSchemaRef,
+}
+
+impl Planned {
+    /// `plan` as a logical plan.
+    pub(crate) fn logical(plan: Arc<dyn ExecutionPlan>) -> Result<LogicalPlan> {
+        let schema = Arc::new(datafusion::common::DFSchema::try_from(
+            plan.schema().as_ref().clone(),
+        )?);
+        Ok(LogicalPlan::Extension(
+            datafusion::logical_expr::Extension {
+                node: Arc::new(Self { plan, schema }),
+            },
+        ))
+    }
+
+    fn of(plan: &LogicalPlan) -> Option<&Self> {
+        match plan {
+            LogicalPlan::Extension(e) => e.node.as_any().downcast_ref::<Self>(),
+            _ => None,
+        }
+    }
+}
+
+impl PartialEq for Planned {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.plan, &other.plan)
+    }
+}
+
+impl Eq for Planned {}
+
+impl std::hash::Hash for Planned {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.plan) as *const u8, state)
+    }
+}
+
+impl PartialOrd for Planned {
+    fn partial_cmp(&self, _other: &Self) -> Option<std::cmp::Ordering> {
+        None
+    }
+}
+
+impl datafusion::logical_expr::UserDefinedLogicalNodeCore for Planned {
+    fn name(&self) -> &str {
+        "Planned"
+    }
+
+    fn inputs(&self) -> Vec<&LogicalPlan> {
+        vec![]
+    }
+
+    fn schema(&self) -> &datafusion::common::DFSchemaRef {
+        &self.schema
+    }
+
+    fn expressions(&self) -> Vec<Expr> {
+        vec![]
+    }
+
+    fn fmt_for_explain(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "Planned: {}", self.plan.name())
+    }
+
+    fn with_exprs_and_inputs(&self, exprs: Vec<Expr>, inputs: Vec<LogicalPlan>) -> Result<Self> {
+        if !exprs.is_empty() || !inputs.is_empty() {
+            return Err(DataFusionError::Internal(
+                "a Planned node has no expressions or inputs".into(),
+            ));
+        }
+        Ok(self.clone())
     }
 }
 

@@ -58,7 +58,7 @@ use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
-    decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
+    decode_data_files, decode_tally, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
 use crate::scan::strict::FileStats;
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
@@ -167,6 +167,7 @@ pub(crate) async fn plan(
     let job = DmlJob {
         table: table.clone(),
         store: Arc::clone(&target.store),
+        distributed: crate::physical_plan::distributes(session.config()),
         state: session,
         schema,
         locations: target.locations.clone(),
@@ -217,6 +218,10 @@ pub(super) struct DmlJob {
     pub(super) store: Arc<dyn MetadataStore>,
     /// The planning session: pass 2 is planned with it once pass 1 has run.
     pub(super) state: SessionState,
+    /// Whether the session distributes its plans over workers: pass 1 then reads on them and
+    /// pass 2 reads, changes and writes on them (each task reports the counts of its rows in
+    /// the writer's output); position delete files are written here from pass 1's rows.
+    pub(super) distributed: bool,
     pub(super) schema: SchemaRef,
     pub(super) locations: LocationMap,
     pub(super) filters: Vec<Expr>,
@@ -304,6 +309,7 @@ impl DmlJob {
             table,
             store: Arc::clone(&self.store),
             state: self.state.clone(),
+            distributed: self.distributed,
             locations: self.locations.clone(),
             filters: self.filters.clone(),
             columns: self.columns.clone(),
@@ -316,15 +322,30 @@ impl DmlJob {
         };
         let (job, pass1) = job.plan().await?;
         let pass1 = match pass1 {
-            Some(plan) => Some(job.optimized(plan)?),
+            // One stream, as the statement node requires of its input when distributed.
+            Some(plan) if job.distributed => Some(
+                job.executable(Arc::new(CoalescePartitionsExec::new(plan)))
+                    .await?,
+            ),
+            Some(plan) => Some(super::core::optimized(&job.state, plan)?),
             None => None,
         };
         Ok((job, pass1))
     }
 
-    /// `plan` through the physical optimizer rules of the session.
-    fn optimized(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        super::core::optimized(&self.state, plan)
+    /// `plan` made ready to run: through the physical optimizer rules of the session, and on a
+    /// coordinator also distributed over its workers (through the session's query planner).
+    async fn executable(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        match self.distributed {
+            true => {
+                let logical = super::guard::Planned::logical(plan)?;
+                self.state
+                    .query_planner()
+                    .create_physical_plan(&logical, &self.state)
+                    .await
+            }
+            false => super::core::optimized(&self.state, plan),
+        }
     }
 
     fn condition(&self) -> Option<Expr> {
@@ -385,7 +406,6 @@ impl DmlJob {
     async fn rewrite_plan(
         &self,
         files: Vec<PlannedFile>,
-        counts: Arc<ChangeCounts>,
         written: WrittenFiles,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let scan_files = ScanFiles {
@@ -444,15 +464,24 @@ impl DmlJob {
                 }
             }
         };
-        let keep: Arc<dyn ExecutionPlan> =
-            Arc::new(ChangeRowsExec::try_new(scan, condition, change, counts)?);
+        let counts = Arc::new(ChangeCounts::default());
+        let keep: Arc<dyn ExecutionPlan> = Arc::new(ChangeRowsExec::try_new(
+            scan,
+            condition,
+            change,
+            Arc::clone(&counts),
+        )?);
         let sort = sort_requirement(&self.table, &keep.schema())?;
+        // Distributed, each task sorts and writes its own rows: the change's counts reach the
+        // writer in the same task, and no task's rows all go to one process.
         let plan: Arc<dyn ExecutionPlan> = Arc::new(
             DataFileWriterExec::try_new(keep, self.table.clone(), sort, written)?
-                .with_row_lineage(lineage)?,
+                .with_row_lineage(lineage)?
+                .with_local_sort(self.distributed)
+                .with_tally(counts),
         );
         // The rules DataFusion runs on every plan: the sort the writer requires, among others.
-        self.optimized(plan)
+        self.executable(plan).await
     }
 }
 
@@ -631,18 +660,25 @@ async fn run_once(
     let mut added: Vec<NewFile> = vec![];
     let rewrite = !touched.is_empty() && (!mor || matches!(job.op, DmlOp::Update(_)));
     if rewrite {
-        let counts = Arc::new(ChangeCounts::default());
         let result: Result<()> = async {
-            let plan = job
-                .rewrite_plan(touched.clone(), Arc::clone(&counts), written.clone())
-                .await?;
+            let plan = job.rewrite_plan(touched.clone(), written.clone()).await?;
             let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
             let mut stream = execute_stream(plan, Arc::clone(&context))?;
+            let (mut read, mut selected) = (0, 0);
             while let Some(batch) = stream.next().await {
-                added.extend(decode_data_files(&batch?, job.table.metadata())?);
+                let batch = batch?;
+                let files = decode_data_files(&batch, job.table.metadata())?;
+                // Files a worker wrote are removed from here if the statement fails.
+                for f in &files {
+                    written.record(f.file.file_path().to_string());
+                }
+                added.extend(files);
+                // Each writing task reports its counts (one process: one tally of them all).
+                let ((r, s), _) = decode_tally(&batch)?;
+                read += r;
+                selected += s;
             }
             // Self-check: the two passes must agree row for row.
-            let (read, selected) = counts.get();
             let written_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
             let expected = match (&job.op, mor) {
                 (DmlOp::Delete, _) => read.checked_sub(selected),
@@ -750,6 +786,17 @@ impl ExecutionPlan for DmlExec {
 
     fn benefits_from_input_partitioning(&self) -> Vec<bool> {
         vec![false; self.pass1.iter().count()]
+    }
+
+    fn required_input_distribution(&self) -> Vec<datafusion::physical_expr::Distribution> {
+        use datafusion::physical_expr::Distribution;
+        // Distributed, pass 1 reaches this node as one stream from the workers (the planner
+        // puts the network boundary where the partitions merge).
+        let d = match self.job.distributed {
+            true => Distribution::SinglePartition,
+            false => Distribution::UnspecifiedDistribution,
+        };
+        vec![d; self.pass1.iter().count()]
     }
 
     fn with_new_children(

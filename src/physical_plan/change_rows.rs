@@ -13,7 +13,7 @@ use arrow::datatypes::DataType;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::apply_expression_roots;
 use datafusion::physical_plan::execution_plan::CardinalityEffect;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -67,6 +67,7 @@ pub struct ChangeRowsExec {
     change: RowChange,
     counts: Arc<ChangeCounts>,
     metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
 }
 
 impl ChangeRowsExec {
@@ -100,13 +101,43 @@ impl ChangeRowsExec {
                 }
             }
         }
+        // An update may change the columns the input is ordered by: its output claims no order
+        // (so a sort the plan needs above it stays above it).
+        let properties = match &change {
+            RowChange::Delete => Arc::clone(input.properties()),
+            RowChange::Update(_) | RowChange::UpdateSelected(_) => {
+                let p = input.properties();
+                Arc::new(PlanProperties::new(
+                    EquivalenceProperties::new(Arc::clone(&schema)),
+                    p.output_partitioning().clone(),
+                    p.emission_type,
+                    p.boundedness,
+                ))
+            }
+        };
         Ok(Self {
             input,
             condition,
             change,
             counts,
             metrics: ExecutionPlanMetricsSet::new(),
+            properties,
         })
+    }
+
+    /// The condition that selects rows.
+    pub fn condition(&self) -> &Arc<dyn PhysicalExpr> {
+        &self.condition
+    }
+
+    /// What happens to the selected rows.
+    pub fn change(&self) -> &RowChange {
+        &self.change
+    }
+
+    /// The counts this node adds to.
+    pub fn counts(&self) -> &Arc<ChangeCounts> {
+        &self.counts
     }
 }
 
@@ -150,7 +181,7 @@ impl ExecutionPlan for ChangeRowsExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        self.input.properties()
+        &self.properties
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -158,7 +189,7 @@ impl ExecutionPlan for ChangeRowsExec {
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
+        vec![matches!(self.change, RowChange::Delete)]
     }
 
     fn cardinality_effect(&self) -> CardinalityEffect {

@@ -90,3 +90,17 @@ pub(crate) fn single_child(
         .map_err(|_| DataFusionError::Internal(format!("{node} takes exactly one child")))?;
     Ok(input)
 }
+
+/// Whether a session with `config` distributes its plans over workers (the coordinator of a
+/// cluster, feature `distributed`).
+pub(crate) fn distributes(config: &datafusion::prelude::SessionConfig) -> bool {
+    #[cfg(feature = "distributed")]
+    {
+        crate::distributed::is_coordinator(config)
+    }
+    #[cfg(not(feature = "distributed"))]
+    {
+        let _ = config;
+        false
+    }
+}

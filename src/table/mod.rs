@@ -12,7 +12,7 @@ pub(crate) mod spec;
 pub use by_path::{find_metadata_file, open_table_at};
 pub use factory::IcebergTableFactory;
 pub use function::IcebergScanFunction;
-pub use provider::IcebergTableProvider;
+pub use provider::{IcebergTableProvider, ProviderPin};
 pub use snapshots::IcebergSnapshotsFunction;
 pub use spec::{parse_partitioning, parse_sort_order, TableDefinition};
 

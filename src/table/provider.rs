@@ -58,6 +58,21 @@ fn snapshot_file_count(snapshot: &iceberg::spec::SnapshotRef) -> usize {
         .unwrap_or(0)
 }
 
+/// How an [`IcebergTableProvider`] reads its table beyond the table itself (see
+/// [`IcebergTableProvider::pin`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProviderPin {
+    /// The pinned snapshot (`None`: the table's current one).
+    pub snapshot_id: Option<i64>,
+    /// Whether the pinned snapshot is read with its own schema (snapshots, tags, times) rather
+    /// than the table's current one (branches).
+    pub snapshot_schema: bool,
+    /// Whether the row lineage columns follow the table's columns.
+    pub row_lineage: bool,
+    /// Whether the provider accepts writes (it has the table's metadata store).
+    pub writable: bool,
+}
+
 impl IcebergTableProvider {
     /// A provider over `table`. With a `store`, the table accepts `INSERT`.
     pub fn try_new(table: Table, store: Option<Arc<dyn MetadataStore>>) -> Result<Self> {
@@ -190,6 +205,38 @@ impl IcebergTableProvider {
             },
             _ => Ok(metadata.current_schema().clone()),
         }
+    }
+
+    /// How this provider reads its table beyond the table itself: what a plan codec carries
+    /// to rebuild it elsewhere ([`Self::with_pin`]).
+    pub fn pin(&self) -> ProviderPin {
+        ProviderPin {
+            snapshot_id: self.snapshot_id,
+            snapshot_schema: self.snapshot_schema,
+            row_lineage: self.row_lineage,
+            writable: self.store.is_some(),
+        }
+    }
+
+    /// This provider (of the same table, as [`Self::try_new`] made it) reading as `pin` says:
+    /// the same snapshot with the same schema, the row lineage columns, read-only unless
+    /// `pin.writable`.
+    pub fn with_pin(mut self, pin: &ProviderPin) -> Result<Self> {
+        if let Some(id) = pin.snapshot_id {
+            self = self.with_snapshot_id(id)?;
+            if !pin.snapshot_schema {
+                // A branch: read with the table's current schema.
+                self.schema = arrow_schema(self.table.metadata().current_schema())?;
+                self.snapshot_schema = false;
+            }
+        }
+        if pin.row_lineage {
+            self = self.with_row_lineage()?;
+        }
+        if !pin.writable {
+            self.store = None;
+        }
+        Ok(self)
     }
 
     /// The snapshot scans read (`None`: the table has no snapshot yet).

@@ -1,6 +1,7 @@
 //! [`DataFileWriterExec`]: the plan node that writes Iceberg data files.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -21,7 +22,10 @@ use datafusion::physical_plan::{
 };
 use iceberg::table::Table;
 
-use super::writer::{data_files_schema, write_partition, PartitionWrite, WriterCounters};
+use super::writer::{
+    data_files_schema, tally_batch, write_partition, PartitionWrite, WriterCounters,
+};
+use crate::physical_plan::change_rows::ChangeCounts;
 
 /// Locations of every file a write handed out, shared by the writer and commit nodes of one
 /// statement so that a failed statement can remove what it wrote.
@@ -86,6 +90,15 @@ pub struct DataFileWriterExec {
     target_file_size: Option<usize>,
     /// Whether every row goes through one writer (see [`Self::with_single_writer`]).
     single_writer: bool,
+    /// Whether each input partition is sorted on its own (see [`Self::with_local_sort`]).
+    local_sort: bool,
+    /// The counts of the [`ChangeRowsExec`] below, reported in the output (see
+    /// [`Self::with_tally`]).
+    ///
+    /// [`ChangeRowsExec`]: crate::physical_plan::change_rows::ChangeRowsExec
+    tally: Option<Arc<ChangeCounts>>,
+    /// Partitions whose files are all written (the last one reports the tally).
+    finished: Arc<AtomicUsize>,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
 }
@@ -142,9 +155,31 @@ impl DataFileWriterExec {
             row_lineage: false,
             target_file_size: None,
             single_writer: false,
+            local_sort: false,
+            tally: None,
+            finished: Arc::new(AtomicUsize::new(0)),
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         })
+    }
+
+    /// Sorts each input partition on its own and writes it with its own writer: every file is
+    /// sorted, but key ranges of files from different writers may overlap. For distributed
+    /// writes, where one globally sorted stream would bring every row to one process.
+    pub fn with_local_sort(mut self, local: bool) -> Self {
+        self.local_sort = local;
+        self
+    }
+
+    /// Reports `counts` (those of the [`ChangeRowsExec`] below, in the same process) in the
+    /// output once every partition has written its files: one more row, a tally, that
+    /// the statement reads back to check its passes against each other. The tally travels with
+    /// the data file rows, so it reaches the statement from whichever process wrote.
+    ///
+    /// [`ChangeRowsExec`]: crate::physical_plan::change_rows::ChangeRowsExec
+    pub fn with_tally(mut self, counts: Arc<ChangeCounts>) -> Self {
+        self.tally = Some(counts);
+        self
     }
 
     fn compute_properties(input: &Arc<dyn ExecutionPlan>) -> PlanProperties {
@@ -196,6 +231,16 @@ impl DataFileWriterExec {
     /// Whether every row goes through one writer (see [`Self::with_single_writer`]).
     pub fn is_single_writer(&self) -> bool {
         self.single_writer
+    }
+
+    /// Whether each input partition is sorted on its own (see [`Self::with_local_sort`]).
+    pub fn is_local_sort(&self) -> bool {
+        self.local_sort
+    }
+
+    /// Whether the output reports a tally (see [`Self::with_tally`]).
+    pub fn has_tally(&self) -> bool {
+        self.tally.is_some()
     }
 }
 
@@ -250,6 +295,9 @@ impl DisplayAs for DataFileWriterExec {
         if let Some(bytes) = self.target_file_size {
             write!(f, ", target_file_size={bytes}")?;
         }
+        if self.local_sort && self.sort.is_some() {
+            write!(f, ", local_sort=true")?;
+        }
         Ok(())
     }
 }
@@ -273,7 +321,7 @@ impl ExecutionPlan for DataFileWriterExec {
     fn required_input_distribution(&self) -> Vec<Distribution> {
         // A sorted table is written from one globally sorted stream: files cover disjoint key
         // ranges, which is what readers prune best on.
-        if self.sort.is_some() || self.single_writer {
+        if self.single_writer || (self.sort.is_some() && !self.local_sort) {
             vec![Distribution::SinglePartition]
         } else {
             vec![Distribution::UnspecifiedDistribution]
@@ -301,17 +349,18 @@ impl ExecutionPlan for DataFileWriterExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = single_child("DataFileWriterExec", children)?;
-        Ok(Arc::new(
-            Self::try_new(
-                input,
-                self.table.clone(),
-                self.sort.clone(),
-                self.written.clone(),
-            )?
-            .with_row_lineage(self.row_lineage)?
-            .with_target_file_size_of(self.target_file_size)
-            .with_single_writer_of(self.single_writer),
-        ))
+        let mut node = Self::try_new(
+            input,
+            self.table.clone(),
+            self.sort.clone(),
+            self.written.clone(),
+        )?
+        .with_row_lineage(self.row_lineage)?
+        .with_target_file_size_of(self.target_file_size)
+        .with_single_writer_of(self.single_writer)
+        .with_local_sort(self.local_sort);
+        node.tally = self.tally.clone();
+        Ok(Arc::new(node))
     }
 
     fn execute(
@@ -328,7 +377,10 @@ impl ExecutionPlan for DataFileWriterExec {
         };
         let table = self.table.clone();
         let written = self.written.clone();
-        let fut = write_partition(
+        let partitions = self.properties.output_partitioning().partition_count();
+        let tally = self.tally.clone();
+        let finished = Arc::clone(&self.finished);
+        let files = write_partition(
             input,
             table,
             partition,
@@ -340,6 +392,22 @@ impl ExecutionPlan for DataFileWriterExec {
                 pool,
             },
         );
+        let fut = async move {
+            let batch = files.await?;
+            let Some(counts) = tally else {
+                return Ok(batch);
+            };
+            // The last partition to finish reports: every row the ChangeRowsExec below passed
+            // on has reached a writer by then, so its counts are final.
+            if finished.fetch_add(1, Ordering::AcqRel) + 1 != partitions {
+                return Ok(batch);
+            }
+            let tally = tally_batch(counts.get())?;
+            Ok(arrow::compute::concat_batches(
+                &data_files_schema(),
+                [&batch, &tally],
+            )?)
+        };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             data_files_schema(),
             futures::stream::once(fut),

@@ -17,4 +17,4 @@ pub use delete_files::{
 pub use deletion_vectors::{write_deletion_vectors, DeletionVector};
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;
-pub(crate) use writer::decode_data_files;
+pub(crate) use writer::{decode_data_files, decode_tally};

@@ -43,12 +43,55 @@ pub(crate) fn data_files_schema() -> SchemaRef {
     ]))
 }
 
-/// Parses the writer's output rows back into data files.
-pub(crate) fn decode_data_files(
-    batch: &RecordBatch,
-    metadata: &TableMetadata,
-) -> Result<Vec<NewFile>> {
+/// The `spec_id` of a tally row: a writer's report of the rows a [`ChangeRowsExec`] below it
+/// read and selected, which travels with the data file rows (a spec id is never negative).
+///
+/// [`ChangeRowsExec`]: crate::physical_plan::change_rows::ChangeRowsExec
+const TALLY_SPEC_ID: i32 = -1;
+
+/// What a tally row's `data_file` holds.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Tally {
+    rows_read: u64,
+    rows_selected: u64,
+}
+
+/// A one-row batch of the writer's output schema holding the tally (`read`, `selected`).
+pub(crate) fn tally_batch((read, selected): (u64, u64)) -> Result<RecordBatch> {
+    let json = serde_json::to_string(&Tally {
+        rows_read: read,
+        rows_selected: selected,
+    })
+    .map_err(|e| DataFusionError::Internal(format!("encoding a tally: {e}")))?;
+    Ok(RecordBatch::try_new(
+        data_files_schema(),
+        vec![
+            Arc::new(Int32Array::from(vec![TALLY_SPEC_ID])),
+            Arc::new(StringArray::from(vec![json])),
+        ],
+    )?)
+}
+
+/// The sum of the tally rows of a writer's output batch: (rows read, rows selected), and how
+/// many tally rows there were.
+pub(crate) fn decode_tally(batch: &RecordBatch) -> Result<((u64, u64), usize)> {
+    let (spec_ids, jsons) = data_file_columns(batch)?;
+    let mut sum = ((0u64, 0u64), 0usize);
+    for i in (0..batch.num_rows()).filter(|&i| spec_ids.value(i) == TALLY_SPEC_ID) {
+        let t: Tally = serde_json::from_str(jsons.value(i))
+            .map_err(|e| DataFusionError::Internal(format!("undecodable tally row: {e}")))?;
+        sum.0 .0 += t.rows_read;
+        sum.0 .1 += t.rows_selected;
+        sum.1 += 1;
+    }
+    Ok(sum)
+}
+
+fn data_file_columns(batch: &RecordBatch) -> Result<(&Int32Array, &StringArray)> {
     let bad = || DataFusionError::Internal("unexpected data file batch layout".into());
+    if batch.num_columns() != 2 {
+        return Err(bad());
+    }
     let spec_ids = batch
         .column(0)
         .as_any()
@@ -59,8 +102,18 @@ pub(crate) fn decode_data_files(
         .as_any()
         .downcast_ref::<StringArray>()
         .ok_or_else(bad)?;
+    Ok((spec_ids, jsons))
+}
+
+/// Parses the writer's output rows back into data files (tally rows are skipped).
+pub(crate) fn decode_data_files(
+    batch: &RecordBatch,
+    metadata: &TableMetadata,
+) -> Result<Vec<NewFile>> {
+    let (spec_ids, jsons) = data_file_columns(batch)?;
     let schema = metadata.current_schema();
     (0..batch.num_rows())
+        .filter(|&i| spec_ids.value(i) != TALLY_SPEC_ID)
         .map(|i| {
             let spec_id = spec_ids.value(i);
             let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
