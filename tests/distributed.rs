@@ -787,34 +787,6 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
     assert!(stage.contains("DataSourceExec"), "{shown}");
 }
 
-/// Whether `k` never increases over the rows of the parquet file at `path` (column `column`).
-fn non_increasing(path: &str, column: &str) -> bool {
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let path = path.strip_prefix("file://").unwrap_or(path);
-    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let mut prev = i64::MAX;
-    for batch in reader {
-        let batch = batch.unwrap();
-        let values = batch
-            .column_by_name(column)
-            .unwrap()
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap()
-            .clone();
-        for v in values.iter().flatten() {
-            if v > prev {
-                return false;
-            }
-            prev = v;
-        }
-    }
-    true
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sorted_table_is_rewritten_on_the_workers_in_sorted_files() {
     let sorted = |dir: std::path::PathBuf| async move {
@@ -891,7 +863,11 @@ async fn a_sorted_table_is_rewritten_on_the_workers_in_sorted_files() {
         .unwrap();
     assert!(files.len() > 1);
     for f in &files {
-        assert!(non_increasing(&f.path, "v"), "{} is not sorted", f.path);
+        assert!(
+            common::non_increasing(&f.path, "v"),
+            "{} is not sorted",
+            f.path
+        );
     }
     // And one session's (one sorted stream) likewise.
     let table = single.catalog().load_table(&ident).await.unwrap();
@@ -900,7 +876,11 @@ async fn a_sorted_table_is_rewritten_on_the_workers_in_sorted_files() {
         .await
         .unwrap()
     {
-        assert!(non_increasing(&f.path, "v"), "{} is not sorted", f.path);
+        assert!(
+            common::non_increasing(&f.path, "v"),
+            "{} is not sorted",
+            f.path
+        );
     }
 }
 
@@ -980,6 +960,22 @@ async fn a_task_plan_carries_only_the_deletes_of_its_own_files() {
     );
 }
 
+/// A session on the warehouse in `dir` coordinating the workers at `urls`, a task per 16 KiB
+/// of data files.
+async fn coordinator(dir: &std::path::Path, urls: Vec<String>) -> IcebergSession {
+    let s = IcebergSession::open(WarehouseConfig::local(dir))
+        .await
+        .unwrap()
+        .with_workers(urls.iter().map(|u| u.parse().unwrap()).collect());
+    sql(
+        &s,
+        "SET distributed.file_scan_config_bytes_per_partition = 16384",
+    )
+    .await
+    .unwrap();
+    s
+}
+
 /// The current snapshot id and row count of `ns.t`.
 async fn state_of(session: &IcebergSession) -> (Option<i64>, Vec<String>) {
     (
@@ -994,29 +990,13 @@ async fn a_dead_worker_fails_the_insert_without_a_commit_and_a_retry_succeeds() 
     let single = table(dir.path(), 4, 250_000, 31, 1).await;
     let (w1, u1) = worker_process(dir.path());
     let (w2, u2) = worker_process(dir.path());
-    let open = |urls: Vec<String>| {
-        let path = dir.path().to_path_buf();
-        async move {
-            let s = IcebergSession::open(WarehouseConfig::local(&path))
-                .await
-                .unwrap()
-                .with_workers(urls.iter().map(|u| u.parse().unwrap()).collect());
-            sql(
-                &s,
-                "SET distributed.file_scan_config_bytes_per_partition = 16384",
-            )
-            .await
-            .unwrap();
-            s
-        }
-    };
     let insert = "INSERT INTO ns.t SELECT id + 1000000 AS id, k, v FROM ns.t";
     let before = state_of(&single).await;
     assert_eq!(before.1, ["1000000"]);
 
     // A worker killed while the statement runs: it fails and commits nothing, or it had
     // finished first and committed everything.
-    let cluster = open(vec![u1.clone(), u2.clone()]).await;
+    let cluster = coordinator(dir.path(), vec![u1.clone(), u2.clone()]).await;
     let running = tokio::spawn({
         let cluster = cluster.clone();
         async move { sql(&cluster, insert).await }
@@ -1037,7 +1017,7 @@ async fn a_dead_worker_fails_the_insert_without_a_commit_and_a_retry_succeeds() 
 
     // Over live workers the same statement succeeds.
     let (_w3, u3) = worker_process(dir.path());
-    let retry = open(vec![u2, u3]).await;
+    let retry = coordinator(dir.path(), vec![u2, u3]).await;
     sql(&retry, insert).await.unwrap();
     let rows_before: i64 = after_first.1[0].parse().unwrap();
     assert_eq!(state_of(&single).await.1, [(rows_before * 2).to_string()]);
@@ -1048,22 +1028,6 @@ async fn a_dead_worker_fails_the_insert_without_a_commit_and_a_retry_succeeds() 
 async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let single = table(dir.path(), 4, 250_000, 31, 1).await;
-    let open = |urls: Vec<String>| {
-        let path = dir.path().to_path_buf();
-        async move {
-            let s = IcebergSession::open(WarehouseConfig::local(&path))
-                .await
-                .unwrap()
-                .with_workers(urls.iter().map(|u| u.parse().unwrap()).collect());
-            sql(
-                &s,
-                "SET distributed.file_scan_config_bytes_per_partition = 16384",
-            )
-            .await
-            .unwrap();
-            s
-        }
-    };
     let data_files = |s: &IcebergSession| {
         let s = s.clone();
         async move {
@@ -1092,7 +1056,7 @@ async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() 
         let gone: i64 = rows(&single, &matching).await[0].parse().unwrap();
         let (w1, u1) = worker_process(dir.path());
         let (w2, u2) = worker_process(dir.path());
-        let cluster = open(vec![u1, u2.clone()]).await;
+        let cluster = coordinator(dir.path(), vec![u1, u2.clone()]).await;
         let running = tokio::spawn({
             let cluster = cluster.clone();
             let delete = delete.clone();
@@ -1117,7 +1081,7 @@ async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() 
         }
         // Over live workers the same statement succeeds.
         let (_w3, u3) = worker_process(dir.path());
-        let retry = open(vec![u2, u3]).await;
+        let retry = coordinator(dir.path(), vec![u2, u3]).await;
         sql(&retry, &delete).await.unwrap();
         assert_eq!(rows(&single, &matching).await, ["0"]);
         let left: i64 = before.1[0].parse::<i64>().unwrap() - gone;
@@ -1185,4 +1149,88 @@ async fn after_a_committed_answer_a_late_error_is_logged_not_returned() {
     // An error before any answer still fails it.
     let err = collect(plan(true), task).await.unwrap_err().to_string();
     assert!(err.contains("worker gone"), "{err}");
+}
+
+/// Ballista as the host: a standalone cluster (scheduler and executor in this process) built
+/// from a session's state with this crate's codecs in front of Ballista's.
+#[cfg(feature = "ballista")]
+async fn ballista_context(session: &IcebergSession) -> datafusion::prelude::SessionContext {
+    use ballista::prelude::SessionContextExt;
+    use datafusion::execution::SessionStateBuilder;
+    use iceberg_exec::distributed::ballista_config;
+
+    let state = session.context().state();
+    let store: Arc<dyn MetadataStore> = session.catalog().clone();
+    let config = ballista_config(state.config().clone(), Some(store));
+    let state = SessionStateBuilder::new_from_existing(state)
+        .with_config(config)
+        .build();
+    datafusion::prelude::SessionContext::standalone_with_state(state)
+        .await
+        .unwrap()
+}
+
+#[cfg(feature = "ballista")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ballista_reads_like_one_session_and_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = table(dir.path(), 6, 20_000, 97, 3).await;
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    sql(&single, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    sql(&single, "DELETE FROM ns.t WHERE id % 7 = 0")
+        .await
+        .unwrap();
+    delete_keys(&single, &ident, &[3, 50, 96]).await;
+    rename_column(&single, &ident, "v", "w").await;
+
+    let host = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap();
+    let ctx = ballista_context(&host).await;
+    let run = |q: &'static str| {
+        let ctx = ctx.clone();
+        async move {
+            match ctx.sql(q).await {
+                Ok(df) => df.collect().await.map(|b| render(&b)),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    let queries = [
+        "SELECT count(*), sum(w) FROM ns.t",
+        "SELECT k, count(*), sum(w) FROM ns.t GROUP BY k ORDER BY k",
+        "SELECT id, k, w FROM ns.t WHERE id > 1000 ORDER BY w DESC LIMIT 5",
+        "SELECT count(*) FROM ns.t WHERE k IN (3, 50, 96) OR id % 7 = 0",
+    ];
+    for q in queries {
+        assert_eq!(run(q).await.unwrap(), rows(&single, q).await, "{q}");
+    }
+    // The queries ran on Ballista (its client plan hands the query to the scheduler).
+    let plan = ctx
+        .sql(queries[1])
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let shown = datafusion::physical_plan::displayable(plan.as_ref())
+        .indent(false)
+        .to_string();
+    assert!(shown.contains("DistributedQueryExec"), "{shown}");
+
+    // Writes are refused before anything is written, with an error that says why.
+    let before = state_of(&single).await;
+    for statement in [
+        "INSERT INTO ns.t SELECT id + 1000000 AS id, k, w FROM ns.t WHERE k = 1",
+        "DELETE FROM ns.t WHERE k = 2",
+    ] {
+        let err = run(statement).await.unwrap_err().to_string();
+        assert!(
+            err.contains("not supported on Ballista"),
+            "{statement}: {err}"
+        );
+        assert_eq!(state_of(&single).await, before, "{statement}");
+    }
 }

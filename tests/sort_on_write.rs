@@ -133,32 +133,6 @@ async fn sorted_insert_spills_under_16mib_and_files_are_sorted() {
     }
 }
 
-/// Whether column `k` (the second) never increases over the rows of the parquet file `path`.
-fn k_non_increasing(path: &str) -> bool {
-    let path = path.strip_prefix("file://").unwrap_or(path);
-    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let mut prev = i64::MAX;
-    for batch in reader {
-        let batch = batch.unwrap();
-        let k = batch
-            .column(1)
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .unwrap()
-            .clone();
-        for v in k.iter().flatten() {
-            if v > prev {
-                return false;
-            }
-            prev = v;
-        }
-    }
-    true
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_of_the_sort_key_writes_files_sorted_by_the_new_values() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,6 +179,10 @@ async fn an_update_of_the_sort_key_writes_files_sorted_by_the_new_values() {
         .unwrap();
     assert!(!files.is_empty());
     for f in &files {
-        assert!(k_non_increasing(&f.path), "{} is not sorted", f.path);
+        assert!(
+            common::non_increasing(&f.path, "k"),
+            "{} is not sorted",
+            f.path
+        );
     }
 }

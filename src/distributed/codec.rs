@@ -53,6 +53,11 @@ use crate::IcebergTableProvider;
 /// What starts every node this codec writes (and tells its bytes from another codec's).
 const MAGIC: &[u8] = b"ICEBERG-EXEC/1\n";
 
+/// Whether `buf` holds a node or table this crate's codecs wrote.
+pub(crate) fn is_own(buf: &[u8]) -> bool {
+    buf.starts_with(MAGIC)
+}
+
 /// The [`PhysicalExtensionCodec`] of this crate's execution plan nodes.
 #[derive(Debug, Default, Clone)]
 pub struct IcebergPhysicalCodec;

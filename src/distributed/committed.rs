@@ -30,6 +30,11 @@ use futures::StreamExt;
 /// The nodes that commit a statement and then answer it.
 const COMMITTING: [&str; 4] = ["CommitExec", "DeleteExec", "UpdateExec", "MergeExec"];
 
+/// Whether `node` is one that commits a statement.
+pub(crate) fn commits(node: &Arc<dyn ExecutionPlan>) -> bool {
+    COMMITTING.contains(&node.name())
+}
+
 /// Wraps the distributed query planner: distributed plans that commit get [`CommittedExec`]
 /// above them.
 #[derive(Debug)]
@@ -51,8 +56,8 @@ impl QueryPlanner for CommitAwarePlanner {
         if !plan.is::<DistributedExec>() {
             return Ok(plan);
         }
-        let commits = plan.exists(|p| Ok(COMMITTING.contains(&p.name())))?;
-        Ok(match commits {
+        let committing = plan.exists(|p| Ok(commits(p)))?;
+        Ok(match committing {
             true => Arc::new(CommittedExec::new(plan)),
             false => plan,
         })

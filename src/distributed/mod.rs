@@ -18,6 +18,8 @@
 //! an equality-delete join builds from go whole to every task (a task that saw only some would
 //! keep rows that another task's keys delete).
 
+#[cfg(feature = "ballista")]
+mod ballista;
 mod codec;
 mod committed;
 
@@ -36,6 +38,8 @@ use datafusion_distributed::{
 };
 use url::Url;
 
+#[cfg(feature = "ballista")]
+pub use ballista::{ballista_config, BallistaIcebergLogicalCodec, BallistaIcebergPhysicalCodec};
 pub use codec::{IcebergLogicalCodec, IcebergPhysicalCodec};
 pub use committed::CommittedExec;
 

@@ -87,3 +87,33 @@ pub async fn current_snapshot(session: &IcebergSession, ns: &str, table: &str) -
 pub fn arc<T>(t: T) -> Arc<T> {
     Arc::new(t)
 }
+
+/// Whether the values of the BIGINT `column` never increase over the rows of the parquet file
+/// at `path` (a `file://` location or a plain path; NULLs skipped).
+pub fn non_increasing(path: &str, column: &str) -> bool {
+    use datafusion::arrow::array::Int64Array;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let path = path.strip_prefix("file://").unwrap_or(path);
+    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut prev = i64::MAX;
+    for batch in reader {
+        let batch = batch.unwrap();
+        let values = batch
+            .column_by_name(column)
+            .unwrap()
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .clone();
+        for v in values.iter().flatten() {
+            if v > prev {
+                return false;
+            }
+            prev = v;
+        }
+    }
+    true
+}
