@@ -255,9 +255,10 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
         ctx: &TaskContext,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let Some(json) = buf.strip_prefix(MAGIC) else {
+        if !is_own(buf) {
             return not_impl_err!("not a node of iceberg-exec's plan codec");
-        };
+        }
+        let json = &buf[MAGIC.len()..];
         let encoded: Encoded = serde_json::from_slice(json).map_err(|e| {
             DataFusionError::Internal(format!("undecodable iceberg-exec plan node: {e}"))
         })?;
@@ -521,9 +522,10 @@ impl LogicalExtensionCodec for IcebergLogicalCodec {
         _schema: arrow::datatypes::SchemaRef,
         ctx: &TaskContext,
     ) -> Result<Arc<dyn TableProvider>> {
-        let Some(json) = buf.strip_prefix(MAGIC) else {
+        if !is_own(buf) {
             return not_impl_err!("not a table of iceberg-exec's plan codec");
-        };
+        }
+        let json = &buf[MAGIC.len()..];
         let encoded: EncodedProvider = serde_json::from_slice(json).map_err(|e| {
             DataFusionError::Internal(format!("undecodable Iceberg table '{table_ref}': {e}"))
         })?;
