@@ -630,15 +630,12 @@ fn cli_sql(warehouse: &std::path::Path, workers: Option<&str>, statements: &str)
 fn the_cli_over_two_worker_processes_answers_like_the_cli_alone() {
     let dir = tempfile::tempdir().unwrap();
     let warehouse = dir.path();
-    cli_sql(
-        warehouse,
-        None,
-        "CREATE SCHEMA ns; \
+    let setup = "CREATE SCHEMA ns; \
          CREATE TABLE ns.t AS SELECT value AS id, value % 13 AS k FROM generate_series(1, 50000); \
          INSERT INTO ns.t SELECT value AS id, value % 13 AS k FROM generate_series(50001, 90000); \
          SET iceberg.delete_mode = 'merge-on-read'; \
-         DELETE FROM ns.t WHERE id % 9 = 0",
-    );
+         DELETE FROM ns.t WHERE id % 9 = 0";
+    cli_sql(warehouse, None, setup);
     let (_w1, u1) = worker_process(warehouse);
     let (_w2, u2) = worker_process(warehouse);
     let workers = format!("{u1},{u2}");
@@ -657,6 +654,29 @@ fn the_cli_over_two_worker_processes_answers_like_the_cli_alone() {
     assert_eq!(
         alone.lines().filter(|l| l.contains(',')).count(),
         14,
+        "{alone}"
+    );
+
+    // Writes: the same statements on a second warehouse made the same way, alone and over
+    // the workers, answer the same and leave the same table.
+    let copy = tempfile::tempdir().unwrap();
+    cli_sql(copy.path(), None, setup);
+    let writes = "SET iceberg.delete_mode = 'copy-on-write'; \
+                  DELETE FROM ns.t WHERE id % 11 = 0; \
+                  SET iceberg.update_mode = 'merge-on-read'; \
+                  UPDATE ns.t SET k = k + 100 WHERE id % 4 = 0; \
+                  INSERT INTO ns.t SELECT id + 100000 AS id, k FROM ns.t WHERE k = 5";
+    let alone = cli_sql(warehouse, None, &format!("{writes}; {query}"));
+    let over = cli_sql(
+        copy.path(),
+        Some(&workers),
+        &format!("SET distributed.file_scan_config_bytes_per_partition = 4096; {writes}; {query}"),
+    );
+    assert_eq!(over, alone);
+    // 13 old groups and 13 updated ones.
+    assert_eq!(
+        alone.lines().filter(|l| l.contains(',')).count(),
+        27,
         "{alone}"
     );
 }
