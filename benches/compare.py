@@ -503,6 +503,46 @@ def main() -> int:
             for w in workers:
                 w.kill()
                 w.wait()
+    # A copy-on-write DELETE over the same two workers against one process: pass 1 and the
+    # rewrite (read, change, write) run in the workers' tasks, the commit here. Each run starts
+    # from the pristine table; DuckDB reads the effect back.
+    def distributed_delete(name, what, cond):
+        want_after = s.oracle(plain, agg, f"NOT ({cond})")
+        workers = [subprocess.Popen([E, "worker", "--warehouse", plain["warehouse"]], stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL) for _ in range(2)]
+
+        def read_back(e, run):
+            r = run_process(s.peers("duckdb", "--metadata", s.current_metadata(plain), "--sql", f"SELECT {agg} FROM {{t}}"),
+                            args.cap)
+            return r.answer if r.status == "ok" else [r.status, r.detail]
+
+        try:
+            urls = [json.loads(w.stdout.readline())["listening"] for w in workers]
+            one = [E, "sql", "--warehouse", plain["warehouse"], "--set", "iceberg.delete_mode=copy-on-write",
+                   "--sql", f"DELETE FROM bench.t WHERE {cond}"]
+            s.scenario(
+                name, f"Copy-on-write DELETE of {what} ({rows // 100:,} rows) over 2 workers on this machine",
+                "overhead <= 1.3x of one process",
+                [(OURS, one + ["--workers", ",".join(urls)]), (OURS_ONE_PROCESS, one)],
+                lambda e: want_after, lambda e: s.restore(plain), read_back,
+                scale_note="Coordinator and both workers share this machine's 2 cores.",
+            )
+        finally:
+            for w in workers:
+                w.kill()
+                w.wait()
+        s.restore(plain)
+
+    per_file = rows // files
+    lo = 3 * per_file + per_file // 5
+    for name, what, cond in (
+        # One file touched: one rewrite task.
+        ("distributed_cow_delete", "1% in one file", f"id BETWEEN {lo} AND {lo + rows // 100 - 1}"),
+        # Every file rewritten: the rewrite is spread over the tasks.
+        ("distributed_cow_delete_spread", "1% of every file", "id % 100 = 7"),
+    ):
+        if args.distributed and (not args.scenarios or name in args.scenarios):
+            distributed_delete(name, what, cond)
     s.scenario(
         "eq_big_64mib", f"{eq_big:,} equality-deleted keys, iceberg-exec under a 64 MiB pool",
         "completes; peak RSS <= 350 MB",
