@@ -1254,3 +1254,64 @@ async fn ballista_reads_like_one_session_and_refuses_writes() {
         assert_eq!(state_of(&single).await, before, "{statement}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_distributed_delete_planned_before_a_concurrent_commit_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = table(dir.path(), 4, 10_000, 31, 1).await;
+    let (urls, pools) = cluster(2).await;
+    let distributed = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap()
+        .with_workers(urls);
+    sql(
+        &distributed,
+        "SET distributed.file_scan_config_bytes_per_partition = 16384",
+    )
+    .await
+    .unwrap();
+    sql(&distributed, "SET iceberg.delete_mode = 'copy-on-write'")
+        .await
+        .unwrap();
+    // Planned against the table as it is ...
+    let ctx = distributed.context();
+    let plan = ctx
+        .sql("DELETE FROM ns.t WHERE id % 10 = 0")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    // ... then another session rewrites the files of ids 1..=10000 (ids <= 5000 go): the
+    // statement sees the conflict, plans again on the new state (its first pass distributed
+    // again) and runs.
+    sql(&single, "SET iceberg.delete_mode = 'copy-on-write'")
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(&single, "DELETE FROM ns.t WHERE id <= 5000").await,
+        ["5000"]
+    );
+    let written_before: usize = pools
+        .iter()
+        .map(|p| p.writers.load(Ordering::Relaxed))
+        .sum();
+    let out = datafusion::physical_plan::collect(plan, ctx.task_ctx())
+        .await
+        .unwrap();
+    // The multiples of 10 above 5000.
+    assert_eq!(render(&out), ["3500"]);
+    assert_eq!(
+        rows(
+            &single,
+            "SELECT count(*), min(id), count(*) FILTER (WHERE id % 10 = 0) FROM ns.t"
+        )
+        .await,
+        ["31500|5001|0"]
+    );
+    let written_after: usize = pools
+        .iter()
+        .map(|p| p.writers.load(Ordering::Relaxed))
+        .sum();
+    assert!(written_after > written_before);
+}
