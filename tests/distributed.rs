@@ -214,10 +214,11 @@ async fn rows(session: &IcebergSession, query: &str) -> Vec<String> {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_of_two_workers_reads_like_one_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let single = table(dir.path(), 6, 20_000, 97, 3).await;
+/// A session on a fresh warehouse in `dir` with `ns.t` (ids 1..=120000 in 6 files, `k = id %
+/// 97`, `v = 3 id`) after a merge-on-read DELETE of the multiples of 7, equality deletes of keys
+/// 3, 50 and 96, and `v` renamed `w`.
+async fn table_with_deletes(dir: &std::path::Path) -> IcebergSession {
+    let single = table(dir, 6, 20_000, 97, 3).await;
     let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
     sql(&single, "SET iceberg.delete_mode = 'merge-on-read'")
         .await
@@ -227,6 +228,21 @@ async fn a_cluster_of_two_workers_reads_like_one_session() {
         .unwrap();
     delete_keys(&single, &ident, &[3, 50, 96]).await;
     rename_column(&single, &ident, "v", "w").await;
+    single
+}
+
+/// Reads of [`table_with_deletes`]: count, group by, order by, the renamed column.
+const READS: [&str; 4] = [
+    "SELECT count(*), sum(w) FROM ns.t",
+    "SELECT k, count(*), sum(w) FROM ns.t GROUP BY k ORDER BY k",
+    "SELECT id, k, w FROM ns.t WHERE id > 1000 ORDER BY w DESC LIMIT 5",
+    "SELECT count(*) FROM ns.t WHERE k IN (3, 50, 96) OR id % 7 = 0",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_of_two_workers_reads_like_one_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let single = table_with_deletes(dir.path()).await;
 
     let (urls, pools) = cluster(2).await;
     let distributed = IcebergSession::open(WarehouseConfig::local(dir.path()))
@@ -244,12 +260,7 @@ async fn a_cluster_of_two_workers_reads_like_one_session() {
     // Oracle: ids 1..=120000, without multiples of 7 and keys 3, 50, 96.
     let live = (1..=120_000i64).filter(|id| id % 7 != 0 && ![3, 50, 96].contains(&(id % 97)));
     let (count, sum) = live.fold((0i64, 0i64), |(c, s), id| (c + 1, s + id * 3));
-    let queries = [
-        "SELECT count(*), sum(w) FROM ns.t",
-        "SELECT k, count(*), sum(w) FROM ns.t GROUP BY k ORDER BY k",
-        "SELECT id, k, w FROM ns.t WHERE id > 1000 ORDER BY w DESC LIMIT 5",
-        "SELECT count(*) FROM ns.t WHERE k IN (3, 50, 96) OR id % 7 = 0",
-    ];
+    let queries = READS;
     for q in queries {
         assert_eq!(rows(&distributed, q).await, rows(&single, q).await, "{q}");
     }
@@ -1194,16 +1205,7 @@ async fn ballista_context(session: &IcebergSession) -> datafusion::prelude::Sess
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ballista_reads_like_one_session_and_refuses_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let single = table(dir.path(), 6, 20_000, 97, 3).await;
-    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
-    sql(&single, "SET iceberg.delete_mode = 'merge-on-read'")
-        .await
-        .unwrap();
-    sql(&single, "DELETE FROM ns.t WHERE id % 7 = 0")
-        .await
-        .unwrap();
-    delete_keys(&single, &ident, &[3, 50, 96]).await;
-    rename_column(&single, &ident, "v", "w").await;
+    let single = table_with_deletes(dir.path()).await;
 
     let host = IcebergSession::open(WarehouseConfig::local(dir.path()))
         .await
@@ -1218,12 +1220,7 @@ async fn ballista_reads_like_one_session_and_refuses_writes() {
             }
         }
     };
-    let queries = [
-        "SELECT count(*), sum(w) FROM ns.t",
-        "SELECT k, count(*), sum(w) FROM ns.t GROUP BY k ORDER BY k",
-        "SELECT id, k, w FROM ns.t WHERE id > 1000 ORDER BY w DESC LIMIT 5",
-        "SELECT count(*) FROM ns.t WHERE k IN (3, 50, 96) OR id % 7 = 0",
-    ];
+    let queries = READS;
     for q in queries {
         assert_eq!(run(q).await.unwrap(), rows(&single, q).await, "{q}");
     }
