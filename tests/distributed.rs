@@ -746,6 +746,11 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         ("INSERT INTO ns.t SELECT value AS id, value % 31 AS k, 1 AS v FROM generate_series(40001, 45000)", false),
         // Rows read from the table itself: the scan below the writer has several tasks.
         ("INSERT INTO ns.t SELECT id + 100000 AS id, k, v FROM ns.t WHERE k < 10", true),
+        // MERGE runs on the coordinator for now: the same answer and table, nothing on workers
+        // asserted.
+        ("MERGE INTO ns.t AS t USING (SELECT value AS id, 7 AS v FROM generate_series(39001, 41000)) AS s \
+          ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v \
+          WHEN NOT MATCHED THEN INSERT (id, k, v) VALUES (s.id, 0, s.v)", false),
     ];
     let statements: Vec<&str> = steps.iter().map(|(s, _)| *s).collect();
     let check = "SELECT count(*), sum(v), sum(k), min(v), max(id) FROM ns.t";
@@ -771,9 +776,17 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
             "after {statement}"
         );
         if !statement.starts_with("SET") {
+            // A copy-on-write MERGE rewrites the files its matches fall in: how many rows those
+            // hold depends on how earlier writers split rows into files.
+            let layout_free = |mut summary: Vec<(String, String)>| {
+                if statement.starts_with("MERGE") {
+                    summary.retain(|(k, _)| k != "added-records" && k != "deleted-records");
+                }
+                summary
+            };
             assert_eq!(
-                summary(&distributed).await,
-                summary(&single).await,
+                layout_free(summary(&distributed).await),
+                layout_free(summary(&single).await),
                 "{statement}"
             );
         }
@@ -785,7 +798,12 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
     // An INSERT from a table writes its files in the workers' tasks; the commit stays here.
     let plan = distributed
         .context()
-        .sql(statements[statements.len() - 1])
+        .sql(
+            statements
+                .iter()
+                .find(|s| s.contains("FROM ns.t WHERE k < 10"))
+                .unwrap(),
+        )
         .await
         .unwrap()
         .create_physical_plan()
