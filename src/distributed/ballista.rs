@@ -28,7 +28,7 @@ use datafusion::prelude::SessionConfig;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
-use super::codec::{is_own, IcebergLogicalCodec, IcebergPhysicalCodec};
+use super::codec::{own_json, IcebergLogicalCodec, IcebergPhysicalCodec};
 use crate::MetadataStore;
 
 /// `config` made a Ballista session's (client, scheduler and executors of a standalone
@@ -104,7 +104,7 @@ impl PhysicalExtensionCodec for BallistaIcebergPhysicalCodec {
         ctx: &TaskContext,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        match is_own(buf) {
+        match own_json(buf).is_some() {
             true => self.iceberg.try_decode(buf, inputs, ctx, proto_converter),
             false => self.ballista.try_decode(buf, inputs, ctx, proto_converter),
         }
@@ -164,7 +164,7 @@ impl LogicalExtensionCodec for BallistaIcebergLogicalCodec {
         schema: arrow::datatypes::SchemaRef,
         ctx: &TaskContext,
     ) -> Result<Arc<dyn TableProvider>> {
-        match is_own(buf) {
+        match own_json(buf).is_some() {
             true => self
                 .iceberg
                 .try_decode_table_provider(buf, table_ref, schema, ctx),

@@ -53,9 +53,9 @@ use crate::IcebergTableProvider;
 /// What starts every node this codec writes (and tells its bytes from another codec's).
 const MAGIC: &[u8] = b"ICEBERG-EXEC/1\n";
 
-/// Whether `buf` holds a node or table this crate's codecs wrote.
-pub(crate) fn is_own(buf: &[u8]) -> bool {
-    buf.starts_with(MAGIC)
+/// The JSON of a node or table this crate's codecs wrote (`None`: another codec's bytes).
+pub(crate) fn own_json(buf: &[u8]) -> Option<&[u8]> {
+    buf.strip_prefix(MAGIC)
 }
 
 /// The [`PhysicalExtensionCodec`] of this crate's execution plan nodes.
@@ -229,20 +229,23 @@ impl ScanParts {
     }
 }
 
-/// The table a decoded writer writes to, with file I/O over the worker's object stores (no
-/// storage secrets travel in a plan: a worker reads and writes through the stores its own
-/// runtime has).
-fn worker_table(
+/// The object stores of the runtime a plan is decoded in (no storage secrets travel in a
+/// plan: the receiving side reads and writes through the stores it has).
+fn task_stores(ctx: &TaskContext) -> Arc<crate::storage::ObjectStores> {
+    crate::storage::ObjectStores::new(
+        Arc::clone(&ctx.runtime_env().object_store_registry),
+        crate::storage::StorageOptions::default(),
+    )
+}
+
+/// A decoded table, with file I/O over `stores`.
+fn decoded_table(
     ident: iceberg::TableIdent,
     metadata_location: Option<String>,
     metadata: iceberg::spec::TableMetadata,
-    ctx: &TaskContext,
+    stores: &Arc<crate::storage::ObjectStores>,
 ) -> Result<iceberg::table::Table> {
-    let stores = crate::storage::ObjectStores::new(
-        Arc::clone(&ctx.runtime_env().object_store_registry),
-        crate::storage::StorageOptions::default(),
-    );
-    let file_io = crate::storage::table_file_io(&crate::LocationMap::default(), &stores);
+    let file_io = crate::storage::table_file_io(&crate::LocationMap::default(), stores);
     let location = metadata_location.unwrap_or_default();
     crate::catalog::table_handle(ident, location, metadata, file_io)
 }
@@ -255,10 +258,9 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
         ctx: &TaskContext,
         _proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if !is_own(buf) {
+        let Some(json) = own_json(buf) else {
             return not_impl_err!("not a node of iceberg-exec's plan codec");
-        }
-        let json = &buf[MAGIC.len()..];
+        };
         let encoded: Encoded = serde_json::from_slice(json).map_err(|e| {
             DataFusionError::Internal(format!("undecodable iceberg-exec plan node: {e}"))
         })?;
@@ -300,7 +302,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
             } => {
                 let input = one("DataFileWriterExec")?;
                 let counts = tally.then(|| counts_below(&input)).transpose()?;
-                let table = worker_table(table, metadata_location, *metadata, ctx)?;
+                let table = decoded_table(table, metadata_location, *metadata, &task_stores(ctx))?;
                 let sort = match sorted {
                     true => sort_requirement(&table, &input.schema())?,
                     false => None,
@@ -522,26 +524,21 @@ impl LogicalExtensionCodec for IcebergLogicalCodec {
         _schema: arrow::datatypes::SchemaRef,
         ctx: &TaskContext,
     ) -> Result<Arc<dyn TableProvider>> {
-        if !is_own(buf) {
+        let Some(json) = own_json(buf) else {
             return not_impl_err!("not a table of iceberg-exec's plan codec");
-        }
-        let json = &buf[MAGIC.len()..];
+        };
         let encoded: EncodedProvider = serde_json::from_slice(json).map_err(|e| {
             DataFusionError::Internal(format!("undecodable Iceberg table '{table_ref}': {e}"))
         })?;
         let stores = match &self.store {
             Some(store) => Arc::clone(store.object_stores()),
-            None => crate::storage::ObjectStores::new(
-                Arc::clone(&ctx.runtime_env().object_store_registry),
-                crate::storage::StorageOptions::default(),
-            ),
+            None => task_stores(ctx),
         };
-        let file_io = crate::storage::table_file_io(&crate::LocationMap::default(), &stores);
-        let table = crate::catalog::table_handle(
+        let table = decoded_table(
             encoded.table,
-            encoded.metadata_location.unwrap_or_default(),
+            encoded.metadata_location,
             *encoded.metadata,
-            file_io,
+            &stores,
         )?;
         let store = match encoded.pin.writable {
             true => self.store.clone(),

@@ -674,7 +674,7 @@ async fn run_once(
                 }
                 added.extend(files);
                 // Each writing task reports its counts (one process: one tally of them all).
-                let ((r, s), _) = decode_tally(&batch)?;
+                let (r, s) = decode_tally(&batch)?;
                 read += r;
                 selected += s;
             }

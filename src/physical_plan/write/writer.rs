@@ -72,19 +72,17 @@ pub(crate) fn tally_batch((read, selected): (u64, u64)) -> Result<RecordBatch> {
     )?)
 }
 
-/// The sum of the tally rows of a writer's output batch: (rows read, rows selected), and how
-/// many tally rows there were.
-pub(crate) fn decode_tally(batch: &RecordBatch) -> Result<((u64, u64), usize)> {
+/// The sum of the tally rows of a writer's output batch: (rows read, rows selected).
+pub(crate) fn decode_tally(batch: &RecordBatch) -> Result<(u64, u64)> {
     let (spec_ids, jsons) = data_file_columns(batch)?;
-    let mut sum = ((0u64, 0u64), 0usize);
+    let (mut read, mut selected) = (0u64, 0u64);
     for i in (0..batch.num_rows()).filter(|&i| spec_ids.value(i) == TALLY_SPEC_ID) {
         let t: Tally = serde_json::from_str(jsons.value(i))
             .map_err(|e| DataFusionError::Internal(format!("undecodable tally row: {e}")))?;
-        sum.0 .0 += t.rows_read;
-        sum.0 .1 += t.rows_selected;
-        sum.1 += 1;
+        read += t.rows_read;
+        selected += t.rows_selected;
     }
-    Ok(sum)
+    Ok((read, selected))
 }
 
 fn data_file_columns(batch: &RecordBatch) -> Result<(&Int32Array, &StringArray)> {
