@@ -13,7 +13,7 @@ use common::{render, sql};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use datafusion::execution::memory_pool::{
-    MemoryConsumer, MemoryPool, MemoryReservation, UnboundedMemoryPool,
+    FairSpillPool, MemoryConsumer, MemoryPool, MemoryReservation, UnboundedMemoryPool,
 };
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use iceberg::spec::{NestedField, Operation, Schema, Struct, TableMetadataBuilder};
@@ -31,6 +31,8 @@ struct CountingPool {
     inner: UnboundedMemoryPool,
     registered: AtomicUsize,
     writers: AtomicUsize,
+    /// Position delete writers (merge-on-read pass 1 in the worker's tasks).
+    delete_writers: AtomicUsize,
 }
 
 impl std::fmt::Display for CountingPool {
@@ -47,6 +49,9 @@ impl MemoryPool for CountingPool {
         self.registered.fetch_add(1, Ordering::Relaxed);
         if consumer.name().starts_with("ParquetFileWriter") {
             self.writers.fetch_add(1, Ordering::Relaxed);
+        }
+        if consumer.name().starts_with("PositionDeleteWriterExec") {
+            self.delete_writers.fetch_add(1, Ordering::Relaxed);
         }
         self.inner.register(consumer)
     }
@@ -731,28 +736,29 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
     )
     .await
     .unwrap();
-    // Each statement, and whether it writes data files from the table's rows, which the
-    // workers then write (a merge-on-read DELETE writes only position deletes, here, from its
-    // first pass's rows).
+    // Each statement, whether it writes data files from the table's rows and whether it writes
+    // position deletes, which the workers then write.
     let steps = [
-        ("SET iceberg.delete_mode = 'merge-on-read'", false),
-        ("DELETE FROM ns.t WHERE id % 5 = 0", false),
-        ("SET iceberg.update_mode = 'merge-on-read'", false),
-        ("UPDATE ns.t SET v = v + 1 WHERE k = 3", true),
-        ("SET iceberg.delete_mode = 'copy-on-write'", false),
-        ("DELETE FROM ns.t WHERE id % 7 = 0", true),
-        ("SET iceberg.update_mode = 'copy-on-write'", false),
-        ("UPDATE ns.t SET v = -v WHERE k = 4", true),
-        ("INSERT INTO ns.t SELECT value AS id, value % 31 AS k, 1 AS v FROM generate_series(40001, 45000)", false),
+        ("SET iceberg.delete_mode = 'merge-on-read'", false, false),
+        ("DELETE FROM ns.t WHERE id % 5 = 0", false, true),
+        ("SET iceberg.update_mode = 'merge-on-read'", false, false),
+        ("UPDATE ns.t SET v = v + 1 WHERE k = 3", true, true),
+        // Its rows are in files with deletes of the two statements before: merged into one.
+        ("DELETE FROM ns.t WHERE id % 3 = 0", false, true),
+        ("SET iceberg.delete_mode = 'copy-on-write'", false, false),
+        ("DELETE FROM ns.t WHERE id % 7 = 0", true, false),
+        ("SET iceberg.update_mode = 'copy-on-write'", false, false),
+        ("UPDATE ns.t SET v = -v WHERE k = 4", true, false),
+        ("INSERT INTO ns.t SELECT value AS id, value % 31 AS k, 1 AS v FROM generate_series(40001, 45000)", false, false),
         // Rows read from the table itself: the scan below the writer has several tasks.
-        ("INSERT INTO ns.t SELECT id + 100000 AS id, k, v FROM ns.t WHERE k < 10", true),
+        ("INSERT INTO ns.t SELECT id + 100000 AS id, k, v FROM ns.t WHERE k < 10", true, false),
         // MERGE runs on the coordinator for now: the same answer and table, nothing on workers
         // asserted.
         ("MERGE INTO ns.t AS t USING (SELECT value AS id, 7 AS v FROM generate_series(39001, 41000)) AS s \
           ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v \
-          WHEN NOT MATCHED THEN INSERT (id, k, v) VALUES (s.id, 0, s.v)", false),
+          WHEN NOT MATCHED THEN INSERT (id, k, v) VALUES (s.id, 0, s.v)", false, false),
     ];
-    let statements: Vec<&str> = steps.iter().map(|(s, _)| *s).collect();
+    let statements: Vec<&str> = steps.iter().map(|(s, _, _)| *s).collect();
     let check = "SELECT count(*), sum(v), sum(k), min(v), max(id) FROM ns.t";
     let written = || -> usize {
         pools
@@ -760,8 +766,15 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
             .map(|p| p.writers.load(Ordering::Relaxed))
             .sum()
     };
-    for (statement, writes_data) in steps {
+    let delete_writers = || -> usize {
+        pools
+            .iter()
+            .map(|p| p.delete_writers.load(Ordering::Relaxed))
+            .sum()
+    };
+    for (statement, writes_data, writes_deletes) in steps {
         let before = written();
+        let deletes_before = delete_writers();
         assert_eq!(
             rows(&distributed, statement).await,
             rows(&single, statement).await,
@@ -769,6 +782,27 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         );
         if writes_data {
             assert!(written() > before, "no worker wrote a file for {statement}");
+        }
+        if writes_deletes {
+            assert!(
+                delete_writers() > deletes_before,
+                "no worker wrote position deletes for {statement}"
+            );
+            // However the tasks received the positions: one delete file per data file, which
+            // names it, holding all of its deletes.
+            let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+            let table = distributed.catalog().load_table(&ident).await.unwrap();
+            let snapshot = table.metadata().current_snapshot().unwrap().clone();
+            let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+                .await
+                .unwrap();
+            assert!(files.iter().any(|f| !f.position_deletes.is_empty()));
+            for f in files {
+                assert!(f.position_deletes.len() <= 1, "{statement}: {f:?}");
+                for d in &f.position_deletes {
+                    assert_eq!(d.referenced_data_file.as_deref(), Some(f.path.as_str()));
+                }
+            }
         }
         assert_eq!(
             rows(&distributed, check).await,
@@ -778,10 +812,13 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         if !statement.starts_with("SET") {
             // A copy-on-write MERGE rewrites the files its matches fall in: how many rows those
             // hold depends on how earlier writers split rows into files.
+            // Likewise, how many delete files a statement adds and removes depends on how many
+            // data files its matches fall in (one delete file each, checked above).
             let layout_free = |mut summary: Vec<(String, String)>| {
                 if statement.starts_with("MERGE") {
                     summary.retain(|(k, _)| k != "added-records" && k != "deleted-records");
                 }
+                summary.retain(|(k, _)| !k.ends_with("delete-files"));
                 summary
             };
             assert_eq!(
@@ -834,6 +871,31 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
     let stage = shown.split("Stage 1 ── tasks=2").nth(1).unwrap_or_default();
     assert!(head.contains("DeleteExec"), "{shown}");
     assert!(stage.contains("DataSourceExec"), "{shown}");
+    // Merge-on-read: the delete files are written in a stage of tasks, after a shuffle that
+    // brings each data file's positions to one task.
+    sql(&distributed, "SET iceberg.delete_mode = 'merge-on-read'")
+        .await
+        .unwrap();
+    let plan = distributed
+        .context()
+        .sql("DELETE FROM ns.t WHERE id % 11 = 0")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let shown = datafusion_distributed::display_plan_ascii(plan.children()[0].as_ref(), false);
+    let head = shown.split("[Stage").next().unwrap();
+    assert!(
+        head.contains("DeleteExec") && !head.contains("PositionDeleteWriterExec"),
+        "{shown}"
+    );
+    let writer_stage = shown
+        .split("Stage ")
+        .skip(1)
+        .find(|s| s.contains("PositionDeleteWriterExec"))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(writer_stage.contains("tasks=2"), "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1329,4 +1391,161 @@ async fn a_distributed_delete_planned_before_a_concurrent_commit_runs_again() {
         .map(|p| p.writers.load(Ordering::Relaxed))
         .sum();
     assert!(written_after > written_before);
+}
+
+/// Workers whose pools cannot hold the positions their delete writers collect: on format v2
+/// each task writes what it holds and goes on (a data file then gets several delete files),
+/// and the table reads as one session's; on format v3 (one deletion vector per data file) the
+/// statement fails and changes nothing. Either way the workers' pools are left empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn position_deletes_on_workers_with_a_small_pool() {
+    for version in [2, 3] {
+        let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut sessions = vec![];
+        for dir in [one.path(), many.path()] {
+            // Files of about 100 000 rows: half of one file's positions take more memory than
+            // the pool has, so its task must write some of them before it has seen the rest.
+            let s = table(dir, 2, 200_000, 31, 2).await;
+            if version == 3 {
+                s.sql("ALTER TABLE ns.t SET TBLPROPERTIES ('format-version' = '3')")
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap();
+            }
+            sql(&s, "SET iceberg.delete_mode = 'merge-on-read'")
+                .await
+                .unwrap();
+            sessions.push(s);
+        }
+        let single = sessions.remove(0);
+        drop(sessions);
+        let mut urls = vec![];
+        let mut pools = vec![];
+        for _ in 0..2 {
+            let pool = Arc::new(FairSpillPool::new(12 << 10));
+            let runtime = RuntimeEnvBuilder::new()
+                .with_memory_pool(Arc::clone(&pool) as Arc<dyn MemoryPool>)
+                .build_arc()
+                .unwrap();
+            let (url, _server) = serve_worker(worker(runtime), "127.0.0.1:0".parse().unwrap())
+                .await
+                .unwrap();
+            urls.push(url.to_string());
+            pools.push(pool);
+        }
+        let distributed = coordinator(many.path(), urls).await;
+        sql(&distributed, "SET iceberg.delete_mode = 'merge-on-read'")
+            .await
+            .unwrap();
+        let statement = "DELETE FROM ns.t WHERE id % 2 = 0";
+        let check = "SELECT count(*), sum(v), min(id), max(id) FROM ns.t";
+        let before = state_of(&distributed).await;
+        let files_before = common::files_under(many.path());
+        let result = sql(&distributed, statement).await;
+        assert!(pools.iter().all(|p| p.reserved() == 0), "v{version}");
+        if version == 3 {
+            let e = result.expect_err("v3 cannot write a data file's vector in parts");
+            assert!(e.to_string().contains("PositionDeleteWriterExec"), "{e}");
+            assert_eq!(state_of(&distributed).await, before);
+            assert_eq!(common::files_under(many.path()), files_before);
+            continue;
+        }
+        assert_eq!(
+            render(&result.unwrap()),
+            rows(&single, statement).await,
+            "v{version}"
+        );
+        // (Read in a session of its own: the workers' pools are for the statement.)
+        let reader = common::session(many.path()).await;
+        assert_eq!(rows(&reader, check).await, rows(&single, check).await);
+        // The pool made tasks write early: some data file has more than one delete file.
+        let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+        let table = distributed.catalog().load_table(&ident).await.unwrap();
+        let snapshot = table.metadata().current_snapshot().unwrap().clone();
+        let files = iceberg_exec::scan::plan_files(&table, &snapshot)
+            .await
+            .unwrap();
+        assert!(
+            files.iter().any(|f| f.position_deletes.len() > 1),
+            "{files:?}"
+        );
+        let deleted: u64 = files
+            .iter()
+            .flat_map(|f| f.position_deletes.iter())
+            .map(|d| d.record_count)
+            .sum();
+        assert_eq!(deleted, 200_000);
+    }
+}
+
+/// Merge-on-read deletes written on the workers for a table partitioned by identity, day and
+/// bucket, with null partition values: the plan carries each data file's partition tuple and
+/// earlier deletes to the tasks, and the table reads as one session's, one delete file per
+/// data file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn position_deletes_of_a_partitioned_table_are_written_on_the_workers() {
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut sessions = vec![];
+    for dir in [one.path(), many.path()] {
+        let s = common::session(dir).await;
+        for statement in [
+            "CREATE SCHEMA ns",
+            "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, ts TIMESTAMP, region VARCHAR, v BIGINT) \
+             STORED AS ICEBERG LOCATION '' PARTITIONED BY (region) \
+             OPTIONS ('partitioning' 'day(ts), bucket(4, id)', 'write.delete.mode' 'merge-on-read')",
+            "INSERT INTO ns.t SELECT value AS id, \
+               CAST(1700000000 + value * 60 AS TIMESTAMP) AS ts, \
+               CASE value % 3 WHEN 0 THEN 'eu' WHEN 1 THEN 'us' ELSE NULL END AS region, \
+               value AS v FROM generate_series(1, 3000)",
+        ] {
+            sql(&s, statement).await.unwrap();
+        }
+        sessions.push(s);
+    }
+    let single = sessions.remove(0);
+    drop(sessions);
+    let (urls, pools) = cluster(2).await;
+    let distributed = coordinator(many.path(), urls.iter().map(|u| u.to_string()).collect()).await;
+    let check =
+        "SELECT region, count(*), sum(v), min(ts) FROM ns.t GROUP BY region ORDER BY region";
+    for statement in [
+        "DELETE FROM ns.t WHERE id % 4 = 0",
+        // Files with deletes of the statement before: merged into one delete file each.
+        "DELETE FROM ns.t WHERE id % 5 = 0 AND region IS NULL",
+        "DELETE FROM ns.t WHERE id % 6 = 1",
+    ] {
+        assert_eq!(
+            rows(&distributed, statement).await,
+            rows(&single, statement).await,
+            "{statement}"
+        );
+        assert_eq!(
+            rows(&distributed, check).await,
+            rows(&single, check).await,
+            "{statement}"
+        );
+        assert_eq!(
+            summary(&distributed).await,
+            summary(&single).await,
+            "{statement}"
+        );
+        let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+        let table = distributed.catalog().load_table(&ident).await.unwrap();
+        let snapshot = table.metadata().current_snapshot().unwrap().clone();
+        for f in iceberg_exec::scan::plan_files(&table, &snapshot)
+            .await
+            .unwrap()
+        {
+            assert!(f.position_deletes.len() <= 1, "{statement}: {f:?}");
+            for d in &f.position_deletes {
+                assert_eq!(d.partition, f.partition, "{statement}");
+                assert_eq!(d.referenced_data_file.as_deref(), Some(f.path.as_str()));
+            }
+        }
+    }
+    assert!(pools
+        .iter()
+        .all(|p| p.delete_writers.load(Ordering::Relaxed) > 0));
 }

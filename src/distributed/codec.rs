@@ -6,7 +6,9 @@
 //!     (of the files its scan reads: a task's)   │
 //!   EqualityDeleteExec ──► key/gate columns     │ direct child that is a parquet scan, the
 //!   ChangeRowsExec ──► condition, assignments   │ (expressions as datafusion-proto messages)
-//!   DataFileWriterExec ──► table metadata       ┘
+//!   DataFileWriterExec ──► table metadata       │
+//!   PositionDeleteWriterExec ──► table metadata,┘
+//!     the data files and their position deletes
 //!                                                 parts DataFusion's own encoding drops
 //! ```
 //!
@@ -41,6 +43,8 @@ use datafusion_proto::protobuf::PhysicalExprNode;
 use prost::Message;
 use serde::{Deserialize, Serialize};
 
+use super::planned::EncodedFiles;
+use crate::dml::mor_writer::PositionDeleteWriterExec;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};
 use crate::physical_plan::parquet_files::with_recorded_size_reader_indexed;
@@ -95,6 +99,14 @@ enum Node {
     ChangeRows {
         condition: Vec<u8>,
         change: Change,
+    },
+    PositionDeleteWriter {
+        table: iceberg::TableIdent,
+        metadata_location: Option<String>,
+        metadata: Box<iceberg::spec::TableMetadata>,
+        locations: crate::LocationMap,
+        files: EncodedFiles,
+        whole: Vec<String>,
     },
     EqualityDelete {
         keys: Vec<usize>,
@@ -343,6 +355,25 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     Arc::new(ChangeCounts::default()),
                 )?)
             }
+            Node::PositionDeleteWriter {
+                table,
+                metadata_location,
+                metadata,
+                locations,
+                files,
+                whole,
+            } => {
+                let input = one("PositionDeleteWriterExec")?;
+                let files = files.decode(&metadata)?;
+                let table = decoded_table(table, metadata_location, *metadata, &task_stores(ctx))?;
+                Arc::new(PositionDeleteWriterExec::try_new(
+                    input,
+                    table,
+                    locations,
+                    files,
+                    whole.into_iter().collect(),
+                )?)
+            }
             Node::Scan { summary } => {
                 Arc::new(IcebergScanExec::new(one("IcebergScanExec")?, summary))
             }
@@ -446,6 +477,18 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     RowChange::Update(a) => Change::Update(assigned(a)?),
                     RowChange::UpdateSelected(a) => Change::UpdateSelected(assigned(a)?),
                 },
+            }
+        } else if let Some(w) = node.downcast_ref::<PositionDeleteWriterExec>() {
+            let table = w.table();
+            let mut whole: Vec<String> = w.whole().iter().cloned().collect();
+            whole.sort();
+            Node::PositionDeleteWriter {
+                table: table.identifier().clone(),
+                metadata_location: table.metadata_location().map(str::to_string),
+                metadata: Box::new(table.metadata().clone()),
+                locations: w.locations().clone(),
+                files: EncodedFiles::of(w.files(), table.metadata())?,
+                whole,
             }
         } else if let Some(e) = node.downcast_ref::<EqualityDeleteExec>() {
             let columns = e.columns();

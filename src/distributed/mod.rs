@@ -22,6 +22,7 @@
 mod ballista;
 mod codec;
 mod committed;
+mod planned;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -6,6 +6,7 @@
 //!  delete.rs   DELETE ┐
 //!  update.rs   UPDATE ┴─ rewrite.rs: the two-pass statement (DeleteExec / UpdateExec)
 //!                        mor_pass.rs: its merge-on-read pass 1 (position delete files)
+//!                        mor_writer.rs: the same on workers (PositionDeleteWriterExec)
 //!  merge/      MERGE INTO (MergeExec)
 //!  core.rs     what all of them share: target, write mode, commit with clean-up, files a
 //!              commit removes with the data files
@@ -17,6 +18,7 @@ pub(crate) mod deletes;
 mod guard;
 pub(crate) mod merge;
 mod mor_pass;
+pub(crate) mod mor_writer;
 mod rewrite;
 pub(crate) mod update;
 

@@ -97,12 +97,8 @@ pub(super) async fn write_position_deletes(
 ) -> Result<(HashMap<String, u64>, Vec<FileDeletes>)> {
     // Files removed whole are only counted.
     let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
-    // Distributed, the rows of the workers' tasks arrive interleaved in one stream: any file's
-    // positions may come in several runs, so every file's are held and merged.
-    let spread = match job.distributed {
-        true => None,
-        false => files_in_several_partitions(&plan),
-    };
+    // (Distributed, the workers write them: `PositionDeleteWriterExec`.)
+    let spread = files_in_several_partitions(&plan);
     let mut files: HashMap<String, FileTarget> = HashMap::new();
     for f in &job.checked.files {
         let split = match &spread {

@@ -67,6 +67,7 @@ use crate::IcebergOptions;
 
 use super::core::{DmlTarget, WriteMode};
 use super::mor_pass::write_position_deletes;
+use super::mor_writer::{PositionDeleteWriterExec, Reported};
 
 /// What a statement does to the rows its condition selects.
 #[derive(Debug, Clone)]
@@ -218,9 +219,9 @@ pub(super) struct DmlJob {
     pub(super) store: Arc<dyn MetadataStore>,
     /// The planning session: pass 2 is planned with it once pass 1 has run.
     pub(super) state: SessionState,
-    /// Whether the session distributes its plans over workers: pass 1 then reads on them and
-    /// pass 2 reads, changes and writes on them (each task reports the counts of its rows in
-    /// the writer's output); position delete files are written here from pass 1's rows.
+    /// Whether the session distributes its plans over workers: pass 1 then reads on them (and
+    /// writes the position delete files there), and pass 2 reads, changes and writes on them
+    /// (each task reports the counts of its rows in the writer's output).
     pub(super) distributed: bool,
     pub(super) schema: SchemaRef,
     pub(super) locations: LocationMap,
@@ -297,6 +298,21 @@ impl DmlJob {
         let pass1 = match self.checked.files.is_empty() {
             true => None,
             false => Some(self.matching_files_plan(&self.state).await?),
+        };
+        // Distributed, merge-on-read writes the position delete files where the rows are
+        // found: each worker task those of the data files hashed to it.
+        let pass1 = match pass1 {
+            Some(plan) if self.distributed && self.mode == WriteMode::MergeOnRead => {
+                let whole = self.removed_whole.iter().map(|f| f.path.clone()).collect();
+                Some(Arc::new(PositionDeleteWriterExec::try_new(
+                    plan,
+                    table.clone(),
+                    self.locations.clone(),
+                    self.checked.files.clone(),
+                    whole,
+                )?) as Arc<dyn ExecutionPlan>)
+            }
+            other => other,
         };
         Ok((self, pass1))
     }
@@ -612,7 +628,28 @@ async fn run_once(
     let mut delete_files: Vec<NewFile> = vec![];
     let mut replaced = RemovedDeletes::default();
     if let Some(plan) = pass1 {
-        if mor {
+        if mor && job.distributed {
+            // The workers wrote the delete files: their rows report them.
+            let result: Result<Reported> = async {
+                let mut reported = Reported::default();
+                let mut stream = execute_stream(plan, Arc::clone(&context))?;
+                while let Some(batch) = stream.next().await {
+                    reported.add(&batch?, job.table.metadata(), &written)?;
+                }
+                Ok(reported)
+            }
+            .await;
+            match result {
+                Ok(reported) => {
+                    matched = reported.counts;
+                    (delete_files, replaced) = super::deletes::fold(reported.files);
+                }
+                Err(e) => {
+                    written.remove_all(job.table.file_io()).await;
+                    return Err(e);
+                }
+            }
+        } else if mor {
             match write_position_deletes(&job, plan, &context, &written).await {
                 Ok((counts, files)) => {
                     matched = counts;

@@ -72,7 +72,7 @@ pub struct SnapshotChanges {
 
 /// Delete files a commit removes: position or equality delete files by path, deletion vectors
 /// by Puffin file path and blob offset.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RemovedDeletes {
     /// Delete files (not deletion vectors), by path.
     pub files: HashSet<String>,

@@ -1,0 +1,176 @@
+//! Planned data files (with the position deletes that apply to them) as a plan carries them:
+//! partition tuples as Iceberg single-value JSON of their spec's partition type, and each delete
+//! file once however many data files it applies to.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::error::{DataFusionError, Result};
+use iceberg::spec::{DataContentType, Literal, Struct, TableMetadata, Type};
+use serde::{Deserialize, Serialize};
+
+use crate::error::IcebergResultExt;
+use crate::scan::{BlobRange, DeleteFileRef, PlannedFile};
+
+/// Planned data files and their delete files, encoded.
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+pub(super) struct EncodedFiles {
+    files: Vec<EncodedFile>,
+    deletes: Vec<EncodedDelete>,
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct EncodedFile {
+    path: String,
+    size: u64,
+    record_count: u64,
+    data_seq: i64,
+    spec_id: i32,
+    partition: serde_json::Value,
+    /// Indexes into [`EncodedFiles::deletes`].
+    position_deletes: Vec<usize>,
+    equality_deletes: bool,
+    first_row_id: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct EncodedDelete {
+    path: String,
+    size: u64,
+    record_count: u64,
+    content: DataContentType,
+    data_seq: i64,
+    spec_id: i32,
+    spec_unpartitioned: bool,
+    partition: serde_json::Value,
+    referenced_data_file: Option<String>,
+    equality_ids: Vec<i32>,
+    /// A deletion vector's blob: offset and length.
+    deletion_vector: Option<(u64, u64)>,
+}
+
+/// The partition type of the spec `spec_id` of `metadata`.
+fn partition_type(metadata: &TableMetadata, spec_id: i32) -> Result<Type> {
+    let spec = metadata
+        .partition_spec_by_id(spec_id)
+        .ok_or_else(|| DataFusionError::Internal(format!("unknown partition spec {spec_id}")))?;
+    Ok(Type::Struct(
+        spec.partition_type(metadata.current_schema()).df()?,
+    ))
+}
+
+fn partition_json(metadata: &TableMetadata, spec_id: i32, p: &Struct) -> Result<serde_json::Value> {
+    Literal::Struct(p.clone())
+        .try_into_json(&partition_type(metadata, spec_id)?)
+        .df()
+}
+
+fn partition_of(metadata: &TableMetadata, spec_id: i32, v: serde_json::Value) -> Result<Struct> {
+    match Literal::try_from_json(v, &partition_type(metadata, spec_id)?).df()? {
+        Some(Literal::Struct(s)) => Ok(s),
+        other => Err(DataFusionError::Internal(format!(
+            "undecodable partition tuple: {other:?}"
+        ))),
+    }
+}
+
+impl EncodedFiles {
+    /// Encodes `files` of the table `metadata` describes.
+    pub(super) fn of(files: &[PlannedFile], metadata: &TableMetadata) -> Result<Self> {
+        let mut index: HashMap<(String, Option<u64>), usize> = HashMap::new();
+        let mut deletes = vec![];
+        let mut encoded = Vec::with_capacity(files.len());
+        for f in files {
+            let mut position_deletes = Vec::with_capacity(f.position_deletes.len());
+            for d in &f.position_deletes {
+                let key = (d.path.clone(), d.deletion_vector.map(|b| b.offset));
+                let i = match index.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        deletes.push(EncodedDelete {
+                            path: d.path.clone(),
+                            size: d.size,
+                            record_count: d.record_count,
+                            content: d.content,
+                            data_seq: d.data_seq,
+                            spec_id: d.spec_id,
+                            spec_unpartitioned: d.spec_unpartitioned,
+                            partition: partition_json(metadata, d.spec_id, &d.partition)?,
+                            referenced_data_file: d.referenced_data_file.clone(),
+                            equality_ids: d.equality_ids.clone(),
+                            deletion_vector: d.deletion_vector.map(|b| (b.offset, b.length)),
+                        });
+                        index.insert(key, deletes.len() - 1);
+                        deletes.len() - 1
+                    }
+                };
+                position_deletes.push(i);
+            }
+            encoded.push(EncodedFile {
+                path: f.path.clone(),
+                size: f.size,
+                record_count: f.record_count,
+                data_seq: f.data_seq,
+                spec_id: f.spec_id,
+                partition: partition_json(metadata, f.spec_id, &f.partition)?,
+                position_deletes,
+                equality_deletes: f.equality_deletes,
+                first_row_id: f.first_row_id,
+            });
+        }
+        Ok(Self {
+            files: encoded,
+            deletes,
+        })
+    }
+
+    /// The planned files, for the table `metadata` describes.
+    pub(super) fn decode(self, metadata: &TableMetadata) -> Result<Vec<PlannedFile>> {
+        let deletes = self
+            .deletes
+            .into_iter()
+            .map(|d| {
+                Ok(Arc::new(DeleteFileRef {
+                    partition: partition_of(metadata, d.spec_id, d.partition)?,
+                    path: d.path,
+                    size: d.size,
+                    record_count: d.record_count,
+                    content: d.content,
+                    data_seq: d.data_seq,
+                    spec_id: d.spec_id,
+                    spec_unpartitioned: d.spec_unpartitioned,
+                    referenced_data_file: d.referenced_data_file,
+                    equality_ids: d.equality_ids,
+                    deletion_vector: d
+                        .deletion_vector
+                        .map(|(offset, length)| BlobRange { offset, length }),
+                }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.files
+            .into_iter()
+            .map(|f| {
+                let position_deletes = f
+                    .position_deletes
+                    .iter()
+                    .map(|&i| {
+                        deletes.get(i).cloned().ok_or_else(|| {
+                            DataFusionError::Internal(format!("no delete file {i} was encoded"))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(PlannedFile {
+                    partition: partition_of(metadata, f.spec_id, f.partition)?,
+                    path: f.path,
+                    size: f.size,
+                    record_count: f.record_count,
+                    data_seq: f.data_seq,
+                    spec_id: f.spec_id,
+                    position_deletes,
+                    equality_deletes: f.equality_deletes,
+                    first_row_id: f.first_row_id,
+                })
+            })
+            .collect()
+    }
+}
