@@ -211,6 +211,27 @@ async fn table(
     s
 }
 
+/// The data files of `ns.t`'s current snapshot, with the deletes that apply to them.
+async fn planned_files(session: &IcebergSession) -> Vec<iceberg_exec::scan::PlannedFile> {
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = session.catalog().load_table(&ident).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await
+        .unwrap()
+}
+
+/// Asserts that each of `files` has at most one position delete file, which names it.
+fn one_delete_file_each(files: &[iceberg_exec::scan::PlannedFile], context: &str) {
+    for f in files {
+        assert!(f.position_deletes.len() <= 1, "{context}: {f:?}");
+        for d in &f.position_deletes {
+            assert_eq!(d.referenced_data_file.as_deref(), Some(f.path.as_str()));
+            assert_eq!(d.partition, f.partition, "{context}");
+        }
+    }
+}
+
 async fn rows(session: &IcebergSession, query: &str) -> Vec<String> {
     render(
         &sql(session, query)
@@ -790,19 +811,9 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
             );
             // However the tasks received the positions: one delete file per data file, which
             // names it, holding all of its deletes.
-            let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
-            let table = distributed.catalog().load_table(&ident).await.unwrap();
-            let snapshot = table.metadata().current_snapshot().unwrap().clone();
-            let files = iceberg_exec::scan::plan_files(&table, &snapshot)
-                .await
-                .unwrap();
+            let files = planned_files(&distributed).await;
             assert!(files.iter().any(|f| !f.position_deletes.is_empty()));
-            for f in files {
-                assert!(f.position_deletes.len() <= 1, "{statement}: {f:?}");
-                for d in &f.position_deletes {
-                    assert_eq!(d.referenced_data_file.as_deref(), Some(f.path.as_str()));
-                }
-            }
+            one_delete_file_each(&files, statement);
         }
         assert_eq!(
             rows(&distributed, check).await,
@@ -966,12 +977,7 @@ async fn a_sorted_table_is_rewritten_on_the_workers_in_sorted_files() {
         assert!(after > before, "no worker wrote a file for {statement}");
     }
     // Every file of the table (each task sorts its own rows) is in the table's order.
-    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
-    let table = distributed.catalog().load_table(&ident).await.unwrap();
-    let snapshot = table.metadata().current_snapshot().unwrap().clone();
-    let files = iceberg_exec::scan::plan_files(&table, &snapshot)
-        .await
-        .unwrap();
+    let files = planned_files(&distributed).await;
     assert!(files.len() > 1);
     for f in &files {
         assert!(
@@ -981,12 +987,7 @@ async fn a_sorted_table_is_rewritten_on_the_workers_in_sorted_files() {
         );
     }
     // And one session's (one sorted stream) likewise.
-    let table = single.catalog().load_table(&ident).await.unwrap();
-    let snapshot = table.metadata().current_snapshot().unwrap().clone();
-    for f in iceberg_exec::scan::plan_files(&table, &snapshot)
-        .await
-        .unwrap()
-    {
+    for f in planned_files(&single).await {
         assert!(
             common::non_increasing(&f.path, "v"),
             "{} is not sorted",
@@ -1142,12 +1143,8 @@ async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() 
     let data_files = |s: &IcebergSession| {
         let s = s.clone();
         async move {
-            let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
-            let table = s.catalog().load_table(&ident).await.unwrap();
-            let snapshot = table.metadata().current_snapshot().unwrap().clone();
-            let mut paths: Vec<String> = iceberg_exec::scan::plan_files(&table, &snapshot)
+            let mut paths: Vec<String> = planned_files(&s)
                 .await
-                .unwrap()
                 .into_iter()
                 .map(|f| f.path)
                 .collect();
@@ -1444,6 +1441,13 @@ async fn position_deletes_on_workers_with_a_small_pool() {
         let before = state_of(&distributed).await;
         let files_before = common::files_under(many.path());
         let result = sql(&distributed, statement).await;
+        // The answer can come before every task has wound down (a failed statement does not
+        // wait for the others): each pool is empty once they have.
+        let mut waited = 0;
+        while pools.iter().any(|p| p.reserved() > 0) && waited < 250 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            waited += 1;
+        }
         assert!(pools.iter().all(|p| p.reserved() == 0), "v{version}");
         if version == 3 {
             let e = result.expect_err("v3 cannot write a data file's vector in parts");
@@ -1461,12 +1465,7 @@ async fn position_deletes_on_workers_with_a_small_pool() {
         let reader = common::session(many.path()).await;
         assert_eq!(rows(&reader, check).await, rows(&single, check).await);
         // The pool made tasks write early: some data file has more than one delete file.
-        let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
-        let table = distributed.catalog().load_table(&ident).await.unwrap();
-        let snapshot = table.metadata().current_snapshot().unwrap().clone();
-        let files = iceberg_exec::scan::plan_files(&table, &snapshot)
-            .await
-            .unwrap();
+        let files = planned_files(&distributed).await;
         assert!(
             files.iter().any(|f| f.position_deletes.len() > 1),
             "{files:?}"
@@ -1531,19 +1530,7 @@ async fn position_deletes_of_a_partitioned_table_are_written_on_the_workers() {
             summary(&single).await,
             "{statement}"
         );
-        let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
-        let table = distributed.catalog().load_table(&ident).await.unwrap();
-        let snapshot = table.metadata().current_snapshot().unwrap().clone();
-        for f in iceberg_exec::scan::plan_files(&table, &snapshot)
-            .await
-            .unwrap()
-        {
-            assert!(f.position_deletes.len() <= 1, "{statement}: {f:?}");
-            for d in &f.position_deletes {
-                assert_eq!(d.partition, f.partition, "{statement}");
-                assert_eq!(d.referenced_data_file.as_deref(), Some(f.path.as_str()));
-            }
-        }
+        one_delete_file_each(&planned_files(&distributed).await, statement);
     }
     assert!(pools
         .iter()
