@@ -506,7 +506,7 @@ def main() -> int:
     # A copy-on-write DELETE over the same two workers against one process: pass 1 and the
     # rewrite (read, change, write) run in the workers' tasks, the commit here. Each run starts
     # from the pristine table; DuckDB reads the effect back.
-    def distributed_delete(name, what, cond):
+    def distributed_delete(name, what, cond, mode="copy-on-write", deleted=rows // 100):
         want_after = s.oracle(plain, agg, f"NOT ({cond})")
         workers = [subprocess.Popen([E, "worker", "--warehouse", plain["warehouse"]], stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL) for _ in range(2)]
@@ -518,10 +518,10 @@ def main() -> int:
 
         try:
             urls = [json.loads(w.stdout.readline())["listening"] for w in workers]
-            one = [E, "sql", "--warehouse", plain["warehouse"], "--set", "iceberg.delete_mode=copy-on-write",
+            one = [E, "sql", "--warehouse", plain["warehouse"], "--set", f"iceberg.delete_mode={mode}",
                    "--sql", f"DELETE FROM bench.t WHERE {cond}"]
             s.scenario(
-                name, f"Copy-on-write DELETE of {what} ({rows // 100:,} rows) over 2 workers on this machine",
+                name, f"{mode.capitalize()} DELETE of {what} ({deleted:,} rows) over 2 workers on this machine",
                 "overhead <= 1.3x of one process",
                 [(OURS, one + ["--workers", ",".join(urls)]), (OURS_ONE_PROCESS, one)],
                 lambda e: want_after, lambda e: s.restore(plain), read_back,
@@ -535,14 +535,18 @@ def main() -> int:
 
     per_file = rows // files
     lo = 3 * per_file + per_file // 5
-    for name, what, cond in (
+    for name, what, cond, mode, deleted in (
         # One file touched: one rewrite task.
-        ("distributed_cow_delete", "1% in one file", f"id BETWEEN {lo} AND {lo + rows // 100 - 1}"),
+        ("distributed_cow_delete", "1% in one file", f"id BETWEEN {lo} AND {lo + rows // 100 - 1}",
+         "copy-on-write", rows // 100),
         # Every file rewritten: the rewrite is spread over the tasks.
-        ("distributed_cow_delete_spread", "1% of every file", "id % 100 = 7"),
+        ("distributed_cow_delete_spread", "1% of every file", "id % 100 = 7", "copy-on-write", rows // 100),
+        # Position delete files for every file, written in the workers' tasks after a shuffle by
+        # file.
+        ("distributed_mor_delete_spread", "10% of every file", "id % 10 = 3", "merge-on-read", rows // 10),
     ):
         if args.distributed and (not args.scenarios or name in args.scenarios):
-            distributed_delete(name, what, cond)
+            distributed_delete(name, what, cond, mode, deleted)
     s.scenario(
         "eq_big_64mib", f"{eq_big:,} equality-deleted keys, iceberg-exec under a 64 MiB pool",
         "completes; peak RSS <= 350 MB",
