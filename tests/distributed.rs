@@ -1536,3 +1536,129 @@ async fn position_deletes_of_a_partitioned_table_are_written_on_the_workers() {
         .iter()
         .all(|p| p.delete_writers.load(Ordering::Relaxed) > 0));
 }
+
+/// A session on the S3 warehouse `warehouse` of `server`, its catalog in `dir`.
+async fn s3_session(
+    server: &common::seaweed::SeaweedFs,
+    dir: &std::path::Path,
+    warehouse: &str,
+) -> IcebergSession {
+    let mut config = WarehouseConfig::local(dir);
+    config.warehouse = warehouse.to_string();
+    config.catalog_uri = Some(format!("sqlite:///{}/catalog.db", dir.display()));
+    config.properties = server.properties().into_iter().collect();
+    IcebergSession::open(config).await.unwrap()
+}
+
+/// A table in S3 (SeaweedFS on loopback): workers that read and write the bucket through their
+/// own stores (built from the same catalog options, as `iceberg-exec worker` does) run reads,
+/// both delete modes, an UPDATE and an INSERT, and every answer and the final table equal one
+/// session's on a twin table in the same bucket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_in_object_storage_is_read_and_written_on_the_workers() {
+    use common::seaweed::{SeaweedFs, BUCKET};
+    let server = SeaweedFs::start().await;
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let single = s3_session(&server, one.path(), &format!("s3://{BUCKET}/one")).await;
+    let many_warehouse = format!("s3://{BUCKET}/many");
+    let plain = s3_session(&server, many.path(), &many_warehouse).await;
+    let setup = [
+        "CREATE SCHEMA ns",
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, k BIGINT, v BIGINT) STORED AS ICEBERG \
+         LOCATION '' PARTITIONED BY (k) OPTIONS ('format-version' '2')",
+        "INSERT INTO ns.t SELECT value AS id, value % 3 AS k, value * 2 AS v \
+         FROM generate_series(1, 20000)",
+        "INSERT INTO ns.t SELECT value AS id, value % 3 AS k, value * 2 AS v \
+         FROM generate_series(20001, 40000)",
+    ];
+    for statement in setup {
+        sql(&single, statement).await.unwrap();
+        sql(&plain, statement).await.unwrap();
+    }
+    drop(plain);
+    // Each worker with the runtime of a session on the warehouse: the bucket's store.
+    let mut urls = vec![];
+    let mut worker_sessions = vec![];
+    for _ in 0..2 {
+        let w = s3_session(&server, many.path(), &many_warehouse).await;
+        let (url, _server) = serve_worker(
+            worker(w.context().runtime_env()),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .await
+        .unwrap();
+        urls.push(url);
+        worker_sessions.push(w);
+    }
+    let distributed = s3_session(&server, many.path(), &many_warehouse)
+        .await
+        .with_workers(urls);
+    sql(
+        &distributed,
+        "SET distributed.file_scan_config_bytes_per_partition = 16384",
+    )
+    .await
+    .unwrap();
+    let check = "SELECT k, count(*), sum(v), min(id), max(id) FROM ns.t GROUP BY k ORDER BY k";
+    for statement in [
+        "SET iceberg.delete_mode = 'merge-on-read'",
+        "DELETE FROM ns.t WHERE id % 5 = 0",
+        "SET iceberg.delete_mode = 'copy-on-write'",
+        "DELETE FROM ns.t WHERE id % 7 = 0",
+        "UPDATE ns.t SET v = -v WHERE id % 11 = 0",
+        "INSERT INTO ns.t SELECT id + 100000 AS id, k, v FROM ns.t WHERE id < 3000",
+    ] {
+        assert_eq!(
+            rows(&distributed, statement).await,
+            rows(&single, statement).await,
+            "{statement}"
+        );
+        assert_eq!(
+            rows(&distributed, check).await,
+            rows(&single, check).await,
+            "after {statement}"
+        );
+        if !statement.starts_with("SET") {
+            assert_eq!(
+                summary(&distributed).await,
+                summary(&single).await,
+                "{statement}"
+            );
+        }
+    }
+    // The reads and the writes were planned over the workers' tasks.
+    for statement in [check, "DELETE FROM ns.t WHERE id % 13 = 0"] {
+        let plan = distributed
+            .context()
+            .sql(statement)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let shown = datafusion_distributed::display_plan_ascii(
+            match plan.name() {
+                "CommittedExec" => plan.children()[0].as_ref(),
+                _ => plan.as_ref(),
+            },
+            false,
+        );
+        assert!(stage_of_tasks(&shown), "{statement}: {shown}");
+    }
+    // Every file is in the bucket, none on the local disk.
+    let table = distributed
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let files = planned_files(&distributed).await;
+    assert!(
+        files.iter().all(|f| f.path.starts_with("s3://")),
+        "{files:?}"
+    );
+    assert!(table.metadata().location().starts_with("s3://"));
+    assert!(!common::files_under(many.path())
+        .iter()
+        .any(|f| f.ends_with(".parquet")));
+    drop(worker_sessions);
+}

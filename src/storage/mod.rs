@@ -137,9 +137,16 @@ impl ObjectStores {
         })
     }
 
-    /// Stores of their own (a registry no session shares), built with `options`.
+    /// Stores of their own, built with `options`: a registry no session shares yet, which
+    /// builds a missing store when anything asks it for one (a session built on it, then, reads
+    /// a bucket its plans name before any table there was opened: a worker's tasks do).
     pub fn standalone(options: StorageOptions) -> Arc<Self> {
-        Self::new(Arc::new(DefaultObjectStoreRegistry::new()), options)
+        let registry = Arc::new(BuildingRegistry {
+            stores: DefaultObjectStoreRegistry::new(),
+            options: options.clone(),
+            building: Mutex::new(()),
+        });
+        Self::new(registry, options)
     }
 
     /// The options new stores are built with.
@@ -176,6 +183,56 @@ impl ObjectStores {
         }
         runtime.register_object_store(url.as_ref(), self.store(url)?);
         Ok(())
+    }
+}
+
+/// An object-store registry that builds a store it does not have from its options (for the
+/// remote schemes; `file://` is always there) and keeps it.
+struct BuildingRegistry {
+    stores: DefaultObjectStoreRegistry,
+    options: StorageOptions,
+    building: Mutex<()>,
+}
+
+impl std::fmt::Debug for BuildingRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BuildingRegistry")
+            .field("stores", &self.stores)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectStoreRegistry for BuildingRegistry {
+    fn register_store(
+        &self,
+        url: &url::Url,
+        store: Arc<dyn ObjectStore>,
+    ) -> Option<Arc<dyn ObjectStore>> {
+        self.stores.register_store(url, store)
+    }
+
+    fn deregister_store(&self, url: &url::Url) -> Result<Arc<dyn ObjectStore>> {
+        self.stores.deregister_store(url)
+    }
+
+    fn get_store(&self, url: &url::Url) -> Result<Arc<dyn ObjectStore>> {
+        let missing = match self.stores.get_store(url) {
+            Ok(store) => return Ok(store),
+            Err(e) => e,
+        };
+        if remote_scheme(url.as_str()).is_none() {
+            return Err(missing);
+        }
+        let _one_at_a_time = self.building.lock().unwrap_or_else(|e| e.into_inner());
+        if let Ok(store) = self.stores.get_store(url) {
+            return Ok(store);
+        }
+        let key = ObjectStoreUrl::parse(&url[..url::Position::BeforePath])?;
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(tidy::TidyStore::new(cloud::build(&key, &self.options)?));
+        self.stores.register_store(url, Arc::clone(&store));
+        Ok(store)
     }
 }
 
@@ -241,6 +298,38 @@ mod tests {
         assert_eq!(locate("/tmp/wh/t/a.parquet").unwrap(), local);
         assert!(locate("s3:///key").is_err());
         assert!(locate("s3://bucket/a//b").is_err());
+    }
+
+    #[test]
+    fn a_standalone_registry_builds_a_missing_store_once_and_keeps_it() {
+        let options = StorageOptions::new([
+            ("s3.endpoint", "http://127.0.0.1:9"),
+            ("s3.access-key-id", "key"),
+            ("s3.secret-access-key", "hunter2"),
+            ("s3.region", "us-east-1"),
+        ]);
+        let stores = ObjectStores::standalone(options);
+        let registry = Arc::clone(stores.registry());
+        let url = url::Url::parse("s3://lake/wh/ns/t/data/a.parquet").unwrap();
+        let first = registry.get_store(&url).unwrap();
+        let again = registry
+            .get_store(&url::Url::parse("s3://lake/other").unwrap())
+            .unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let other = registry
+            .get_store(&url::Url::parse("s3://another/x").unwrap())
+            .unwrap();
+        assert!(!Arc::ptr_eq(&first, &other));
+        // Local files are always there; a scheme no store is built for stays an error.
+        assert!(registry
+            .get_store(&url::Url::parse("file:///tmp/x").unwrap())
+            .is_ok());
+        let e = registry
+            .get_store(&url::Url::parse("nosuch://bucket/x").unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nosuch"), "{e}");
+        assert!(!format!("{registry:?}").contains("hunter2"));
     }
 
     #[test]
