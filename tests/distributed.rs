@@ -1280,7 +1280,7 @@ async fn ballista_context(session: &IcebergSession) -> datafusion::prelude::Sess
 
 #[cfg(feature = "ballista")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ballista_reads_like_one_session_and_refuses_writes() {
+async fn ballista_reads_and_inserts_like_one_session_and_refuses_other_writes() {
     let dir = tempfile::tempdir().unwrap();
     let single = table_with_deletes(dir.path()).await;
 
@@ -1314,19 +1314,116 @@ async fn ballista_reads_like_one_session_and_refuses_writes() {
         .to_string();
     assert!(shown.contains("DistributedQueryExec"), "{shown}");
 
-    // Writes are refused before anything is written, with an error that says why.
-    let before = state_of(&single).await;
-    for statement in [
-        "INSERT INTO ns.t SELECT id + 1000000 AS id, k, w FROM ns.t WHERE k = 1",
-        "DELETE FROM ns.t WHERE k = 2",
-    ] {
-        let err = run(statement).await.unwrap_err().to_string();
-        assert!(
-            err.contains("not supported on Ballista"),
-            "{statement}: {err}"
-        );
-        assert_eq!(state_of(&single).await, before, "{statement}");
+    // An INSERT writes on the executors and commits once, recording its statement id.
+    let twin = tempfile::tempdir().unwrap();
+    let oracle = table_with_deletes(twin.path()).await;
+    let insert = "INSERT INTO ns.t SELECT id + 1000000 AS id, k, w FROM ns.t WHERE k = 1";
+    let before = common::current_snapshot(&single, "ns", "t").await;
+    assert_eq!(run(insert).await.unwrap(), rows(&oracle, insert).await);
+    for q in READS {
+        assert_eq!(rows(&single, q).await, rows(&oracle, q).await, "{q}");
     }
+    let table = single
+        .catalog()
+        .load_table(&TableIdent::from_strs(["ns", "t"]).unwrap())
+        .await
+        .unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap();
+    assert_eq!(snapshot.parent_snapshot_id(), before);
+    assert!(snapshot
+        .summary()
+        .additional_properties
+        .contains_key(iceberg_exec::snapshot::STATEMENT_ID_PROPERTY));
+
+    // Other writes are refused before anything is written, with an error that says why.
+    let before = state_of(&single).await;
+    let err = run("DELETE FROM ns.t WHERE k = 2")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not supported on Ballista"), "{err}");
+    assert_eq!(state_of(&single).await, before);
+}
+
+/// An INSERT planned with idempotent commits (as on Ballista, whose retried task may run the
+/// commit again) commits once: run again, the same plan answers with the first run's count,
+/// adds no snapshot and removes the files it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_insert_run_twice_commits_once() {
+    use datafusion::catalog::TableProvider;
+    use datafusion::logical_expr::dml::InsertOp;
+    let dir = tempfile::tempdir().unwrap();
+    let s = table(dir.path(), 2, 1000, 7, 1).await;
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let provider = iceberg_exec::IcebergTableProvider::try_new(
+        s.catalog().load_table(&ident).await.unwrap(),
+        Some(s.catalog().clone()),
+    )
+    .unwrap()
+    .with_idempotent_commits();
+    let input = || async {
+        s.context()
+            .sql("SELECT value + 5000 AS id, value % 7 AS k, value AS v FROM generate_series(1, 300)")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap()
+    };
+    let state = s.context().state();
+    let plan = provider
+        .insert_into(&state, input().await, InsertOp::Append)
+        .await
+        .unwrap();
+    assert_eq!(plan.name(), "CommitExec");
+    // A run is the commit node over a fresh input (as a retried task decodes the same node).
+    use datafusion::physical_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+    let run = || async {
+        let options = ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        let writer = Arc::clone(plan.children()[0])
+            .replace_children(vec![input().await], options)
+            .unwrap();
+        let attempt = Arc::clone(&plan)
+            .replace_children(vec![writer], options)
+            .unwrap();
+        render(
+            &datafusion::physical_plan::collect(attempt, s.context().task_ctx())
+                .await
+                .unwrap(),
+        )
+    };
+    assert_eq!(run().await, ["300"]);
+    let after_first = (state_of(&s).await, common::files_under(dir.path()));
+    assert_eq!(after_first.0 .1, ["2300"]);
+    // The same statement again (a retried task): nothing more is committed or left behind.
+    assert_eq!(run().await, ["300"]);
+    assert_eq!(
+        (state_of(&s).await, common::files_under(dir.path())),
+        after_first
+    );
+    // A new statement gets a new id and commits.
+    let input = s
+        .context()
+        .sql("SELECT 9999 AS id, 1 AS k, 1 AS v")
+        .await
+        .unwrap()
+        .create_physical_plan()
+        .await
+        .unwrap();
+    let provider = iceberg_exec::IcebergTableProvider::try_new(
+        s.catalog().load_table(&ident).await.unwrap(),
+        Some(s.catalog().clone()),
+    )
+    .unwrap()
+    .with_idempotent_commits();
+    let plan = provider
+        .insert_into(&state, input, InsertOp::Append)
+        .await
+        .unwrap();
+    datafusion::physical_plan::collect(plan, s.context().task_ctx())
+        .await
+        .unwrap();
+    assert_eq!(state_of(&s).await.1, ["2301"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

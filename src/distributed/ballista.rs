@@ -9,10 +9,15 @@
 //!
 //! Ballista's own codecs handle its shuffle nodes and file formats; the codecs here put this
 //! crate's in front of them ([`ballista_config`]). Reads run as under datafusion-distributed.
-//! Writes do not: Ballista runs every stage, the last one too, in executor tasks that it
-//! retries, so a statement's commit could run twice. Plans that commit (`CommitExec`,
-//! `DELETE`/`UPDATE`/`MERGE`) are refused with a clear error before anything is written; with
-//! datafusion-distributed the commit stays on the coordinator.
+//!
+//! Ballista runs every stage, the last one too, in executor tasks that it retries, so a
+//! statement's commit may run twice. `INSERT` commits there all the same: tables decoded on the
+//! scheduler plan it with a statement id ([`IcebergTableProvider::with_idempotent_commits`]),
+//! the executor's `CommitExec` commits through the executor's catalog connection, and a commit
+//! that finds its statement's snapshot commits nothing more. `DELETE`/`UPDATE`/`MERGE` (and a
+//! commit without a statement id) are refused with a clear error before anything is written.
+//!
+//! [`IcebergTableProvider::with_idempotent_commits`]: crate::IcebergTableProvider::with_idempotent_commits
 
 use std::sync::Arc;
 
@@ -29,18 +34,20 @@ use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 
 use super::codec::{own_json, IcebergLogicalCodec, IcebergPhysicalCodec};
+use crate::physical_plan::commit::CommitExec;
+use crate::physical_plan::write::WrittenFiles;
 use crate::MetadataStore;
 
 /// `config` made a Ballista session's (client, scheduler and executors of a standalone
 /// cluster take it from the session state), with this crate's codecs in front of Ballista's.
-/// Tables decoded on the scheduler commit through `store` (none: read-only there; Ballista
-/// refuses writes anyway, see the module docs).
+/// Tables decoded on the scheduler, and `INSERT` commits decoded on executors, go through
+/// `store` (none: read-only; see the module docs for what writes are supported).
 pub fn ballista_config(
     config: SessionConfig,
     store: Option<Arc<dyn MetadataStore>>,
 ) -> SessionConfig {
-    let logical = match store {
-        Some(store) => IcebergLogicalCodec::with_store(store),
+    let logical = match &store {
+        Some(store) => IcebergLogicalCodec::with_store(Arc::clone(store)),
         None => IcebergLogicalCodec::default(),
     };
     config
@@ -52,6 +59,7 @@ pub fn ballista_config(
         .with_ballista_physical_extension_codec(Arc::new(BallistaIcebergPhysicalCodec {
             iceberg: IcebergPhysicalCodec,
             ballista: BallistaPhysicalExtensionCodec::default(),
+            store,
         }))
 }
 
@@ -94,6 +102,60 @@ fn unknown(result: &Result<()>) -> bool {
 pub struct BallistaIcebergPhysicalCodec {
     iceberg: IcebergPhysicalCodec,
     ballista: BallistaPhysicalExtensionCodec,
+    /// The catalog connection `INSERT` commits go through on an executor.
+    store: Option<Arc<dyn MetadataStore>>,
+}
+
+/// What starts an encoded idempotent `CommitExec` (Ballista only).
+const COMMIT_MAGIC: &[u8] = b"ICEBERG-EXEC-COMMIT/1\n";
+
+/// An idempotent `CommitExec`, as its bytes hold it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct EncodedCommit {
+    table: iceberg::TableIdent,
+    metadata_location: Option<String>,
+    metadata: Box<iceberg::spec::TableMetadata>,
+    statement_id: String,
+}
+
+impl BallistaIcebergPhysicalCodec {
+    fn decode_commit(
+        &self,
+        json: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(store) = &self.store else {
+            return Err(DataFusionError::Plan(
+                "this Ballista executor has no catalog connection to commit an INSERT through \
+                 (ballista_config without a store)"
+                    .into(),
+            ));
+        };
+        let encoded: EncodedCommit = serde_json::from_slice(json).map_err(|e| {
+            DataFusionError::Internal(format!("undecodable iceberg-exec commit: {e}"))
+        })?;
+        let [input] = inputs else {
+            return Err(DataFusionError::Internal(format!(
+                "CommitExec has one child, decoded with {}",
+                inputs.len()
+            )));
+        };
+        let table = crate::catalog::table_handle(
+            encoded.table,
+            encoded.metadata_location.unwrap_or_default(),
+            *encoded.metadata,
+            store.file_io().clone(),
+        )?;
+        Ok(Arc::new(
+            CommitExec::new(
+                Arc::clone(input),
+                Arc::clone(store),
+                table,
+                WrittenFiles::default(),
+            )
+            .with_statement_id(encoded.statement_id),
+        ))
+    }
 }
 
 impl PhysicalExtensionCodec for BallistaIcebergPhysicalCodec {
@@ -104,6 +166,9 @@ impl PhysicalExtensionCodec for BallistaIcebergPhysicalCodec {
         ctx: &TaskContext,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if let Some(json) = buf.strip_prefix(COMMIT_MAGIC) {
+            return self.decode_commit(json, inputs);
+        }
         match own_json(buf).is_some() {
             true => self.iceberg.try_decode(buf, inputs, ctx, proto_converter),
             false => self.ballista.try_decode(buf, inputs, ctx, proto_converter),
@@ -116,11 +181,30 @@ impl PhysicalExtensionCodec for BallistaIcebergPhysicalCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
+        // An INSERT's commit that may run again without committing again.
+        if let Some(statement_id) = node
+            .downcast_ref::<CommitExec>()
+            .and_then(CommitExec::statement_id)
+        {
+            let Some(commit) = node.downcast_ref::<CommitExec>() else {
+                return Err(DataFusionError::Internal("not a CommitExec".into()));
+            };
+            let table = commit.table();
+            let encoded = EncodedCommit {
+                table: table.identifier().clone(),
+                metadata_location: table.metadata_location().map(str::to_string),
+                metadata: Box::new(table.metadata().clone()),
+                statement_id: statement_id.to_string(),
+            };
+            buf.extend_from_slice(COMMIT_MAGIC);
+            return serde_json::to_writer(&mut *buf, &encoded)
+                .map_err(|e| DataFusionError::Internal(format!("encoding CommitExec: {e}")));
+        }
         if super::committed::commits(&node) {
             return Err(DataFusionError::NotImplemented(format!(
-                "writing to Iceberg tables is not supported on Ballista: {} would commit in a \
-                 retried executor task (run writes on a datafusion-distributed coordinator or \
-                 in one session)",
+                "{} is not supported on Ballista: only INSERT commits there (a retried \
+                 executor task must not commit twice); run it on a datafusion-distributed \
+                 coordinator or in one session",
                 node.name()
             )));
         }
@@ -165,9 +249,16 @@ impl LogicalExtensionCodec for BallistaIcebergLogicalCodec {
         ctx: &TaskContext,
     ) -> Result<Arc<dyn TableProvider>> {
         match own_json(buf).is_some() {
-            true => self
-                .iceberg
-                .try_decode_table_provider(buf, table_ref, schema, ctx),
+            // Ballista may run the task that commits an INSERT again: it commits once.
+            true => {
+                let provider = self
+                    .iceberg
+                    .try_decode_table_provider(buf, table_ref, schema, ctx)?;
+                match provider.downcast_ref::<crate::IcebergTableProvider>() {
+                    Some(p) => Ok(Arc::new(p.clone().with_idempotent_commits())),
+                    None => Ok(provider),
+                }
+            }
             false => self
                 .ballista
                 .try_decode_table_provider(buf, table_ref, schema, ctx),

@@ -22,6 +22,29 @@ pub struct CommitOutcome {
     pub snapshot_id: i64,
     /// How many compare-and-swap attempts it took (1 = no conflict).
     pub attempts: u32,
+    /// Whether the statement had committed already (see [`STATEMENT_ID_PROPERTY`]): nothing
+    /// was committed now, and `snapshot_id` is that earlier commit's snapshot.
+    pub duplicate: bool,
+}
+
+/// The snapshot summary property naming the statement a snapshot commits, set by statements a
+/// host may run more than once (Ballista retries the task that commits). A commit whose changes
+/// carry it looks for it among the table's snapshots before every attempt, and commits nothing
+/// when it is there: the statement commits once however often it runs.
+pub const STATEMENT_ID_PROPERTY: &str = "iceberg-exec.statement-id";
+
+/// The snapshot of `table` that committed `statement`, if one did.
+fn committed_by(table: &Table, statement: &str) -> Option<i64> {
+    table
+        .metadata()
+        .snapshots()
+        .find(|s| {
+            s.summary()
+                .additional_properties
+                .get(STATEMENT_ID_PROPERTY)
+                .is_some_and(|id| id == statement)
+        })
+        .map(|s| s.snapshot_id())
 }
 
 /// A commit whose effect is unknown: the files it wrote may be part of the table now, so
@@ -89,6 +112,10 @@ pub async fn commit(
     changes: SnapshotChanges,
 ) -> Result<CommitOutcome> {
     let started = Instant::now();
+    let statement = changes
+        .summary_properties
+        .get(STATEMENT_ID_PROPERTY)
+        .cloned();
     let mut producer = SnapshotProducer::new(changes);
     let mut table = Arc::clone(&store).load(ident).await?;
     crate::snapshot::metadata_file::refuse_inline_manifests(table.metadata())?;
@@ -97,6 +124,15 @@ pub async fn commit(
     let mut attempt: u32 = 0;
     loop {
         attempt += 1;
+        if let Some(snapshot_id) = statement.as_deref().and_then(|id| committed_by(&table, id)) {
+            producer.cleanup_all(&file_io).await;
+            return Ok(CommitOutcome {
+                table,
+                snapshot_id,
+                attempts: attempt - 1,
+                duplicate: true,
+            });
+        }
         let change = match producer.apply(&table, attempt).await {
             Ok(c) => c,
             Err(e) => {
@@ -115,6 +151,7 @@ pub async fn commit(
                     table: *table,
                     snapshot_id,
                     attempts: attempt,
+                    duplicate: false,
                 });
             }
             Ok(CommitResult::Conflict) => {

@@ -5,7 +5,9 @@ mod commit;
 pub(crate) mod metadata_file;
 mod producer;
 
-pub use commit::{commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown};
+pub use commit::{
+    commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown, STATEMENT_ID_PROPERTY,
+};
 pub use producer::{
     is_concurrent_change, ConcurrentChange, MayMatch, NewFile, RemovedDeletes, SnapshotChanges,
     SnapshotProducer, Validation, MAIN_BRANCH,

@@ -46,6 +46,9 @@ pub struct IcebergTableProvider {
     stores: Arc<ObjectStores>,
     /// Whether the schema ends with the row lineage columns.
     row_lineage: bool,
+    /// Whether `INSERT` commits once however often its commit runs (a statement id in the
+    /// snapshot): for hosts that retry tasks.
+    idempotent_commits: bool,
 }
 
 /// The data file count a snapshot's summary records (0 when it does not say).
@@ -90,7 +93,16 @@ impl IcebergTableProvider {
             locations: LocationMap::default(),
             stores,
             row_lineage: false,
+            idempotent_commits: false,
         })
+    }
+
+    /// Makes `INSERT` commit once however often its commit runs: each statement gets an id,
+    /// recorded in its snapshot, and a commit that finds it commits nothing more. For hosts
+    /// that run the committing task again after a failure (Ballista).
+    pub fn with_idempotent_commits(mut self) -> Self {
+        self.idempotent_commits = true;
+        self
     }
 
     /// Reads files through `stores` (the table's metadata store brings its own; a table opened
@@ -421,11 +433,10 @@ impl TableProvider for IcebergTableProvider {
             sort,
             written.clone(),
         )?);
-        Ok(Arc::new(CommitExec::new(
-            writer,
-            Arc::clone(store),
-            self.table.clone(),
-            written,
-        )))
+        let commit = CommitExec::new(writer, Arc::clone(store), self.table.clone(), written);
+        Ok(Arc::new(match self.idempotent_commits {
+            true => commit.with_statement_id(uuid::Uuid::new_v4().to_string()),
+            false => commit,
+        }))
     }
 }

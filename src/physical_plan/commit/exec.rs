@@ -23,7 +23,7 @@ use iceberg::table::Table;
 use crate::catalog::MetadataStore;
 use crate::physical_plan::single_child;
 use crate::physical_plan::write::{decode_data_files, WrittenFiles};
-use crate::snapshot::{commit, is_commit_state_unknown, SnapshotChanges};
+use crate::snapshot::{commit, is_commit_state_unknown, SnapshotChanges, STATEMENT_ID_PROPERTY};
 
 /// Commits the data files produced by its input as one append snapshot and returns one row,
 /// `count`: the number of rows added.
@@ -40,6 +40,9 @@ pub struct CommitExec {
     /// The table as planned: its schema and specs describe the files the writers produce.
     table: Table,
     written: WrittenFiles,
+    /// The statement's id, recorded in the snapshot so that running the node again commits
+    /// nothing more ([`STATEMENT_ID_PROPERTY`]).
+    statement_id: Option<String>,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
 }
@@ -72,9 +75,28 @@ impl CommitExec {
             store,
             table,
             written,
+            statement_id: None,
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         }
+    }
+
+    /// Commits once however often it runs: the snapshot records `id` (a new one per statement)
+    /// and a run that finds it committed already removes the files it wrote and answers with
+    /// that commit's row count. For hosts that retry tasks.
+    pub fn with_statement_id(mut self, id: impl Into<String>) -> Self {
+        self.statement_id = Some(id.into());
+        self
+    }
+
+    /// The statement id (see [`Self::with_statement_id`]).
+    pub fn statement_id(&self) -> Option<&str> {
+        self.statement_id.as_deref()
+    }
+
+    /// The table as planned.
+    pub fn table(&self) -> &Table {
+        &self.table
     }
 }
 
@@ -121,12 +143,14 @@ impl ExecutionPlan for CommitExec {
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = single_child("CommitExec", children)?;
-        Ok(Arc::new(Self::new(
+        let mut node = Self::new(
             input,
             Arc::clone(&self.store),
             self.table.clone(),
             self.written.clone(),
-        )))
+        );
+        node.statement_id = self.statement_id.clone();
+        Ok(Arc::new(node))
     }
 
     fn execute(
@@ -143,6 +167,7 @@ impl ExecutionPlan for CommitExec {
         let store = Arc::clone(&self.store);
         let table = self.table.clone();
         let written = self.written.clone();
+        let statement_id = self.statement_id.clone();
         let files_metric = MetricBuilder::new(&self.metrics).counter("files_committed", 0);
         let attempts_metric = MetricBuilder::new(&self.metrics).counter("commit_attempts", 0);
         let fut = async move {
@@ -166,8 +191,13 @@ impl ExecutionPlan for CommitExec {
                     }
                 }
             }
-            let changes = SnapshotChanges::append(files);
-            let rows = changes.added_records();
+            let mut changes = SnapshotChanges::append(files);
+            if let Some(id) = statement_id {
+                changes
+                    .summary_properties
+                    .insert(STATEMENT_ID_PROPERTY.to_string(), id);
+            }
+            let mut rows = changes.added_records();
             files_metric.add(changes.added_data_files.len());
             let committed = if changes.added_data_files.is_empty() {
                 // Nothing written (no input rows): no snapshot.
@@ -176,6 +206,23 @@ impl ExecutionPlan for CommitExec {
                 commit(Arc::clone(&store), &ident, changes).await.map(Some)
             };
             match committed {
+                Ok(Some(o)) if o.duplicate => {
+                    // An earlier run of this statement committed: this run's files go, and
+                    // the answer is that commit's.
+                    written.remove_all(&file_io).await;
+                    // (This run's own count when the snapshot does not record one.)
+                    if let Some(n) = o
+                        .table
+                        .metadata()
+                        .snapshot_by_id(o.snapshot_id)
+                        .and_then(|s| s.summary().additional_properties.get("added-records"))
+                        .and_then(|n| n.parse().ok())
+                    {
+                        rows = n;
+                    }
+                    let array = Arc::new(UInt64Array::from(vec![rows])) as ArrayRef;
+                    Ok(RecordBatch::try_new(count_schema(), vec![array])?)
+                }
                 Ok(outcome) => {
                     if let Some(o) = outcome {
                         attempts_metric.add(o.attempts as usize);
