@@ -33,6 +33,20 @@ struct CountingPool {
     writers: AtomicUsize,
     /// Position delete writers (merge-on-read pass 1 in the worker's tasks).
     delete_writers: AtomicUsize,
+    /// Every consumer's name, as registered.
+    names: std::sync::Mutex<Vec<String>>,
+}
+
+impl CountingPool {
+    /// How many consumers named `name` (or `name[...]`) registered.
+    fn named(&self, name: &str) -> usize {
+        self.names
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|n| n.as_str() == name || n.starts_with(&format!("{name}[")))
+            .count()
+    }
 }
 
 impl std::fmt::Display for CountingPool {
@@ -50,6 +64,7 @@ impl MemoryPool for CountingPool {
         if consumer.name().starts_with("ParquetFileWriter") {
             self.writers.fetch_add(1, Ordering::Relaxed);
         }
+        self.names.lock().unwrap().push(consumer.name().to_string());
         if consumer.name().starts_with("PositionDeleteWriterExec") {
             self.delete_writers.fetch_add(1, Ordering::Relaxed);
         }
@@ -773,11 +788,10 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         ("INSERT INTO ns.t SELECT value AS id, value % 31 AS k, 1 AS v FROM generate_series(40001, 45000)", false, false),
         // Rows read from the table itself: the scan below the writer has several tasks.
         ("INSERT INTO ns.t SELECT id + 100000 AS id, k, v FROM ns.t WHERE k < 10", true, false),
-        // MERGE runs on the coordinator for now: the same answer and table, nothing on workers
-        // asserted.
+        // MERGE's first pass (join, clauses, writers) runs in the workers' tasks.
         ("MERGE INTO ns.t AS t USING (SELECT value AS id, 7 AS v FROM generate_series(39001, 41000)) AS s \
           ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v \
-          WHEN NOT MATCHED THEN INSERT (id, k, v) VALUES (s.id, 0, s.v)", false, false),
+          WHEN NOT MATCHED THEN INSERT (id, k, v) VALUES (s.id, 0, s.v)", true, false),
     ];
     let statements: Vec<&str> = steps.iter().map(|(s, _, _)| *s).collect();
     let check = "SELECT count(*), sum(v), sum(k), min(v), max(id) FROM ns.t";
@@ -955,6 +969,11 @@ async fn a_sorted_table_is_rewritten_on_the_workers_in_sorted_files() {
         "DELETE FROM ns.t WHERE id % 3 = 0",
         // The sort key changes: the rewritten files are sorted by the new values.
         "UPDATE ns.t SET v = 100003 - v WHERE k = 4",
+        // MERGE's new rows are written, sorted, in the workers' tasks.
+        "MERGE INTO ns.t AS t USING (SELECT value AS id, value % 1000 AS v FROM generate_series(1, 30000)) AS s \
+         ON t.id = s.id AND t.k = 5 \
+         WHEN MATCHED THEN UPDATE SET v = s.v \
+         WHEN NOT MATCHED AND s.id > 29000 THEN INSERT (id, k, v) VALUES (s.id, 0, s.v)",
     ] {
         let before: usize = pools
             .iter()
@@ -1758,4 +1777,67 @@ async fn a_table_in_object_storage_is_read_and_written_on_the_workers() {
         .iter()
         .any(|f| f.ends_with(".parquet")));
     drop(worker_sessions);
+}
+
+/// `MERGE` in a distributed session: its first pass (the join of the source with the target,
+/// the clauses, the writers) runs in the workers' tasks, which report the target rows they
+/// changed. Both write modes, matched updates and deletes, inserts and NOT MATCHED BY SOURCE
+/// give one session's answers and table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_runs_its_first_pass_on_the_workers() {
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let single = table(one.path(), 4, 10_000, 31, 2).await;
+    drop(table(many.path(), 4, 10_000, 31, 2).await);
+    let (urls, pools) = cluster(2).await;
+    let distributed = coordinator(many.path(), urls.iter().map(|u| u.to_string()).collect()).await;
+    let merges = |consumer: &str| -> usize { pools.iter().map(|p| p.named(consumer)).sum() };
+    let check = "SELECT count(*), sum(v), sum(k), min(v), max(id) FROM ns.t";
+    let steps = [
+        "SET iceberg.merge_mode = 'merge-on-read'",
+        "MERGE INTO ns.t AS t USING (SELECT value AS id, value % 4 AS op FROM generate_series(38001, 42000)) AS s \
+         ON t.id = s.id \
+         WHEN MATCHED AND s.op = 0 THEN DELETE \
+         WHEN MATCHED THEN UPDATE SET v = -s.id \
+         WHEN NOT MATCHED THEN INSERT (id, k, v) VALUES (s.id, s.op, 1)",
+        "SET iceberg.merge_mode = 'copy-on-write'",
+        "MERGE INTO ns.t AS t USING (SELECT value * 3 AS id FROM generate_series(1, 3000)) AS s \
+         ON t.id = s.id \
+         WHEN MATCHED THEN UPDATE SET v = v + 1000000",
+        "MERGE INTO ns.t AS t USING (SELECT value AS id FROM generate_series(1, 20000)) AS s \
+         ON t.id = s.id AND t.k < 20 \
+         WHEN MATCHED THEN UPDATE SET k = 99 \
+         WHEN NOT MATCHED BY SOURCE AND t.id % 97 = 0 THEN DELETE",
+    ];
+    for statement in steps {
+        let before = merges("MergePositions");
+        assert_eq!(
+            rows(&distributed, statement).await,
+            rows(&single, statement).await,
+            "{statement}"
+        );
+        assert_eq!(
+            rows(&distributed, check).await,
+            rows(&single, check).await,
+            "after {statement}"
+        );
+        if !statement.starts_with("SET") {
+            assert!(merges("MergePositions") > before, "{statement} ran no task");
+            let layout_free = |mut summary: Vec<(String, String)>| {
+                summary.retain(|(k, _)| {
+                    !k.ends_with("delete-files") && k != "added-records" && k != "deleted-records"
+                });
+                summary
+            };
+            assert_eq!(
+                layout_free(summary(&distributed).await),
+                layout_free(summary(&single).await),
+                "{statement}"
+            );
+            one_delete_file_each(&planned_files(&distributed).await, statement);
+        }
+    }
+    assert_eq!(
+        rows(&distributed, "SELECT id, k, v FROM ns.t ORDER BY id").await,
+        rows(&single, "SELECT id, k, v FROM ns.t ORDER BY id").await
+    );
 }

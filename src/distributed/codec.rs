@@ -44,13 +44,19 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use super::planned::EncodedFiles;
+use crate::dml::merge::clauses::{
+    Clause, ClauseAction, ClauseKind, MergeRowsExec, RowLayout, RowsMode,
+};
+use crate::dml::merge::positions::MergePositions;
 use crate::dml::mor_writer::PositionDeleteWriterExec;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};
 use crate::physical_plan::parquet_files::with_recorded_size_reader_indexed;
 use crate::physical_plan::positional_delete::{FileDeletes, PositionalDeleteExec};
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
-use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
+use crate::physical_plan::write::{
+    sort_requirement, DataFileWriterExec, WriterTally, WrittenFiles,
+};
 use crate::scan::FieldIdAdapterFactory;
 use crate::IcebergTableProvider;
 
@@ -100,6 +106,16 @@ enum Node {
         condition: Vec<u8>,
         change: Change,
     },
+    MergeRows {
+        clauses: Vec<EncodedClause>,
+        source_columns: usize,
+        target_columns: Vec<usize>,
+        /// The join rows' schema (datafusion-proto `DfSchema`), with the statement's
+        /// qualifiers.
+        layout_schema: Vec<u8>,
+        /// The rows written (datafusion-proto `Schema`).
+        table_schema: Vec<u8>,
+    },
     PositionDeleteWriter {
         table: iceberg::TableIdent,
         metadata_location: Option<String>,
@@ -116,6 +132,22 @@ enum Node {
         fanout: usize,
         projection: Option<Vec<usize>>,
     },
+}
+
+/// A `MERGE` clause, its expressions as datafusion-proto messages over the join rows.
+#[derive(Serialize, Deserialize)]
+struct EncodedClause {
+    kind: ClauseKind,
+    predicate: Option<Vec<u8>>,
+    action: EncodedAction,
+    text: String,
+}
+
+#[derive(Serialize, Deserialize)]
+enum EncodedAction {
+    Update(Vec<(usize, Vec<u8>)>),
+    Delete,
+    Insert(Vec<Option<Vec<u8>>>),
 }
 
 /// A [`RowChange`], its expressions as datafusion-proto messages.
@@ -143,23 +175,27 @@ fn expr_of(
     parse_physical_expr(&node, ctx, schema, codec)
 }
 
-/// The counts of the `ChangeRowsExec` a decoded writer reports: the one below it in the same
-/// process, found through single-child nodes (the sort, a projection).
-fn counts_below(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<ChangeCounts>> {
+/// What a decoded writer reports: the counts of the `ChangeRowsExec`, or the positions of the
+/// `MergeRowsExec`, below it in the same process, found through single-child nodes (the sort, a
+/// projection).
+fn tally_below(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn WriterTally>> {
     let mut node = Arc::clone(plan);
     loop {
         if let Some(change) = node.downcast_ref::<ChangeRowsExec>() {
-            return Ok(Arc::clone(change.counts()));
+            return Ok(Arc::clone(change.counts()) as Arc<dyn WriterTally>);
         }
-        node = match node.children().as_slice() {
-            [child] => Arc::clone(child),
-            _ => {
-                return Err(DataFusionError::Internal(
-                    "a writer that reports a tally has no ChangeRowsExec below it in its task"
+        if let Some(merge) = node.downcast_ref::<MergeRowsExec>() {
+            return Ok(Arc::clone(merge.positions()) as Arc<dyn WriterTally>);
+        }
+        node =
+            match node.children().as_slice() {
+                [child] => Arc::clone(child),
+                _ => return Err(DataFusionError::Internal(
+                    "a writer that reports a tally has no ChangeRowsExec or MergeRowsExec below \
+                     it in its task"
                         .into(),
-                ))
-            }
-        };
+                )),
+            };
     }
 }
 
@@ -313,7 +349,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 tally,
             } => {
                 let input = one("DataFileWriterExec")?;
-                let counts = tally.then(|| counts_below(&input)).transpose()?;
+                let counts = tally.then(|| tally_below(&input)).transpose()?;
                 let table = decoded_table(table, metadata_location, *metadata, &task_stores(ctx))?;
                 let sort = match sorted {
                     true => sort_requirement(&table, &input.schema())?,
@@ -330,7 +366,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 }
                 node = node.with_local_sort(local_sort);
                 if let Some(counts) = counts {
-                    node = node.with_tally(counts);
+                    node = node.with_report(counts);
                 }
                 Arc::new(node)
             }
@@ -354,6 +390,67 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     change,
                     Arc::new(ChangeCounts::default()),
                 )?)
+            }
+            Node::MergeRows {
+                clauses,
+                source_columns,
+                target_columns,
+                layout_schema,
+                table_schema,
+            } => {
+                let input = one("MergeRowsExec")?;
+                let schema = input.schema();
+                let expr = |bytes: &[u8]| expr_of(bytes, &schema, ctx, self);
+                let clauses = clauses
+                    .into_iter()
+                    .map(|c| {
+                        Ok(Clause {
+                            kind: c.kind,
+                            predicate: c.predicate.as_deref().map(expr).transpose()?,
+                            action: match c.action {
+                                EncodedAction::Update(a) => ClauseAction::Update(
+                                    a.iter()
+                                        .map(|(i, e)| Ok((*i, expr(e)?)))
+                                        .collect::<Result<_>>()?,
+                                ),
+                                EncodedAction::Delete => ClauseAction::Delete,
+                                EncodedAction::Insert(v) => ClauseAction::Insert(
+                                    v.iter()
+                                        .map(|e| e.as_deref().map(expr).transpose())
+                                        .collect::<Result<_>>()?,
+                                ),
+                            },
+                            text: c.text,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let bad = |e: prost::DecodeError| {
+                    DataFusionError::Internal(format!("undecodable MergeRowsExec schema: {e}"))
+                };
+                let layout_schema =
+                    datafusion_proto::protobuf::DfSchema::decode(layout_schema.as_slice())
+                        .map_err(bad)?;
+                let table_schema =
+                    datafusion_proto::protobuf::Schema::decode(table_schema.as_slice())
+                        .map_err(bad)?;
+                let layout = RowLayout {
+                    source_columns,
+                    target_columns,
+                    schema: Arc::new(datafusion::common::DFSchema::try_from(&layout_schema)?),
+                };
+                let table_schema = Arc::new(arrow::datatypes::Schema::try_from(&table_schema)?);
+                let positions = Arc::new(MergePositions::new(
+                    datafusion::execution::memory_pool::MemoryConsumer::new("MergePositions")
+                        .with_can_spill(true)
+                        .register(ctx.memory_pool()),
+                ));
+                Arc::new(MergeRowsExec::new(
+                    input,
+                    clauses.into(),
+                    Arc::new(layout),
+                    table_schema,
+                    positions,
+                ))
             }
             Node::PositionDeleteWriter {
                 table,
@@ -477,6 +574,50 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     RowChange::Update(a) => Change::Update(assigned(a)?),
                     RowChange::UpdateSelected(a) => Change::UpdateSelected(assigned(a)?),
                 },
+            }
+        } else if let Some(m) = node.downcast_ref::<MergeRowsExec>() {
+            if !matches!(m.mode(), RowsMode::NewRows) {
+                return not_impl_err!("iceberg-exec's plan codec encodes MERGE's first pass only");
+            }
+            let clauses = m
+                .clauses()
+                .iter()
+                .map(|c| {
+                    Ok(EncodedClause {
+                        kind: c.kind,
+                        predicate: c
+                            .predicate
+                            .as_ref()
+                            .map(|e| expr_bytes(e, self))
+                            .transpose()?,
+                        action: match &c.action {
+                            ClauseAction::Update(a) => EncodedAction::Update(
+                                a.iter()
+                                    .map(|(i, e)| Ok((*i, expr_bytes(e, self)?)))
+                                    .collect::<Result<_>>()?,
+                            ),
+                            ClauseAction::Delete => EncodedAction::Delete,
+                            ClauseAction::Insert(v) => EncodedAction::Insert(
+                                v.iter()
+                                    .map(|e| e.as_ref().map(|e| expr_bytes(e, self)).transpose())
+                                    .collect::<Result<_>>()?,
+                            ),
+                        },
+                        text: c.text.clone(),
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let layout = m.layout();
+            let layout_schema =
+                datafusion_proto::protobuf::DfSchema::try_from(layout.schema.as_ref())?;
+            let table_schema =
+                datafusion_proto::protobuf::Schema::try_from(m.table_schema().as_ref())?;
+            Node::MergeRows {
+                clauses,
+                source_columns: layout.source_columns,
+                target_columns: layout.target_columns.clone(),
+                layout_schema: layout_schema.encode_to_vec(),
+                table_schema: table_schema.encode_to_vec(),
             }
         } else if let Some(w) = node.downcast_ref::<PositionDeleteWriterExec>() {
             let table = w.table();

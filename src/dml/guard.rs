@@ -115,6 +115,19 @@ pub(crate) struct Planned {
     schema: datafusion::common::DFSchemaRef,
 }
 
+/// `plan` made ready to run by `state`'s query planner: through the physical optimizer rules,
+/// and in a distributed session cut into stages over the workers.
+pub(crate) async fn through_planner(
+    state: &datafusion::execution::context::SessionState,
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let logical = Planned::logical(plan)?;
+    state
+        .query_planner()
+        .create_physical_plan(&logical, state)
+        .await
+}
+
 impl Planned {
     /// `plan` as a logical plan.
     pub(crate) fn logical(plan: Arc<dyn ExecutionPlan>) -> Result<LogicalPlan> {

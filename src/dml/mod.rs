@@ -15,7 +15,7 @@
 pub(crate) mod core;
 pub(crate) mod delete;
 pub(crate) mod deletes;
-mod guard;
+pub(crate) mod guard;
 pub(crate) mod merge;
 mod mor_pass;
 pub(crate) mod mor_writer;

@@ -353,13 +353,7 @@ impl DmlJob {
     /// coordinator also distributed over its workers (through the session's query planner).
     async fn executable(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         match self.distributed {
-            true => {
-                let logical = super::guard::Planned::logical(plan)?;
-                self.state
-                    .query_planner()
-                    .create_physical_plan(&logical, &self.state)
-                    .await
-            }
+            true => super::guard::through_planner(&self.state, plan).await,
             false => super::core::optimized(&self.state, plan),
         }
     }

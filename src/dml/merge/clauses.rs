@@ -44,7 +44,7 @@ use crate::physical_plan::scan::lineage::LAST_UPDATED_SEQUENCE_NUMBER;
 use crate::physical_plan::single_child;
 
 /// Which rows a clause applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum ClauseKind {
     /// A target row and a source row the `ON` condition pairs.
     Matched,
@@ -439,6 +439,30 @@ impl MergeRowsExec {
     pub(crate) fn with_mode(mut self, mode: RowsMode) -> Self {
         self.mode = mode;
         self
+    }
+}
+
+/// What the plan codec carries of the node.
+#[cfg_attr(not(feature = "distributed"), allow(dead_code))]
+impl MergeRowsExec {
+    pub(crate) fn clauses(&self) -> &Arc<[Clause]> {
+        &self.clauses
+    }
+
+    pub(crate) fn layout(&self) -> &Arc<RowLayout> {
+        &self.layout
+    }
+
+    pub(crate) fn table_schema(&self) -> &SchemaRef {
+        &self.table_schema
+    }
+
+    pub(crate) fn mode(&self) -> &RowsMode {
+        &self.mode
+    }
+
+    pub(crate) fn positions(&self) -> &Arc<MergePositions> {
+        &self.positions
     }
 }
 

@@ -26,9 +26,11 @@ use futures::StreamExt;
 use iceberg::spec::Operation;
 
 use super::clauses::{MergeRowsExec, RowsMode};
-use super::join::{join_plan, read_source, rewrite_join, spilled_exec, BufferedSource, JoinMode};
+use super::join::{
+    join_filter, join_plan, read_source, rewrite_join, spilled_exec, BufferedSource, JoinMode,
+};
 use super::key_filter::source_key_filter;
-use super::positions::{DropCounts, DropPositionsExec, MergePositions, PositionMap};
+use super::positions::{DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap};
 use super::rewrite::RewriteExec;
 use crate::dml::core::WriteMode;
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
@@ -37,8 +39,14 @@ use crate::error::IcebergResultExt;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
 use crate::physical_plan::write::WrittenFiles;
+use crate::physical_plan::write::{decode_data_files, sort_requirement, DataFileWriterExec};
 use crate::scan::{PlannedFile, ScanFiles};
 use crate::snapshot::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
+use datafusion::common::NullEquality;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execute_stream;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 
 use super::{MergeJob, SOURCE_MARKER};
 
@@ -294,47 +302,82 @@ async fn changes(
     if m.first_pass_columns.value() == 0 {
         m.first_pass_columns.add(layout.target_columns.len());
     }
-    let key_filter =
-        source_key_filter(&read, spec, &target.schema(), context, m.spill.clone()).await?;
-    let (join, mode) = join_plan(
-        read,
-        target,
-        key_filter.clone(),
-        spec,
-        layout,
-        context,
-        m.spill.clone(),
-    )?;
-    if let JoinMode::Grace(n) = mode {
-        m.grace_partitions.add(n);
-    }
-    let positions = MergePositions::new(
-        MemoryConsumer::new("MergePositions")
-            .with_can_spill(true)
-            .register(context.memory_pool()),
-    );
-    let positions = Arc::new(match decide {
-        Some(_) => positions.keeping_deleted(),
-        None => positions,
-    });
-    let rows: Arc<dyn ExecutionPlan> = Arc::new(
-        MergeRowsExec::new(
-            join,
-            Arc::clone(clauses),
-            Arc::clone(layout),
-            Arc::clone(&job.table_schema),
-            Arc::clone(&positions),
-        )
-        .with_mode(match decide {
-            Some(_) => RowsMode::Decide,
-            None => RowsMode::NewRows,
-        }),
-    );
-    let mut added = job.write(rows, written, context, &m.spill).await?;
-    if let Some(f) = &key_filter {
-        m.key_filter_skipped.add(f.skipped());
-    }
-    let (updated, deleted, inserted) = positions.counts();
+    // Distributed, with the source in memory and hash keys: the join, the clauses and the
+    // writers run in the workers' tasks, which report the positions they changed.
+    let distributed_source = match (&read.buffered, job.distributed && decide.is_none()) {
+        (BufferedSource::Memory(batches, _), true) if !spec.source_keys.is_empty() => {
+            Some(batches.clone())
+        }
+        _ => None,
+    };
+    let (mut added, changed, deleted_positions, (updated, deleted, inserted)) =
+        match distributed_source {
+            Some(batches) => {
+                let (added, report) = distributed_first_pass(
+                    job,
+                    batches,
+                    Arc::clone(&read.schema),
+                    target,
+                    written,
+                    context,
+                )
+                .await?;
+                drop(read);
+                (
+                    added,
+                    report.changed,
+                    PositionMap::new(),
+                    (report.updated, report.deleted, report.inserted),
+                )
+            }
+            None => {
+                let key_filter =
+                    source_key_filter(&read, spec, &target.schema(), context, m.spill.clone())
+                        .await?;
+                let (join, mode) = join_plan(
+                    read,
+                    target,
+                    key_filter.clone(),
+                    spec,
+                    layout,
+                    context,
+                    m.spill.clone(),
+                )?;
+                if let JoinMode::Grace(n) = mode {
+                    m.grace_partitions.add(n);
+                }
+                let positions = MergePositions::new(
+                    MemoryConsumer::new("MergePositions")
+                        .with_can_spill(true)
+                        .register(context.memory_pool()),
+                );
+                let positions = Arc::new(match decide {
+                    Some(_) => positions.keeping_deleted(),
+                    None => positions,
+                });
+                let rows: Arc<dyn ExecutionPlan> = Arc::new(
+                    MergeRowsExec::new(
+                        join,
+                        Arc::clone(clauses),
+                        Arc::clone(layout),
+                        Arc::clone(&job.table_schema),
+                        Arc::clone(&positions),
+                    )
+                    .with_mode(match decide {
+                        Some(_) => RowsMode::Decide,
+                        None => RowsMode::NewRows,
+                    }),
+                );
+                let added = job.write(rows, written, context, &m.spill).await?;
+                if let Some(f) = &key_filter {
+                    m.key_filter_skipped.add(f.skipped());
+                }
+                let counts = positions.counts();
+                let changed = positions.take_changed()?;
+                let deleted_positions = positions.take_deleted()?;
+                (added, changed, deleted_positions, counts)
+            }
+        };
     let new_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
     // A narrow first pass leaves the updated rows' new versions to the rewrite.
     let new_in_pass_1 = match decide {
@@ -346,9 +389,6 @@ async fn changes(
             "it wrote {new_rows} new rows for {updated} updated and {inserted} inserted"
         )));
     }
-    let changed = positions.take_changed()?;
-    let deleted_positions = positions.take_deleted()?;
-    drop(positions);
     // The copy the rewrite joins with, when it has updated rows to make new versions of (the
     // batches themselves go: nothing holds them through pass 2).
     let source_copy = match source_batches {
@@ -492,6 +532,79 @@ async fn changes(
         changes,
         (updated, deleted, inserted, rewritten, delete_files_removed),
     )))
+}
+
+/// A distributed `MERGE`'s first pass. The source (in memory here) and the target are
+/// hash-partitioned by the join keys, and each task joins its partitions, applies the clauses
+/// and writes the new rows (sorting its own for a sorted table). Its writer then reports, in
+/// its output, the target positions the task changed and its counts. A target row has one key,
+/// so one task sees it: the check that no target row matches twice holds per task. Returns the
+/// new data files (recorded in `written` as they arrive) and the reports' sum.
+async fn distributed_first_pass(
+    job: &MergeJob,
+    batches: Vec<RecordBatch>,
+    schema: SchemaRef,
+    target: Arc<dyn ExecutionPlan>,
+    written: &WrittenFiles,
+    context: &Arc<TaskContext>,
+) -> Result<(Vec<crate::snapshot::NewFile>, MergeReport)> {
+    let spec = &job.spec;
+    let filter = spec
+        .filter
+        .as_ref()
+        .map(|f| join_filter(Arc::clone(f), &schema, &target.schema(), &job.layout))
+        .transpose()?;
+    let source = MemorySourceConfig::try_new_exec(&[batches], schema, None)?;
+    let on = spec
+        .source_keys
+        .iter()
+        .cloned()
+        .zip(spec.target_keys.iter().cloned())
+        .collect();
+    let join = HashJoinExec::try_new(
+        source,
+        target,
+        on,
+        filter,
+        &spec.join_type,
+        None,
+        PartitionMode::Partitioned,
+        NullEquality::NullEqualsNothing,
+        false,
+    )?;
+    let positions = Arc::new(MergePositions::new(
+        MemoryConsumer::new("MergePositions")
+            .with_can_spill(true)
+            .register(context.memory_pool()),
+    ));
+    let rows: Arc<dyn ExecutionPlan> = Arc::new(MergeRowsExec::new(
+        Arc::new(join),
+        Arc::clone(&job.clauses),
+        Arc::clone(&job.layout),
+        Arc::clone(&job.table_schema),
+        Arc::clone(&positions),
+    ));
+    let sort = sort_requirement(&job.table, &rows.schema())?;
+    let writer = DataFileWriterExec::try_new(rows, job.table.clone(), sort, written.clone())?
+        .with_row_lineage(job.row_lineage())?
+        .with_local_sort(true)
+        .with_report(positions);
+    let plan = crate::dml::guard::through_planner(&job.state, Arc::new(writer)).await?;
+    let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
+    let mut stream = execute_stream(plan, Arc::clone(context))?;
+    let mut added = vec![];
+    let mut report = MergeReport::default();
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let files = decode_data_files(&batch, job.table.metadata())?;
+        // Files a worker wrote are removed from here if the statement fails.
+        for f in &files {
+            written.record(f.file.file_path().to_string());
+        }
+        added.extend(files);
+        report.add(&batch)?;
+    }
+    Ok((added, report))
 }
 
 /// Merge-on-read: one position delete file (format v3: deletion vector) per data file with

@@ -513,7 +513,7 @@ pub(crate) fn rewrite_join(
 }
 
 /// The join filter over all columns of both sides (the join rows' layout).
-fn join_filter(
+pub(crate) fn join_filter(
     expression: Arc<dyn PhysicalExpr>,
     source: &SchemaRef,
     target: &SchemaRef,

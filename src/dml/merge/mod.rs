@@ -24,11 +24,11 @@
 //!            concurrent commits (on a conflict the statement runs again on the new state)
 //! ```
 
-mod clauses;
+pub(crate) mod clauses;
 mod exec;
 mod join;
 mod key_filter;
-mod positions;
+pub(crate) mod positions;
 mod rewrite;
 
 pub use exec::MergeExec;
@@ -172,7 +172,10 @@ pub(crate) async fn plan_merge(
         "write.merge.mode",
         "iceberg.merge_mode",
     )?;
-    let decide = match mode == WriteMode::CopyOnWrite && !by_source && updates {
+    // Distributed, the first pass runs in the workers' tasks and reads whole rows (the narrow
+    // first pass joins the source again in its rewrite, here).
+    let distributed = crate::physical_plan::distributes(session.config());
+    let decide = match mode == WriteMode::CopyOnWrite && !by_source && updates && !distributed {
         true => decide_plan(
             &clauses,
             &on,
@@ -199,6 +202,7 @@ pub(crate) async fn plan_merge(
         prune,
         by_source,
         decide,
+        distributed,
     };
     Ok(Arc::new(MergeExec::new(source, Arc::new(job))))
 }
@@ -368,6 +372,9 @@ pub(super) struct MergeJob {
     pub(super) by_source: bool,
     /// Copy-on-write's narrow first pass, when it applies (see [`decide_plan`]).
     pub(super) decide: Option<Decide>,
+    /// Whether the session distributes its plans over workers: the first pass then runs in
+    /// their tasks when the source fits in memory and `ON` has hash keys.
+    pub(super) distributed: bool,
 }
 
 /// The first pass of a copy-on-write `MERGE` that reads only the deciding columns: it finds

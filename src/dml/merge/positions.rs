@@ -198,6 +198,130 @@ impl MergePositions {
     }
 }
 
+/// The spec id of a writer's report row holding one data file's changed positions.
+const POSITIONS_SPEC_ID: i32 = -2;
+/// The spec id of a writer's report row holding the rows updated, deleted and inserted.
+const COUNTS_SPEC_ID: i32 = -3;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PositionsRow {
+    file: String,
+    /// The roaring bitmap, serialized, as hex.
+    positions: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CountsRow {
+    updated: u64,
+    deleted: u64,
+    inserted: u64,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Result<Vec<u8>> {
+    let bad = || DataFusionError::Internal("undecodable MERGE positions".into());
+    if !text.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+        .collect()
+}
+
+/// A distributed `MERGE`'s first pass: each task's writer reports the positions its task's
+/// join changed, and its counts, as rows of its output.
+impl crate::physical_plan::write::WriterTally for MergePositions {
+    fn rows(&self) -> Result<RecordBatch> {
+        let changed = self.take_changed()?;
+        let mut spec_ids = vec![];
+        let mut jsons = vec![];
+        let mut files: Vec<_> = changed.into_iter().collect();
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        for (file, positions) in files {
+            let mut bytes = Vec::with_capacity(positions.serialized_size());
+            positions
+                .serialize_into(&mut bytes)
+                .map_err(|e| DataFusionError::Internal(format!("serializing positions: {e}")))?;
+            let row = PositionsRow {
+                file,
+                positions: hex(&bytes),
+            };
+            spec_ids.push(POSITIONS_SPEC_ID);
+            jsons.push(to_json(&row)?);
+        }
+        let (updated, deleted, inserted) = self.counts();
+        spec_ids.push(COUNTS_SPEC_ID);
+        jsons.push(to_json(&CountsRow {
+            updated,
+            deleted,
+            inserted,
+        })?);
+        Ok(RecordBatch::try_new(
+            crate::physical_plan::write::data_files_schema(),
+            vec![
+                Arc::new(arrow::array::Int32Array::from(spec_ids)),
+                Arc::new(arrow::array::StringArray::from(jsons)),
+            ],
+        )?)
+    }
+}
+
+fn to_json(v: &impl serde::Serialize) -> Result<String> {
+    serde_json::to_string(v)
+        .map_err(|e| DataFusionError::Internal(format!("encoding a MERGE report: {e}")))
+}
+
+/// What the writers of a distributed `MERGE`'s first pass reported, summed over their tasks.
+#[derive(Debug, Default)]
+pub(crate) struct MergeReport {
+    pub changed: PositionMap,
+    pub updated: u64,
+    pub deleted: u64,
+    pub inserted: u64,
+}
+
+impl MergeReport {
+    /// Adds the report rows of one writer output batch (its data file rows are skipped).
+    pub(crate) fn add(&mut self, batch: &RecordBatch) -> Result<()> {
+        let (spec_ids, jsons) = crate::physical_plan::write::data_file_columns(batch)?;
+        let bad = |e: serde_json::Error| {
+            DataFusionError::Internal(format!("undecodable MERGE report row: {e}"))
+        };
+        for i in 0..batch.num_rows() {
+            match spec_ids.value(i) {
+                POSITIONS_SPEC_ID => {
+                    let row: PositionsRow = serde_json::from_str(jsons.value(i)).map_err(bad)?;
+                    let bytes = unhex(&row.positions)?;
+                    let positions = RoaringTreemap::deserialize_from(bytes.as_slice())
+                        .map_err(|e| DataFusionError::Internal(format!("positions: {e}")))?;
+                    let held = self.changed.entry(row.file.clone()).or_default();
+                    let before = held.len() + positions.len();
+                    *held |= positions;
+                    // Each target row is joined in one task only.
+                    if held.len() != before {
+                        return Err(DataFusionError::Internal(format!(
+                            "two tasks changed the same rows of {}",
+                            row.file
+                        )));
+                    }
+                }
+                COUNTS_SPEC_ID => {
+                    let row: CountsRow = serde_json::from_str(jsons.value(i)).map_err(bad)?;
+                    self.updated += row.updated;
+                    self.deleted += row.deleted;
+                    self.inserted += row.inserted;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Rows read and dropped by a [`DropPositionsExec`], over its partitions.
 #[derive(Debug, Default)]
 pub(crate) struct DropCounts {

@@ -9,6 +9,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 
 use crate::physical_plan::single_child;
+use arrow::array::RecordBatch;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::{
     Distribution, EquivalenceProperties, LexRequirement, OrderingRequirements,
@@ -26,6 +27,19 @@ use super::writer::{
     data_files_schema, tally_batch, write_partition, PartitionWrite, WriterCounters,
 };
 use crate::physical_plan::change_rows::ChangeCounts;
+
+/// A report a [`DataFileWriterExec`] appends to its output once all of its partitions have
+/// written: rows of its output schema whose spec id is negative (never a partition spec's).
+pub(crate) trait WriterTally: Send + Sync + fmt::Debug {
+    /// The rows, taken once the last partition has written.
+    fn rows(&self) -> Result<RecordBatch>;
+}
+
+impl WriterTally for ChangeCounts {
+    fn rows(&self) -> Result<RecordBatch> {
+        tally_batch(self.get())
+    }
+}
 
 /// Locations of every file a write handed out, shared by the writer and commit nodes of one
 /// statement so that a failed statement can remove what it wrote.
@@ -92,11 +106,8 @@ pub struct DataFileWriterExec {
     single_writer: bool,
     /// Whether each input partition is sorted on its own (see [`Self::with_local_sort`]).
     local_sort: bool,
-    /// The counts of the [`ChangeRowsExec`] below, reported in the output (see
-    /// [`Self::with_tally`]).
-    ///
-    /// [`ChangeRowsExec`]: crate::physical_plan::change_rows::ChangeRowsExec
-    tally: Option<Arc<ChangeCounts>>,
+    /// What a node below reports in the output (see [`Self::with_tally`]).
+    tally: Option<Arc<dyn WriterTally>>,
     /// Partitions whose files are all written (the last one reports the tally).
     finished: Arc<AtomicUsize>,
     metrics: ExecutionPlanMetricsSet,
@@ -177,8 +188,15 @@ impl DataFileWriterExec {
     /// the data file rows, so it reaches the statement from whichever process wrote.
     ///
     /// [`ChangeRowsExec`]: crate::physical_plan::change_rows::ChangeRowsExec
-    pub fn with_tally(mut self, counts: Arc<ChangeCounts>) -> Self {
-        self.tally = Some(counts);
+    pub fn with_tally(self, counts: Arc<ChangeCounts>) -> Self {
+        self.with_report(counts)
+    }
+
+    /// Appends `tally`'s rows to the output once every partition has written its files (see
+    /// [`Self::with_tally`]): what a node below in the same process found, reaching the
+    /// statement from whichever process wrote.
+    pub(crate) fn with_report(mut self, tally: Arc<dyn WriterTally>) -> Self {
+        self.tally = Some(tally);
         self
     }
 
@@ -402,7 +420,7 @@ impl ExecutionPlan for DataFileWriterExec {
             if finished.fetch_add(1, Ordering::AcqRel) + 1 != partitions {
                 return Ok(batch);
             }
-            let tally = tally_batch(counts.get())?;
+            let tally = counts.rows()?;
             Ok(arrow::compute::concat_batches(
                 &data_files_schema(),
                 [&batch, &tally],

@@ -15,6 +15,7 @@ pub use delete_files::{
     DELETE_FILE_PATH_ID, DELETE_POS_ID,
 };
 pub use deletion_vectors::{write_deletion_vectors, DeletionVector};
+pub(crate) use exec::WriterTally;
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;
-pub(crate) use writer::{decode_data_files, decode_tally};
+pub(crate) use writer::{data_file_columns, data_files_schema, decode_data_files, decode_tally};

@@ -85,7 +85,7 @@ pub(crate) fn decode_tally(batch: &RecordBatch) -> Result<(u64, u64)> {
     Ok((read, selected))
 }
 
-fn data_file_columns(batch: &RecordBatch) -> Result<(&Int32Array, &StringArray)> {
+pub(crate) fn data_file_columns(batch: &RecordBatch) -> Result<(&Int32Array, &StringArray)> {
     let bad = || DataFusionError::Internal("unexpected data file batch layout".into());
     if batch.num_columns() != 2 {
         return Err(bad());
@@ -110,8 +110,9 @@ pub(crate) fn decode_data_files(
 ) -> Result<Vec<NewFile>> {
     let (spec_ids, jsons) = data_file_columns(batch)?;
     let schema = metadata.current_schema();
+    // Rows with a negative spec id are reports (tallies), not files.
     (0..batch.num_rows())
-        .filter(|&i| spec_ids.value(i) != TALLY_SPEC_ID)
+        .filter(|&i| spec_ids.value(i) >= 0)
         .map(|i| {
             let spec_id = spec_ids.value(i);
             let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
