@@ -726,7 +726,7 @@ def main() -> int:
     # MERGE of a change set (half updates spread over the table, half inserts) into `plain`.
     changes = rows // 10
 
-    def merge_scenario(name, title, goal, mode):
+    def merge_scenario(name, title, goal, mode, distributed=False):
         delta_path = os.path.join(args.work, "delta-" + name)
         inv = pow(19, -1, rows)
         # Rows the change set updates: id = v * 19 % rows for an even v < changes.
@@ -767,6 +767,27 @@ def main() -> int:
                 r = run_process(s.peers("duckdb", "--metadata", s.current_metadata(plain), "--sql", f"SELECT {agg} FROM {{t}}"), args.cap)
             return r.answer if r.status == "ok" else [r.status, r.detail]
 
+        if distributed:
+            # The same statement over two worker processes on this machine against one process
+            # (the first pass's join, clauses and writers in the workers' tasks).
+            if args.scenarios and name not in args.scenarios:
+                return
+            workers = [subprocess.Popen([E, "worker", "--warehouse", plain["warehouse"]], stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL) for _ in range(2)]
+            try:
+                urls = [json.loads(w.stdout.readline())["listening"] for w in workers]
+                one = [E, "sql", "--warehouse", plain["warehouse"], "--set", f"iceberg.merge_mode={mode}", "--sql", merge]
+                s.scenario(name, title, goal,
+                           [(OURS, one + ["--workers", ",".join(urls)]), (OURS_ONE_PROCESS, one)],
+                           lambda e: want, before, after,
+                           "Coordinator and both workers share this machine's 2 cores.")
+            finally:
+                for w in workers:
+                    w.kill()
+                    w.wait()
+            s.restore(plain)
+            return
+
         engines = [
             (OURS, [E, "sql", "--warehouse", plain["warehouse"], "--memory-limit", "64M", "--set", f"iceberg.merge_mode={mode}", "--sql", merge]),
             (OURS_UNLIMITED, [E, "sql", "--warehouse", plain["warehouse"], "--set", f"iceberg.merge_mode={mode}", "--sql", merge]),
@@ -790,6 +811,13 @@ def main() -> int:
                    ">= 2x faster than deltalake (proposed: within 1.5x of the COPY limit); peak RSS <= 400 MB", "copy-on-write")
     merge_scenario("merge_mor_64mib", f"Merge-on-read MERGE of {changes:,} changes (50% updates, 50% inserts) into {rows:,} rows, 64 MiB pool",
                    ">= 5x faster than our copy-on-write (proposed: within 1.2x of the join-and-write limit); peak RSS <= 400 MB", "merge-on-read")
+    if args.distributed:
+        merge_scenario("distributed_merge_mor", f"Merge-on-read MERGE of {changes:,} changes (50% updates, 50% inserts) "
+                       f"into {rows:,} rows over 2 workers on this machine", "overhead <= 1.3x of one process",
+                       "merge-on-read", distributed=True)
+        merge_scenario("distributed_merge_cow", f"Copy-on-write MERGE of {changes:,} changes (50% updates, 50% inserts) "
+                       f"into {rows:,} rows over 2 workers on this machine", "overhead <= 1.3x of one process",
+                       "copy-on-write", distributed=True)
 
     # Sorted INSERT into an empty table with a sort order.
     if not args.scenarios or "sorted_insert_64mib" in args.scenarios:
