@@ -1807,9 +1807,19 @@ async fn merge_runs_its_first_pass_on_the_workers() {
          ON t.id = s.id AND t.k < 20 \
          WHEN MATCHED THEN UPDATE SET k = 99 \
          WHEN NOT MATCHED BY SOURCE AND t.id % 97 = 0 THEN DELETE",
+        // No new rows: every file written is the rewrite's, which runs in the tasks too.
+        "MERGE INTO ns.t AS t USING (SELECT value * 5 AS id FROM generate_series(1, 2000)) AS s \
+         ON t.id = s.id WHEN MATCHED THEN DELETE",
     ];
+    let writers = || -> usize {
+        pools
+            .iter()
+            .map(|p| p.writers.load(Ordering::Relaxed))
+            .sum()
+    };
     for statement in steps {
         let before = merges("MergePositions");
+        let writers_before = writers();
         assert_eq!(
             rows(&distributed, statement).await,
             rows(&single, statement).await,
@@ -1822,6 +1832,10 @@ async fn merge_runs_its_first_pass_on_the_workers() {
         );
         if !statement.starts_with("SET") {
             assert!(merges("MergePositions") > before, "{statement} ran no task");
+            assert!(
+                writers() > writers_before,
+                "{statement} wrote no file on a worker"
+            );
             let layout_free = |mut summary: Vec<(String, String)>| {
                 summary.retain(|(k, _)| {
                     !k.ends_with("delete-files") && k != "added-records" && k != "deleted-records"

@@ -47,7 +47,10 @@ use super::planned::EncodedFiles;
 use crate::dml::merge::clauses::{
     Clause, ClauseAction, ClauseKind, MergeRowsExec, RowLayout, RowsMode,
 };
-use crate::dml::merge::positions::MergePositions;
+use crate::dml::merge::key_filter::{KeyFilter, KeyFilterExec};
+use crate::dml::merge::positions::{
+    bitmap_hex, bitmap_of_hex, DropCounts, DropPositionsExec, MergePositions,
+};
 use crate::dml::mor_writer::PositionDeleteWriterExec;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};
@@ -115,6 +118,18 @@ enum Node {
         layout_schema: Vec<u8>,
         /// The rows written (datafusion-proto `Schema`).
         table_schema: Vec<u8>,
+    },
+    KeyFilter {
+        /// The target's key expressions (datafusion-proto messages).
+        keys: Vec<Vec<u8>>,
+        words: Vec<u64>,
+        dense_min: Option<i64>,
+    },
+    DropPositions {
+        /// Positions by data file, as roaring bitmaps in hex.
+        positions: Vec<(String, String)>,
+        /// The rows out (datafusion-proto `Schema`).
+        schema: Vec<u8>,
     },
     PositionDeleteWriter {
         table: iceberg::TableIdent,
@@ -187,15 +202,19 @@ fn tally_below(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn WriterTally>> {
         if let Some(merge) = node.downcast_ref::<MergeRowsExec>() {
             return Ok(Arc::clone(merge.positions()) as Arc<dyn WriterTally>);
         }
-        node =
-            match node.children().as_slice() {
-                [child] => Arc::clone(child),
-                _ => return Err(DataFusionError::Internal(
-                    "a writer that reports a tally has no ChangeRowsExec or MergeRowsExec below \
-                     it in its task"
+        if let Some(drop) = node.downcast_ref::<DropPositionsExec>() {
+            return Ok(Arc::clone(drop.counts()) as Arc<dyn WriterTally>);
+        }
+        node = match node.children().as_slice() {
+            [child] => Arc::clone(child),
+            _ => {
+                return Err(DataFusionError::Internal(
+                    "a writer that reports a tally has no ChangeRowsExec, MergeRowsExec or \
+                     DropPositionsExec below it in its task"
                         .into(),
-                )),
-            };
+                ))
+            }
+        };
     }
 }
 
@@ -452,6 +471,40 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     positions,
                 ))
             }
+            Node::KeyFilter {
+                keys,
+                words,
+                dense_min,
+            } => {
+                let input = one("KeyFilterExec")?;
+                let schema = input.schema();
+                let keys = keys
+                    .iter()
+                    .map(|k| expr_of(k, &schema, ctx, self))
+                    .collect::<Result<Vec<_>>>()?;
+                let reservation =
+                    datafusion::execution::memory_pool::MemoryConsumer::new("MergeKeyFilter")
+                        .register(ctx.memory_pool());
+                let filter = KeyFilter::from_parts(words, dense_min, reservation)?;
+                Arc::new(KeyFilterExec::new(input, keys, Arc::new(filter)))
+            }
+            Node::DropPositions { positions, schema } => {
+                let input = one("DropPositionsExec")?;
+                let positions = positions
+                    .iter()
+                    .map(|(file, hex)| Ok((file.clone(), bitmap_of_hex(hex)?)))
+                    .collect::<Result<HashMap<_, _>>>()?;
+                let schema = datafusion_proto::protobuf::Schema::decode(schema.as_slice())
+                    .map_err(|e| {
+                        DataFusionError::Internal(format!("undecodable DropPositionsExec: {e}"))
+                    })?;
+                Arc::new(DropPositionsExec::new(
+                    input,
+                    Arc::new(positions),
+                    Arc::new(arrow::datatypes::Schema::try_from(&schema)?),
+                    Arc::new(DropCounts::default()),
+                ))
+            }
             Node::PositionDeleteWriter {
                 table,
                 metadata_location,
@@ -618,6 +671,29 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 target_columns: layout.target_columns.clone(),
                 layout_schema: layout_schema.encode_to_vec(),
                 table_schema: table_schema.encode_to_vec(),
+            }
+        } else if let Some(k) = node.downcast_ref::<KeyFilterExec>() {
+            let (words, dense_min) = k.filter().parts();
+            Node::KeyFilter {
+                keys: k
+                    .keys()
+                    .iter()
+                    .map(|e| expr_bytes(e, self))
+                    .collect::<Result<_>>()?,
+                words: words.to_vec(),
+                dense_min,
+            }
+        } else if let Some(d) = node.downcast_ref::<DropPositionsExec>() {
+            let mut positions = d
+                .positions()
+                .iter()
+                .map(|(file, bitmap)| Ok((file.clone(), bitmap_hex(bitmap)?)))
+                .collect::<Result<Vec<_>>>()?;
+            positions.sort();
+            Node::DropPositions {
+                positions,
+                schema: datafusion_proto::protobuf::Schema::try_from(d.schema_out().as_ref())?
+                    .encode_to_vec(),
             }
         } else if let Some(w) = node.downcast_ref::<PositionDeleteWriterExec>() {
             let table = w.table();

@@ -29,7 +29,7 @@ use super::clauses::{MergeRowsExec, RowsMode};
 use super::join::{
     join_filter, join_plan, read_source, rewrite_join, spilled_exec, BufferedSource, JoinMode,
 };
-use super::key_filter::source_key_filter;
+use super::key_filter::{source_key_filter, KeyFilterExec};
 use super::positions::{DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap};
 use super::rewrite::RewriteExec;
 use crate::dml::core::WriteMode;
@@ -39,7 +39,9 @@ use crate::error::IcebergResultExt;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
 use crate::physical_plan::write::WrittenFiles;
-use crate::physical_plan::write::{decode_data_files, sort_requirement, DataFileWriterExec};
+use crate::physical_plan::write::{
+    decode_data_files, sort_requirement, DataFileWriterExec, WriterTally,
+};
 use crate::scan::{PlannedFile, ScanFiles};
 use crate::snapshot::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
 use datafusion::common::NullEquality;
@@ -313,6 +315,19 @@ async fn changes(
     let (mut added, changed, deleted_positions, (updated, deleted, inserted)) =
         match distributed_source {
             Some(batches) => {
+                // The source's keys travel as a filter on the target too: only target rows
+                // that may match are shuffled.
+                let key_filter =
+                    source_key_filter(&read, spec, &target.schema(), context, m.spill.clone())
+                        .await?;
+                let target: Arc<dyn ExecutionPlan> = match &key_filter {
+                    Some(f) => Arc::new(KeyFilterExec::new(
+                        target,
+                        spec.target_keys.clone(),
+                        Arc::clone(f),
+                    )),
+                    None => target,
+                };
                 let (added, report) = distributed_first_pass(
                     job,
                     batches,
@@ -473,9 +488,27 @@ async fn changes(
                         Arc::clone(&counts),
                     )),
                 };
-                let kept = job.write(keep, written, context, &m.spill).await?;
-                let read = counts.read.load(Ordering::Relaxed);
-                let dropped = counts.dropped.load(Ordering::Relaxed);
+                // Distributed, the rewrite runs in the workers' tasks too (each with the
+                // changed positions), which report what they read and dropped.
+                let (kept, read, dropped) =
+                    match job.distributed && keep.downcast_ref::<DropPositionsExec>().is_some() {
+                        true => {
+                            let (kept, report) = distributed_write(
+                                job,
+                                keep,
+                                Arc::clone(&counts) as Arc<dyn WriterTally>,
+                                written,
+                                context,
+                            )
+                            .await?;
+                            (kept, report.read, report.dropped)
+                        }
+                        false => {
+                            let kept = job.write(keep, written, context, &m.spill).await?;
+                            let read = counts.read.load(Ordering::Relaxed);
+                            (kept, read, counts.dropped.load(Ordering::Relaxed))
+                        }
+                    };
                 let spliced = spliced.load(Ordering::Relaxed);
                 let kept_rows: u64 = kept.iter().map(|f| f.file.record_count()).sum();
                 // Without a narrow first pass, the rewrite drops the updated rows (their new
@@ -584,11 +617,24 @@ async fn distributed_first_pass(
         Arc::clone(&job.table_schema),
         Arc::clone(&positions),
     ));
-    let sort = sort_requirement(&job.table, &rows.schema())?;
-    let writer = DataFileWriterExec::try_new(rows, job.table.clone(), sort, written.clone())?
+    distributed_write(job, rows, positions, written, context).await
+}
+
+/// Writes `input` (rows of the table) in the workers' tasks, each sorting its own rows for a
+/// sorted table, its writer reporting `tally`; returns the data files (recorded in `written`
+/// as they arrive) and the reports' sum.
+async fn distributed_write(
+    job: &MergeJob,
+    input: Arc<dyn ExecutionPlan>,
+    tally: Arc<dyn WriterTally>,
+    written: &WrittenFiles,
+    context: &Arc<TaskContext>,
+) -> Result<(Vec<crate::snapshot::NewFile>, MergeReport)> {
+    let sort = sort_requirement(&job.table, &input.schema())?;
+    let writer = DataFileWriterExec::try_new(input, job.table.clone(), sort, written.clone())?
         .with_row_lineage(job.row_lineage())?
         .with_local_sort(true)
-        .with_report(positions);
+        .with_report(tally);
     let plan = crate::dml::guard::through_planner(&job.state, Arc::new(writer)).await?;
     let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
     let mut stream = execute_stream(plan, Arc::clone(context))?;

@@ -113,6 +113,45 @@ fn key_nulls(keys: &[ArrayRef]) -> Option<NullBuffer> {
     })
 }
 
+/// What the plan codec carries of the node.
+#[cfg_attr(not(feature = "distributed"), allow(dead_code))]
+impl KeyFilter {
+    /// The filter's words, and for an exact integer filter its lowest key (a Bloom filter:
+    /// `None`).
+    pub(crate) fn parts(&self) -> (&[u64], Option<i64>) {
+        match self.kind {
+            Kind::Bloom { .. } => (&self.words, None),
+            Kind::Dense { min } => (&self.words, Some(min)),
+        }
+    }
+
+    /// The filter [`Self::parts`] describe, its memory reserved by `reservation`.
+    pub(crate) fn from_parts(
+        words: Vec<u64>,
+        dense_min: Option<i64>,
+        reservation: MemoryReservation,
+    ) -> Result<Self> {
+        let kind = match dense_min {
+            Some(min) => Kind::Dense { min },
+            None if words.len().is_power_of_two() => Kind::Bloom {
+                mask: words.len() - 1,
+            },
+            None => {
+                return Err(DataFusionError::Internal(
+                    "a Bloom key filter has a power of two words".into(),
+                ))
+            }
+        };
+        reservation.try_grow(words.len() * 8)?;
+        Ok(Self {
+            words,
+            kind,
+            skipped: AtomicUsize::new(0),
+            _reservation: reservation,
+        })
+    }
+}
+
 impl KeyFilter {
     /// Target rows dropped so far.
     pub(crate) fn skipped(&self) -> usize {
@@ -253,6 +292,19 @@ pub(crate) struct KeyFilterExec {
     /// Set when the filter proved useless: batches pass untested.
     useless: Arc<AtomicBool>,
     metrics: ExecutionPlanMetricsSet,
+}
+
+#[cfg_attr(not(feature = "distributed"), allow(dead_code))]
+impl KeyFilterExec {
+    /// The target's key expressions.
+    pub(crate) fn keys(&self) -> &[Arc<dyn PhysicalExpr>] {
+        &self.keys
+    }
+
+    /// The source's keys.
+    pub(crate) fn filter(&self) -> &Arc<KeyFilter> {
+        &self.filter
+    }
 }
 
 impl KeyFilterExec {

@@ -27,7 +27,7 @@
 pub(crate) mod clauses;
 mod exec;
 mod join;
-mod key_filter;
+pub(crate) mod key_filter;
 pub(crate) mod positions;
 mod rewrite;
 

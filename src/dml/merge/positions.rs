@@ -202,6 +202,32 @@ impl MergePositions {
 const POSITIONS_SPEC_ID: i32 = -2;
 /// The spec id of a writer's report row holding the rows updated, deleted and inserted.
 const COUNTS_SPEC_ID: i32 = -3;
+/// The spec id of a writer's report row holding a rewrite's rows read and dropped.
+const DROP_COUNTS_SPEC_ID: i32 = -4;
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct DropRow {
+    read: u64,
+    dropped: u64,
+}
+
+/// A distributed copy-on-write rewrite: each task's writer reports the rows its task's
+/// [`DropPositionsExec`] read and dropped.
+impl crate::physical_plan::write::WriterTally for DropCounts {
+    fn rows(&self) -> Result<RecordBatch> {
+        let row = DropRow {
+            read: self.read.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+        };
+        Ok(RecordBatch::try_new(
+            crate::physical_plan::write::data_files_schema(),
+            vec![
+                Arc::new(arrow::array::Int32Array::from(vec![DROP_COUNTS_SPEC_ID])),
+                Arc::new(arrow::array::StringArray::from(vec![to_json(&row)?])),
+            ],
+        )?)
+    }
+}
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct PositionsRow {
@@ -232,6 +258,22 @@ fn unhex(text: &str) -> Result<Vec<u8>> {
         .collect()
 }
 
+/// `positions` serialized (roaring's portable format), as hex.
+pub(crate) fn bitmap_hex(positions: &RoaringTreemap) -> Result<String> {
+    let mut bytes = Vec::with_capacity(positions.serialized_size());
+    positions
+        .serialize_into(&mut bytes)
+        .map_err(|e| DataFusionError::Internal(format!("serializing positions: {e}")))?;
+    Ok(hex(&bytes))
+}
+
+/// The positions [`bitmap_hex`] wrote.
+pub(crate) fn bitmap_of_hex(text: &str) -> Result<RoaringTreemap> {
+    let bytes = unhex(text)?;
+    RoaringTreemap::deserialize_from(bytes.as_slice())
+        .map_err(|e| DataFusionError::Internal(format!("undecodable positions: {e}")))
+}
+
 /// A distributed `MERGE`'s first pass: each task's writer reports the positions its task's
 /// join changed, and its counts, as rows of its output.
 impl crate::physical_plan::write::WriterTally for MergePositions {
@@ -242,13 +284,9 @@ impl crate::physical_plan::write::WriterTally for MergePositions {
         let mut files: Vec<_> = changed.into_iter().collect();
         files.sort_by(|a, b| a.0.cmp(&b.0));
         for (file, positions) in files {
-            let mut bytes = Vec::with_capacity(positions.serialized_size());
-            positions
-                .serialize_into(&mut bytes)
-                .map_err(|e| DataFusionError::Internal(format!("serializing positions: {e}")))?;
             let row = PositionsRow {
                 file,
-                positions: hex(&bytes),
+                positions: bitmap_hex(&positions)?,
             };
             spec_ids.push(POSITIONS_SPEC_ID);
             jsons.push(to_json(&row)?);
@@ -282,6 +320,9 @@ pub(crate) struct MergeReport {
     pub updated: u64,
     pub deleted: u64,
     pub inserted: u64,
+    /// The rewrite's rows read and dropped ([`DropPositionsExec`]).
+    pub read: u64,
+    pub dropped: u64,
 }
 
 impl MergeReport {
@@ -295,9 +336,7 @@ impl MergeReport {
             match spec_ids.value(i) {
                 POSITIONS_SPEC_ID => {
                     let row: PositionsRow = serde_json::from_str(jsons.value(i)).map_err(bad)?;
-                    let bytes = unhex(&row.positions)?;
-                    let positions = RoaringTreemap::deserialize_from(bytes.as_slice())
-                        .map_err(|e| DataFusionError::Internal(format!("positions: {e}")))?;
+                    let positions = bitmap_of_hex(&row.positions)?;
                     let held = self.changed.entry(row.file.clone()).or_default();
                     let before = held.len() + positions.len();
                     *held |= positions;
@@ -314,6 +353,11 @@ impl MergeReport {
                     self.updated += row.updated;
                     self.deleted += row.deleted;
                     self.inserted += row.inserted;
+                }
+                DROP_COUNTS_SPEC_ID => {
+                    let row: DropRow = serde_json::from_str(jsons.value(i)).map_err(bad)?;
+                    self.read += row.read;
+                    self.dropped += row.dropped;
                 }
                 _ => {}
             }
@@ -367,6 +411,22 @@ impl DropPositionsExec {
     }
 }
 
+/// What the plan codec carries of the node.
+#[cfg_attr(not(feature = "distributed"), allow(dead_code))]
+impl DropPositionsExec {
+    pub(crate) fn positions(&self) -> &Arc<PositionMap> {
+        &self.positions
+    }
+
+    pub(crate) fn schema_out(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    pub(crate) fn counts(&self) -> &Arc<DropCounts> {
+        &self.counts
+    }
+}
+
 impl DisplayAs for DropPositionsExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         let rows: u64 = self.positions.values().map(|b| b.len()).sum();
@@ -399,7 +459,9 @@ impl ExecutionPlan for DropPositionsExec {
     }
 
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![true]
+        // Its properties do not carry the input's ordering over (the output drops the file and
+        // position columns): a sort the writer needs goes above it.
+        vec![false]
     }
 
     fn cardinality_effect(&self) -> CardinalityEffect {
