@@ -7,8 +7,12 @@
 //!   EqualityDeleteExec ──► key/gate columns     │ direct child that is a parquet scan, the
 //!   ChangeRowsExec ──► condition, assignments   │ (expressions as datafusion-proto messages)
 //!   DataFileWriterExec ──► table metadata       │
-//!   PositionDeleteWriterExec ──► table metadata,┘
-//!     the data files and their position deletes
+//!   PositionDeleteWriterExec ──► table metadata,│
+//!     the data files and their position deletes │
+//!   MergeRowsExec ──► clauses, the join rows'   │
+//!     schema                                    │
+//!   KeyFilterExec ──► the source's key bitmap   │
+//!   DropPositionsExec ──► changed positions     ┘
 //!                                                 parts DataFusion's own encoding drops
 //! ```
 //!
