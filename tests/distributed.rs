@@ -1156,7 +1156,7 @@ async fn a_dead_worker_fails_the_insert_without_a_commit_and_a_retry_succeeds() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() {
+async fn a_dead_worker_fails_a_delete_or_merge_without_a_commit_and_a_retry_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let single = table(dir.path(), 4, 250_000, 31, 1).await;
     let data_files = |s: &IcebergSession| {
@@ -1174,9 +1174,23 @@ async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() 
     // A worker killed at several moments of a copy-on-write DELETE (every file has a matching
     // row: each is read twice and rewritten): the statement fails and changes nothing (the
     // same snapshot, the same files), or it had finished first and deleted exactly its rows.
+    // Then the same for a MERGE that deletes (its join and its rewrite run in the tasks).
     let mut failed = 0;
-    for (delay, divisor) in [(0u64, 2), (100, 3), (250, 5)] {
-        let delete = format!("DELETE FROM ns.t WHERE id % {divisor} = 0");
+    let mut merge_failed = 0;
+    for (delay, divisor, merge) in [
+        (0u64, 2, false),
+        (100, 3, false),
+        (250, 5, false),
+        (0, 7, true),
+        (150, 11, true),
+    ] {
+        let delete = match merge {
+            false => format!("DELETE FROM ns.t WHERE id % {divisor} = 0"),
+            true => format!(
+                "MERGE INTO ns.t AS t USING (SELECT value AS id FROM generate_series(1, 1000000) \
+                 WHERE value % {divisor} = 0) AS s ON t.id = s.id WHEN MATCHED THEN DELETE"
+            ),
+        };
         let matching = format!("SELECT count(*) FROM ns.t WHERE id % {divisor} = 0");
         let before = state_of(&single).await;
         let files_before = data_files(&single).await;
@@ -1197,6 +1211,9 @@ async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() 
                 assert_eq!(state_of(&single).await, before, "after {delay} ms");
                 assert_eq!(data_files(&single).await, files_before, "after {delay} ms");
                 failed += 1;
+                if merge {
+                    merge_failed += 1;
+                }
                 // With the worker gone, the statement fails again and changes nothing.
                 sql(&cluster, &delete).await.unwrap_err();
                 assert_eq!(state_of(&single).await, before);
@@ -1217,6 +1234,7 @@ async fn a_dead_worker_fails_the_delete_without_a_commit_and_a_retry_succeeds() 
     }
     // A worker dead before its tasks arrive fails the statement at least.
     assert!(failed >= 1);
+    assert!(merge_failed >= 1);
 }
 
 #[tokio::test]
