@@ -222,6 +222,31 @@ fn tally_below(plan: &Arc<dyn ExecutionPlan>) -> Result<Arc<dyn WriterTally>> {
     }
 }
 
+/// The last segment of a path or URI.
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The names of the data files the parquet scan below `plan` reads, found through
+/// single-child nodes and the first child of others (a delete join's probe side); `None`
+/// when there is no such scan.
+fn scanned_file_names(plan: &Arc<dyn ExecutionPlan>) -> Option<std::collections::HashSet<String>> {
+    let mut node = Arc::clone(plan);
+    loop {
+        if let Some((config, _)) = parquet_scan(&node) {
+            return Some(
+                config
+                    .file_groups
+                    .iter()
+                    .flat_map(|g| g.iter())
+                    .map(|f| file_name(f.object_meta.location.as_ref()).to_string())
+                    .collect(),
+            );
+        }
+        node = Arc::clone(node.children().first()?);
+    }
+}
+
 /// What DataFusion's encoding of a parquet scan leaves out.
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
 struct ScanParts {
@@ -688,9 +713,14 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 dense_min,
             }
         } else if let Some(d) = node.downcast_ref::<DropPositionsExec>() {
+            // A task's plan reads its share of the rewritten files: only their positions
+            // travel (matched by file name; positions are keyed by recorded path, the scan by
+            // object location, and a location map may change the prefix, never the name).
+            let read = scanned_file_names(&node);
             let mut positions = d
                 .positions()
                 .iter()
+                .filter(|(file, _)| read.as_ref().is_none_or(|r| r.contains(file_name(file))))
                 .map(|(file, bitmap)| Ok((file.clone(), bitmap_hex(bitmap)?)))
                 .collect::<Result<Vec<_>>>()?;
             positions.sort();
@@ -836,5 +866,73 @@ impl LogicalExtensionCodec for IcebergLogicalCodec {
         serde_json::to_writer(&mut *buf, &encoded).map_err(|e| {
             DataFusionError::Internal(format!("encoding Iceberg table '{table_ref}': {e}"))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::listing::PartitionedFile;
+    use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder};
+    use datafusion::execution::object_store::ObjectStoreUrl;
+    use datafusion::prelude::SessionContext;
+    use datafusion_proto::bytes::{
+        physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
+    };
+    use roaring::RoaringTreemap;
+
+    use super::*;
+
+    /// A task's rewrite carries the changed positions of its own files only, and they decode
+    /// to the same bitmaps.
+    #[test]
+    fn a_rewrite_task_carries_the_positions_of_its_own_files() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let groups = vec![FileGroup::new(vec![
+            PartitionedFile::new("wh/t/data/a.parquet", 1000),
+            PartitionedFile::new("wh/t/data/b.parquet", 1000),
+        ])];
+        let config = FileScanConfigBuilder::new(
+            ObjectStoreUrl::local_filesystem(),
+            Arc::new(ParquetSource::new(Arc::clone(&schema))),
+        )
+        .with_file_groups(groups)
+        .build();
+        let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(config);
+        let bitmap = |p: &[u64]| p.iter().copied().collect::<RoaringTreemap>();
+        let positions: HashMap<String, RoaringTreemap> = [
+            ("file:///wh/t/data/a.parquet", bitmap(&[1, 5, 1 << 33])),
+            ("file:///wh/t/data/b.parquet", bitmap(&[0])),
+            ("file:///wh/t/data/c.parquet", bitmap(&[7])),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let node: Arc<dyn ExecutionPlan> = Arc::new(DropPositionsExec::new(
+            scan,
+            Arc::new(positions.clone()),
+            Arc::clone(&schema),
+            Arc::new(DropCounts::default()),
+        ));
+        let codec = IcebergPhysicalCodec;
+        let bytes = physical_plan_to_bytes_with_extension_codec(node, &codec).unwrap();
+        let ctx = SessionContext::new();
+        let decoded =
+            physical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec).unwrap();
+        let carried = decoded
+            .downcast_ref::<DropPositionsExec>()
+            .unwrap()
+            .positions();
+        let mut files: Vec<&String> = carried.keys().collect();
+        files.sort();
+        assert_eq!(
+            files,
+            ["file:///wh/t/data/a.parquet", "file:///wh/t/data/b.parquet"]
+        );
+        for (file, bitmap) in carried.iter() {
+            assert_eq!(bitmap, &positions[file]);
+        }
     }
 }
