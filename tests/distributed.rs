@@ -1438,6 +1438,55 @@ async fn an_idempotent_insert_run_twice_commits_once() {
         (state_of(&s).await, common::files_under(dir.path())),
         after_first
     );
+    // A host that retries only the commit task hands it the files the first run committed:
+    // the repeated commit answers the same and removes none of them.
+    let written = Arc::clone(plan.children()[0])
+        .replace_children(
+            vec![input().await],
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+        .unwrap();
+    let files = datafusion::physical_plan::collect(written, s.context().task_ctx())
+        .await
+        .unwrap();
+    let schema = files[0].schema();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let commit = |id: &str| {
+        let source = datafusion::datasource::memory::MemorySourceConfig::try_new_exec(
+            std::slice::from_ref(&files),
+            Arc::clone(&schema),
+            None,
+        )
+        .unwrap();
+        let store: Arc<dyn MetadataStore> = s.catalog().clone();
+        let table = table.clone();
+        Arc::new(
+            iceberg_exec::physical_plan::commit::CommitExec::new(
+                source,
+                store,
+                table,
+                iceberg_exec::physical_plan::write::WrittenFiles::default(),
+            )
+            .with_statement_id(id),
+        ) as Arc<dyn datafusion::physical_plan::ExecutionPlan>
+    };
+    for _ in 0..2 {
+        let answer = datafusion::physical_plan::collect(commit("retried"), s.context().task_ctx())
+            .await
+            .unwrap();
+        assert_eq!(render(&answer), ["300"]);
+        // Every file the table references is still there (a missing one fails the read).
+        assert_eq!(state_of(&s).await.1, ["2600"]);
+        assert_eq!(
+            rows(&s, "SELECT count(*), sum(v) FROM ns.t WHERE id > 5000").await,
+            // The first statement's 300 rows and this one's (the same ids again).
+            rows(
+                &s,
+                "SELECT 600, 2 * sum(value) FROM generate_series(1, 300)"
+            )
+            .await
+        );
+    }
     // A new statement gets a new id and commits.
     let input = s
         .context()
@@ -1460,7 +1509,7 @@ async fn an_idempotent_insert_run_twice_commits_once() {
     datafusion::physical_plan::collect(plan, s.context().task_ctx())
         .await
         .unwrap();
-    assert_eq!(state_of(&s).await.1, ["2301"]);
+    assert_eq!(state_of(&s).await.1, ["2601"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -65,13 +65,26 @@ fn partition_json(metadata: &TableMetadata, spec_id: i32, p: &Struct) -> Result<
         .df()
 }
 
+/// The partition tuple `v` encodes. It must encode back to `v`: the single-value JSON of
+/// some types does not travel (a NaN, nanosecond timestamps), and a tuple that came out
+/// different would put a delete file in the wrong partition.
 fn partition_of(metadata: &TableMetadata, spec_id: i32, v: serde_json::Value) -> Result<Struct> {
-    match Literal::try_from_json(v, &partition_type(metadata, spec_id)?).df()? {
-        Some(Literal::Struct(s)) => Ok(s),
-        other => Err(DataFusionError::Internal(format!(
-            "undecodable partition tuple: {other:?}"
-        ))),
+    let decoded =
+        match Literal::try_from_json(v.clone(), &partition_type(metadata, spec_id)?).df()? {
+            Some(Literal::Struct(s)) => s,
+            other => {
+                return Err(DataFusionError::Internal(format!(
+                    "undecodable partition tuple: {other:?}"
+                )))
+            }
+        };
+    if partition_json(metadata, spec_id, &decoded)? != v {
+        return Err(DataFusionError::NotImplemented(format!(
+            "a partition tuple of spec {spec_id} ({v}) cannot be sent to a worker; run the \
+             statement in one session"
+        )));
     }
+    Ok(decoded)
 }
 
 impl EncodedFiles {

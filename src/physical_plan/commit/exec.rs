@@ -100,6 +100,33 @@ impl CommitExec {
     }
 }
 
+/// Removes the files recorded in `written` that the snapshot `snapshot_id` of `table` does
+/// not reference. When the snapshot cannot be read, none is removed (orphans at worst).
+async fn remove_unreferenced(
+    table: &Table,
+    snapshot_id: i64,
+    written: &WrittenFiles,
+    file_io: &iceberg::io::FileIO,
+) {
+    let recorded = written.take();
+    let Some(snapshot) = table.metadata().snapshot_by_id(snapshot_id) else {
+        return;
+    };
+    let referenced: std::collections::HashSet<String> =
+        match crate::scan::plan_files(table, snapshot).await {
+            Ok(files) => files.into_iter().map(|f| f.path).collect(),
+            Err(e) => {
+                log::warn!("kept the files of a repeated commit (cannot list the table: {e})");
+                return;
+            }
+        };
+    for f in recorded.iter().filter(|f| !referenced.contains(*f)) {
+        if let Err(e) = file_io.delete(f).await {
+            log::warn!("could not remove {f} after a repeated commit: {e}");
+        }
+    }
+}
+
 impl DisplayAs for CommitExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
@@ -207,9 +234,11 @@ impl ExecutionPlan for CommitExec {
             };
             match committed {
                 Ok(Some(o)) if o.duplicate => {
-                    // An earlier run of this statement committed: this run's files go, and
-                    // the answer is that commit's.
-                    written.remove_all(&file_io).await;
+                    // An earlier run of this statement committed, and the answer is that
+                    // commit's. Of the files this run saw, those the table references stay: a
+                    // host that retries only this task hands it the files the first run
+                    // committed. The others (written again by this run) go.
+                    remove_unreferenced(&o.table, o.snapshot_id, &written, &file_io).await;
                     // (This run's own count when the snapshot does not record one.)
                     if let Some(n) = o
                         .table
