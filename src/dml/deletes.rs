@@ -76,6 +76,11 @@ impl DeleteWriter {
         self.vectors
     }
 
+    /// Whether `path` is one of the data files the statement may delete from.
+    pub(crate) fn plans(&self, path: &str) -> bool {
+        self.files.contains_key(path)
+    }
+
     /// The data file `path`'s planned form.
     fn planned(&self, path: &str) -> Result<&PlannedFile> {
         self.files

@@ -36,18 +36,17 @@ use datafusion::physical_plan::{
     PlanProperties, SendableRecordBatchStream,
 };
 use futures::StreamExt;
-use iceberg::spec::{deserialize_data_file_from_json, serialize_data_file_to_json, TableMetadata};
+use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 use roaring::RoaringTreemap;
 
 use super::deletes::{DeleteWriter, FileDeletes};
-use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::scan::plan::FILE_COLUMN;
 use crate::physical_plan::single_child;
-use crate::physical_plan::write::WrittenFiles;
+use crate::physical_plan::write::{new_file_json, new_file_of_json, WrittenFiles};
 use crate::scan::PlannedFile;
-use crate::snapshot::{NewFile, RemovedDeletes};
+use crate::snapshot::RemovedDeletes;
 
 /// Writes the position delete files of merge-on-read pass 1 from its rows `(_file, _pos)`,
 /// hash-partitioned by `_file`: one delete file per data file with matching rows, holding them
@@ -223,7 +222,6 @@ impl ExecutionPlan for PositionDeleteWriterExec {
         let task = Task {
             writer,
             table: self.table.clone(),
-            files: Arc::clone(&self.files),
             whole: Arc::clone(&self.whole),
             reservation,
             written: WrittenFiles::default(),
@@ -258,7 +256,6 @@ impl ExecutionPlan for PositionDeleteWriterExec {
 struct Task {
     writer: DeleteWriter,
     table: Table,
-    files: Arc<Vec<PlannedFile>>,
     whole: Arc<HashSet<String>>,
     reservation: MemoryReservation,
     written: WrittenFiles,
@@ -268,7 +265,6 @@ struct Task {
 
 impl Task {
     async fn run(self, mut input: SendableRecordBatchStream) -> Result<RecordBatch> {
-        let planned: HashSet<&str> = self.files.iter().map(|f| f.path.as_str()).collect();
         let mut counts: HashMap<String, u64> = HashMap::new();
         let mut held: HashMap<String, RoaringTreemap> = HashMap::new();
         let mut held_bytes = 0usize;
@@ -286,7 +282,7 @@ impl Task {
                 while row < batch.num_rows() && paths.value(row) == path {
                     row += 1;
                 }
-                if !planned.contains(path) {
+                if !self.writer.plans(path) {
                     return Err(DataFusionError::Internal(format!("{path} was not planned")));
                 }
                 *counts.entry(path.to_string()).or_default() += (row - start) as u64;
@@ -345,16 +341,7 @@ fn encode(
     let mut replaces = Vec::with_capacity(rows);
     for (path, deletes) in written {
         let spec_id = deletes.file.spec_id;
-        let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-            DataFusionError::Internal(format!("unknown partition spec {spec_id}"))
-        })?;
-        let partition_type = spec.partition_type(metadata.current_schema()).df()?;
-        let json = serialize_data_file_to_json(
-            deletes.file.file.clone(),
-            &partition_type,
-            metadata.format_version(),
-        )
-        .df()?;
+        let json = new_file_json(&deletes.file, metadata)?;
         let replaced = serde_json::to_string(&deletes.replaces)
             .map_err(|e| DataFusionError::Internal(format!("encoding replaced deletes: {e}")))?;
         data_files.push(path.clone());
@@ -414,7 +401,6 @@ impl Reported {
             .as_primitive::<arrow::datatypes::Int32Type>();
         let delete_files = batch.column(3).as_string::<i32>();
         let replaces = batch.column(4).as_string::<i32>();
-        let schema = metadata.current_schema();
         for i in 0..batch.num_rows() {
             if delete_files.is_null(i) {
                 *self
@@ -426,27 +412,13 @@ impl Reported {
             if spec_ids.is_null(i) || replaces.is_null(i) {
                 return Err(bad());
             }
-            let spec_id = spec_ids.value(i);
-            let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-                DataFusionError::Internal(format!("unknown partition spec {spec_id}"))
-            })?;
-            let partition_type = spec.partition_type(schema).df()?;
-            let file = deserialize_data_file_from_json(
-                delete_files.value(i),
-                spec_id,
-                &partition_type,
-                schema,
-            )
-            .df()?;
-            written.record(file.file_path().to_string());
+            let file = new_file_of_json(spec_ids.value(i), delete_files.value(i), metadata)?;
+            written.record(file.file.file_path().to_string());
             let replaces: RemovedDeletes =
                 serde_json::from_str(replaces.value(i)).map_err(|e| {
                     DataFusionError::Internal(format!("undecodable replaced deletes: {e}"))
                 })?;
-            self.files.push(FileDeletes {
-                file: NewFile { spec_id, file },
-                replaces,
-            });
+            self.files.push(FileDeletes { file, replaces });
         }
         Ok(())
     }

@@ -58,7 +58,7 @@ use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
-    decode_data_files, decode_tally, sort_requirement, DataFileWriterExec, WrittenFiles,
+    decode_tally, run_writers, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
 use crate::scan::strict::FileStats;
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
@@ -693,22 +693,16 @@ async fn run_once(
     if rewrite {
         let result: Result<()> = async {
             let plan = job.rewrite_plan(touched.clone(), written.clone()).await?;
-            let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
-            let mut stream = execute_stream(plan, Arc::clone(&context))?;
             let (mut read, mut selected) = (0, 0);
-            while let Some(batch) = stream.next().await {
-                let batch = batch?;
-                let files = decode_data_files(&batch, job.table.metadata())?;
-                // Files a worker wrote are removed from here if the statement fails.
-                for f in &files {
-                    written.record(f.file.file_path().to_string());
-                }
-                added.extend(files);
+            let files = run_writers(plan, &context, job.table.metadata(), &written, |batch| {
                 // Each writing task reports its counts (one process: one tally of them all).
-                let (r, s) = decode_tally(&batch)?;
+                let (r, s) = decode_tally(batch)?;
                 read += r;
                 selected += s;
-            }
+                Ok(())
+            })
+            .await?;
+            added.extend(files);
             // Self-check: the two passes must agree row for row.
             let written_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
             let expected = match (&job.op, mor) {

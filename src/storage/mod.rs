@@ -111,12 +111,11 @@ impl StorageOptions {
     }
 }
 
-/// The object stores of a catalog or session: DataFusion's registry, and the options stores
-/// missing from it are built with.
+/// The object stores of a catalog or session: DataFusion's registry, which builds a store it
+/// is missing from the options (in Iceberg's property names) the first time anything asks for it.
 pub struct ObjectStores {
     registry: Arc<dyn ObjectStoreRegistry>,
     options: StorageOptions,
-    building: Mutex<()>,
 }
 
 impl std::fmt::Debug for ObjectStores {
@@ -128,25 +127,21 @@ impl std::fmt::Debug for ObjectStores {
 }
 
 impl ObjectStores {
-    /// Stores found in (and added to) `registry`, built with `options` when missing.
+    /// Stores found in (and added to) `registry`, built with `options` when missing. Anything
+    /// that reads through [`Self::registry`] (a session built on it, a worker's tasks) gets a
+    /// missing bucket's store built, before any table there was opened.
     pub fn new(registry: Arc<dyn ObjectStoreRegistry>, options: StorageOptions) -> Arc<Self> {
-        Arc::new(Self {
-            registry,
-            options,
-            building: Mutex::new(()),
-        })
-    }
-
-    /// Stores of their own, built with `options`: a registry no session shares yet, which
-    /// builds a missing store when anything asks it for one (a session built on it, then, reads
-    /// a bucket its plans name before any table there was opened: a worker's tasks do).
-    pub fn standalone(options: StorageOptions) -> Arc<Self> {
         let registry = Arc::new(BuildingRegistry {
-            stores: DefaultObjectStoreRegistry::new(),
+            inner: registry,
             options: options.clone(),
             building: Mutex::new(()),
         });
-        Self::new(registry, options)
+        Arc::new(Self { registry, options })
+    }
+
+    /// Stores of their own (a registry no session shares yet), built with `options`.
+    pub fn standalone(options: StorageOptions) -> Arc<Self> {
+        Self::new(Arc::new(DefaultObjectStoreRegistry::new()), options)
     }
 
     /// The options new stores are built with.
@@ -161,18 +156,7 @@ impl ObjectStores {
 
     /// The store of `url`: the registry's, else one built from the options (and registered).
     pub fn store(&self, url: &ObjectStoreUrl) -> Result<Arc<dyn ObjectStore>> {
-        if let Ok(store) = self.registry.get_store(url.as_ref()) {
-            return Ok(store);
-        }
-        let _one_at_a_time = self.building.lock().unwrap_or_else(|e| e.into_inner());
-        if let Ok(store) = self.registry.get_store(url.as_ref()) {
-            return Ok(store);
-        }
-        let store: Arc<dyn ObjectStore> =
-            Arc::new(tidy::TidyStore::new(cloud::build(url, &self.options)?));
-        self.registry
-            .register_store(url.as_ref(), Arc::clone(&store));
-        Ok(store)
+        self.registry.get_store(url.as_ref())
     }
 
     /// Makes the store of `url` known to `runtime` unless it has one already (a session other
@@ -186,10 +170,10 @@ impl ObjectStores {
     }
 }
 
-/// An object-store registry that builds a store it does not have from its options (for the
-/// remote schemes; `file://` is always there) and keeps it.
+/// A registry (`inner`) that builds a store it does not have from its options and keeps it
+/// (a scheme no store is built for stays an error).
 struct BuildingRegistry {
-    stores: DefaultObjectStoreRegistry,
+    inner: Arc<dyn ObjectStoreRegistry>,
     options: StorageOptions,
     building: Mutex<()>,
 }
@@ -197,7 +181,7 @@ struct BuildingRegistry {
 impl std::fmt::Debug for BuildingRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BuildingRegistry")
-            .field("stores", &self.stores)
+            .field("stores", &self.inner)
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
@@ -209,29 +193,25 @@ impl ObjectStoreRegistry for BuildingRegistry {
         url: &url::Url,
         store: Arc<dyn ObjectStore>,
     ) -> Option<Arc<dyn ObjectStore>> {
-        self.stores.register_store(url, store)
+        self.inner.register_store(url, store)
     }
 
     fn deregister_store(&self, url: &url::Url) -> Result<Arc<dyn ObjectStore>> {
-        self.stores.deregister_store(url)
+        self.inner.deregister_store(url)
     }
 
     fn get_store(&self, url: &url::Url) -> Result<Arc<dyn ObjectStore>> {
-        let missing = match self.stores.get_store(url) {
-            Ok(store) => return Ok(store),
-            Err(e) => e,
-        };
-        if remote_scheme(url.as_str()).is_none() {
-            return Err(missing);
+        if let Ok(store) = self.inner.get_store(url) {
+            return Ok(store);
         }
         let _one_at_a_time = self.building.lock().unwrap_or_else(|e| e.into_inner());
-        if let Ok(store) = self.stores.get_store(url) {
+        if let Ok(store) = self.inner.get_store(url) {
             return Ok(store);
         }
         let key = ObjectStoreUrl::parse(&url[..url::Position::BeforePath])?;
         let store: Arc<dyn ObjectStore> =
             Arc::new(tidy::TidyStore::new(cloud::build(&key, &self.options)?));
-        self.stores.register_store(url, Arc::clone(&store));
+        self.inner.register_store(url, Arc::clone(&store));
         Ok(store)
     }
 }

@@ -27,7 +27,8 @@ use iceberg::spec::Operation;
 
 use super::clauses::{MergeRowsExec, RowsMode};
 use super::join::{
-    join_filter, join_plan, read_source, rewrite_join, spilled_exec, BufferedSource, JoinMode,
+    hash_join, join_filter, join_plan, read_source, rewrite_join, spilled_exec, BufferedSource,
+    JoinMode,
 };
 use super::key_filter::{source_key_filter, KeyFilterExec};
 use super::positions::{DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap};
@@ -39,16 +40,11 @@ use crate::error::IcebergResultExt;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
 use crate::physical_plan::write::WrittenFiles;
-use crate::physical_plan::write::{
-    decode_data_files, sort_requirement, DataFileWriterExec, WriterTally,
-};
+use crate::physical_plan::write::{run_writers, sort_requirement, DataFileWriterExec, WriterTally};
 use crate::scan::{PlannedFile, ScanFiles};
 use crate::snapshot::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
-use datafusion::common::NullEquality;
 use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::execute_stream;
-use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::joins::PartitionMode;
 
 use super::{MergeJob, SOURCE_MARKER};
 
@@ -588,23 +584,7 @@ async fn distributed_first_pass(
         .map(|f| join_filter(Arc::clone(f), &schema, &target.schema(), &job.layout))
         .transpose()?;
     let source = MemorySourceConfig::try_new_exec(&[batches], schema, None)?;
-    let on = spec
-        .source_keys
-        .iter()
-        .cloned()
-        .zip(spec.target_keys.iter().cloned())
-        .collect();
-    let join = HashJoinExec::try_new(
-        source,
-        target,
-        on,
-        filter,
-        &spec.join_type,
-        None,
-        PartitionMode::Partitioned,
-        NullEquality::NullEqualsNothing,
-        false,
-    )?;
+    let join = hash_join(source, target, filter, spec, PartitionMode::Partitioned)?;
     let positions = Arc::new(MergePositions::new(
         MemoryConsumer::new("MergePositions")
             .with_can_spill(true)
@@ -636,20 +616,11 @@ async fn distributed_write(
         .with_local_sort(true)
         .with_report(tally);
     let plan = crate::dml::guard::through_planner(&job.state, Arc::new(writer)).await?;
-    let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
-    let mut stream = execute_stream(plan, Arc::clone(context))?;
-    let mut added = vec![];
     let mut report = MergeReport::default();
-    while let Some(batch) = stream.next().await {
-        let batch = batch?;
-        let files = decode_data_files(&batch, job.table.metadata())?;
-        // Files a worker wrote are removed from here if the statement fails.
-        for f in &files {
-            written.record(f.file.file_path().to_string());
-        }
-        added.extend(files);
-        report.add(&batch)?;
-    }
+    let added = run_writers(plan, context, job.table.metadata(), written, |batch| {
+        report.add(batch)
+    })
+    .await?;
     Ok((added, report))
 }
 

@@ -395,12 +395,6 @@ pub(crate) fn join_plan(
         let join = NestedLoopJoinExec::try_new(source, target, filter, &spec.join_type, None)?;
         return Ok((Arc::new(join), JoinMode::NestedLoop));
     }
-    let on: Vec<_> = spec
-        .source_keys
-        .iter()
-        .cloned()
-        .zip(spec.target_keys.iter().cloned())
-        .collect();
     let filtered = key_filter.is_some();
     let target: Arc<dyn ExecutionPlan> = match key_filter {
         Some(f) => Arc::new(KeyFilterExec::new(target, spec.target_keys.clone(), f)),
@@ -415,17 +409,7 @@ pub(crate) fn join_plan(
             }
             false => (source, target, PartitionMode::CollectLeft),
         };
-        let join = HashJoinExec::try_new(
-            source,
-            target,
-            on,
-            filter,
-            &spec.join_type,
-            None,
-            mode,
-            NullEquality::NullEqualsNothing,
-            false,
-        )?;
+        let join = hash_join(source, target, filter, spec, mode)?;
         return Ok((Arc::new(join), JoinMode::InMemory));
     };
     let budget = source_budget(context).unwrap_or(bytes).max(1);
@@ -435,21 +419,39 @@ pub(crate) fn join_plan(
         .next_power_of_two()
         .clamp(2, 4096);
     let (source, target) = repartitioned(source, target, spec, partitions)?;
-    let join = HashJoinExec::try_new(
+    let join = hash_join(source, target, filter, spec, PartitionMode::Partitioned)?;
+    Ok((
+        Arc::new(SequentialPartitionsExec::new(Arc::new(join))),
+        JoinMode::Grace(partitions),
+    ))
+}
+
+/// The hash join of the source with the target on `spec`'s keys (a NULL key matches
+/// nothing), with `filter` (`ON`'s other conjuncts), in `mode`.
+pub(crate) fn hash_join(
+    source: Arc<dyn ExecutionPlan>,
+    target: Arc<dyn ExecutionPlan>,
+    filter: Option<JoinFilter>,
+    spec: &JoinSpec,
+    mode: PartitionMode,
+) -> Result<HashJoinExec> {
+    let on = spec
+        .source_keys
+        .iter()
+        .cloned()
+        .zip(spec.target_keys.iter().cloned())
+        .collect();
+    HashJoinExec::try_new(
         source,
         target,
         on,
         filter,
         &spec.join_type,
         None,
-        PartitionMode::Partitioned,
+        mode,
         NullEquality::NullEqualsNothing,
         false,
-    )?;
-    Ok((
-        Arc::new(SequentialPartitionsExec::new(Arc::new(join))),
-        JoinMode::Grace(partitions),
-    ))
+    )
 }
 
 /// Both sides hash-partitioned by their keys into `partitions`. What the two repartitions

@@ -109,22 +109,69 @@ pub(crate) fn decode_data_files(
     metadata: &TableMetadata,
 ) -> Result<Vec<NewFile>> {
     let (spec_ids, jsons) = data_file_columns(batch)?;
-    let schema = metadata.current_schema();
     // Rows with a negative spec id are reports (tallies), not files.
     (0..batch.num_rows())
         .filter(|&i| spec_ids.value(i) >= 0)
-        .map(|i| {
-            let spec_id = spec_ids.value(i);
-            let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
-                DataFusionError::Internal(format!("unknown partition spec {spec_id}"))
-            })?;
-            let partition_type = spec.partition_type(schema).df()?;
-            let file =
-                deserialize_data_file_from_json(jsons.value(i), spec_id, &partition_type, schema)
-                    .df()?;
-            Ok(NewFile { spec_id, file })
-        })
+        .map(|i| new_file_of_json(spec_ids.value(i), jsons.value(i), metadata))
         .collect()
+}
+
+/// Runs `plan` (writers; its partitions coalesced into one stream) and returns the data files
+/// its output names, each recorded in `written` as it arrives (files a worker wrote are then
+/// removed here if the statement fails). `report` sees every output batch (its tally rows).
+pub(crate) async fn run_writers(
+    plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+    context: &Arc<datafusion::execution::TaskContext>,
+    metadata: &TableMetadata,
+    written: &WrittenFiles,
+    mut report: impl FnMut(&RecordBatch) -> Result<()>,
+) -> Result<Vec<NewFile>> {
+    let plan =
+        Arc::new(datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec::new(plan));
+    let mut stream = datafusion::physical_plan::execute_stream(plan, Arc::clone(context))?;
+    let mut files = vec![];
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let new = decode_data_files(&batch, metadata)?;
+        for f in &new {
+            written.record(f.file.file_path().to_string());
+        }
+        files.extend(new);
+        report(&batch)?;
+    }
+    Ok(files)
+}
+
+/// The partition type of the spec `spec_id` of `metadata`, over its current schema.
+fn partition_type_of(metadata: &TableMetadata, spec_id: i32) -> Result<iceberg::spec::StructType> {
+    let spec = metadata
+        .partition_spec_by_id(spec_id)
+        .ok_or_else(|| DataFusionError::Internal(format!("unknown partition spec {spec_id}")))?;
+    spec.partition_type(metadata.current_schema()).df()
+}
+
+/// `file`'s manifest entry as the JSON a writer's output row holds.
+pub(crate) fn new_file_json(file: &NewFile, metadata: &TableMetadata) -> Result<String> {
+    let partition_type = partition_type_of(metadata, file.spec_id)?;
+    serialize_data_file_to_json(
+        file.file.clone(),
+        &partition_type,
+        metadata.format_version(),
+    )
+    .df()
+}
+
+/// The file [`new_file_json`] wrote, under the spec `spec_id`.
+pub(crate) fn new_file_of_json(
+    spec_id: i32,
+    json: &str,
+    metadata: &TableMetadata,
+) -> Result<NewFile> {
+    let partition_type = partition_type_of(metadata, spec_id)?;
+    let file =
+        deserialize_data_file_from_json(json, spec_id, &partition_type, metadata.current_schema())
+            .df()?;
+    Ok(NewFile { spec_id, file })
 }
 
 /// Remembers every location handed out, so files of a failed write can be removed.
