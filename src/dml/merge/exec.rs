@@ -584,7 +584,14 @@ async fn distributed_first_pass(
         .map(|f| join_filter(Arc::clone(f), &schema, &target.schema(), &job.layout))
         .transpose()?;
     let source = MemorySourceConfig::try_new_exec(&[batches], schema, None)?;
-    let join = hash_join(source, target, filter, spec, PartitionMode::Partitioned)?;
+    let join = hash_join(
+        source,
+        target,
+        filter,
+        spec,
+        spec.join_type,
+        PartitionMode::Partitioned,
+    )?;
     let positions = Arc::new(MergePositions::new(
         MemoryConsumer::new("MergePositions")
             .with_can_spill(true)

@@ -409,7 +409,7 @@ pub(crate) fn join_plan(
             }
             false => (source, target, PartitionMode::CollectLeft),
         };
-        let join = hash_join(source, target, filter, spec, mode)?;
+        let join = hash_join(source, target, filter, spec, spec.join_type, mode)?;
         return Ok((Arc::new(join), JoinMode::InMemory));
     };
     let budget = source_budget(context).unwrap_or(bytes).max(1);
@@ -419,20 +419,28 @@ pub(crate) fn join_plan(
         .next_power_of_two()
         .clamp(2, 4096);
     let (source, target) = repartitioned(source, target, spec, partitions)?;
-    let join = hash_join(source, target, filter, spec, PartitionMode::Partitioned)?;
+    let join = hash_join(
+        source,
+        target,
+        filter,
+        spec,
+        spec.join_type,
+        PartitionMode::Partitioned,
+    )?;
     Ok((
         Arc::new(SequentialPartitionsExec::new(Arc::new(join))),
         JoinMode::Grace(partitions),
     ))
 }
 
-/// The hash join of the source with the target on `spec`'s keys (a NULL key matches
-/// nothing), with `filter` (`ON`'s other conjuncts), in `mode`.
+/// The `join_type` hash join of the source with the target on `spec`'s keys (a NULL key
+/// matches nothing), with `filter` (`ON`'s other conjuncts), in `mode`.
 pub(crate) fn hash_join(
     source: Arc<dyn ExecutionPlan>,
     target: Arc<dyn ExecutionPlan>,
     filter: Option<JoinFilter>,
     spec: &JoinSpec,
+    join_type: JoinType,
     mode: PartitionMode,
 ) -> Result<HashJoinExec> {
     let on = spec
@@ -446,7 +454,7 @@ pub(crate) fn hash_join(
         target,
         on,
         filter,
-        &spec.join_type,
+        &join_type,
         None,
         mode,
         NullEquality::NullEqualsNothing,
@@ -490,28 +498,21 @@ pub(crate) fn rewrite_join(
     spec: &JoinSpec,
     layout: &RowLayout,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let on = spec
-        .source_keys
-        .iter()
-        .cloned()
-        .zip(spec.target_keys.iter().cloned())
-        .collect();
     let filter = spec
         .filter
         .as_ref()
         .map(|f| join_filter(Arc::clone(f), &source.schema(), &probe.schema(), layout))
         .transpose()?;
-    Ok(Arc::new(HashJoinExec::try_new(
+    // Every probe row was matched in pass 1.
+    let join = hash_join(
         source,
         probe,
-        on,
         filter,
-        &JoinType::Inner,
-        None,
+        spec,
+        JoinType::Inner,
         PartitionMode::CollectLeft,
-        NullEquality::NullEqualsNothing,
-        false,
-    )?))
+    )?;
+    Ok(Arc::new(join))
 }
 
 /// The join filter over all columns of both sides (the join rows' layout).
