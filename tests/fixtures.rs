@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use common::{rows, session, sql};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    common::venv::repo()
         .join("tests/data/duckdb-iceberg")
         .canonicalize()
         .expect("tests/data/duckdb-iceberg")

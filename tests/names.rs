@@ -278,7 +278,7 @@ async fn tables_read_by_path_stay_under_their_base_directory() {
     let root = tempfile::tempdir().unwrap();
     let root = root.path().canonicalize().unwrap();
     // A copy of the Spark-written lineitem table, whose locations are relative.
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let fixture = common::venv::repo()
         .join("tests/data/duckdb-iceberg/data/persistent/iceberg/lineitem_iceberg");
     let base = root.join("base");
     let table = base.join("lineitem_iceberg");

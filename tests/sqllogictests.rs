@@ -19,9 +19,17 @@ struct Db {
     warehouse: String,
 }
 
+/// The repository root: the clone cargo runs the test in (a binary built from another clone
+/// sharing the target directory still reads this clone's files).
+fn repo() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 /// The Spark-written tables vendored in tests/data (`$FIXTURES` in SQL).
 fn fixtures() -> String {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/duckdb-iceberg");
+    let dir = repo().join("tests/data/duckdb-iceberg");
     dir.canonicalize().unwrap_or(dir).display().to_string()
 }
 
@@ -132,7 +140,7 @@ async fn run_file(path: &Path) -> Result<(), String> {
 
 fn main() {
     let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sqllogictest");
+    let dir = repo().join("sqllogictest");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("sqllogictest directory")
         .flatten()
