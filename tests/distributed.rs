@@ -1818,6 +1818,91 @@ async fn position_deletes_of_a_partitioned_table_are_written_on_the_workers() {
         .all(|p| p.delete_writers.load(Ordering::Relaxed) > 0));
 }
 
+/// A table partitioned by a DOUBLE holding NaN, NULL and numbers, written and changed over
+/// workers: files written in the workers' tasks (an INSERT from another table) and the delete
+/// files written there keep NaN partition values NaN on their way through plans and writer
+/// rows (JSON alone has no NaN: they would come back null), so `DELETE ... WHERE f IS NULL`
+/// removes only the null partition and every answer equals one session's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nan_partition_values_survive_the_workers() {
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut sessions = vec![];
+    for dir in [one.path(), many.path()] {
+        let s = common::session(dir).await;
+        for statement in [
+            "CREATE SCHEMA ns",
+            "CREATE EXTERNAL TABLE ns.src (id BIGINT NOT NULL, f DOUBLE) STORED AS ICEBERG \
+             LOCATION ''",
+            "INSERT INTO ns.src SELECT value AS id, CASE value % 4 WHEN 0 THEN CAST('NaN' AS DOUBLE) \
+               WHEN 1 THEN NULL ELSE CAST(value % 3 AS DOUBLE) END AS f FROM generate_series(1, 25000)",
+            "INSERT INTO ns.src SELECT value AS id, CASE value % 4 WHEN 0 THEN CAST('NaN' AS DOUBLE) \
+               WHEN 1 THEN NULL ELSE CAST(value % 3 AS DOUBLE) END AS f FROM generate_series(25001, 50000)",
+            "INSERT INTO ns.src SELECT value AS id, CASE value % 4 WHEN 0 THEN CAST('NaN' AS DOUBLE) \
+               WHEN 1 THEN NULL ELSE CAST(value % 3 AS DOUBLE) END AS f FROM generate_series(50001, 75000)",
+            "INSERT INTO ns.src SELECT value AS id, CASE value % 4 WHEN 0 THEN CAST('NaN' AS DOUBLE) \
+               WHEN 1 THEN NULL ELSE CAST(value % 3 AS DOUBLE) END AS f FROM generate_series(75001, 100000)",
+            "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, f DOUBLE) STORED AS ICEBERG \
+             LOCATION '' PARTITIONED BY (f) OPTIONS ('write.delete.mode' 'merge-on-read')",
+        ] {
+            sql(&s, statement).await.unwrap();
+        }
+        sessions.push(s);
+    }
+    let single = sessions.remove(0);
+    drop(sessions);
+    let (urls, pools) = cluster(2).await;
+    let distributed = coordinator(many.path(), urls.iter().map(|u| u.to_string()).collect()).await;
+    let check = "SELECT count(*), sum(id), count(f), count(*) FILTER (WHERE isnan(f)) FROM ns.t";
+    for statement in [
+        "INSERT INTO ns.t SELECT * FROM ns.src",
+        "DELETE FROM ns.t WHERE id % 5 = 0",
+        "DELETE FROM ns.t WHERE id % 7 = 0 AND isnan(f)",
+        "DELETE FROM ns.t WHERE f IS NULL",
+    ] {
+        assert_eq!(
+            rows(&distributed, statement).await,
+            rows(&single, statement).await,
+            "{statement}"
+        );
+        assert_eq!(
+            rows(&distributed, check).await,
+            rows(&single, check).await,
+            "{statement}"
+        );
+        let files = planned_files(&distributed).await;
+        one_delete_file_each(&files, statement);
+        let nan = files
+            .iter()
+            .filter(|f| {
+                matches!(f.partition.iter().next().flatten(),
+                    Some(iceberg::spec::Literal::Primitive(p)) if p.is_nan())
+            })
+            .count();
+        assert!(
+            nan > 0,
+            "{statement}: no file in the NaN partition: {files:?}"
+        );
+    }
+    // The NaN rows are all there; the null ones are gone.
+    assert_eq!(
+        rows(&distributed, "SELECT count(*) FROM ns.t WHERE isnan(f)").await,
+        rows(&single, "SELECT count(*) FROM ns.t WHERE isnan(f)").await
+    );
+    assert_eq!(
+        rows(&distributed, "SELECT count(*) FROM ns.t WHERE f IS NULL").await,
+        ["0"]
+    );
+    // Data files were written on the workers, and delete files on each.
+    let written: usize = pools
+        .iter()
+        .map(|p| p.writers.load(Ordering::Relaxed))
+        .sum();
+    assert!(written > 0);
+    assert!(pools
+        .iter()
+        .all(|p| p.delete_writers.load(Ordering::Relaxed) > 0));
+}
+
 /// A session on the S3 warehouse `warehouse` of `server`, its catalog in `dir`.
 async fn s3_session(
     server: &common::seaweed::SeaweedFs,

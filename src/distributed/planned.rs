@@ -10,6 +10,7 @@ use iceberg::spec::{DataContentType, Literal, Struct, TableMetadata, Type};
 use serde::{Deserialize, Serialize};
 
 use crate::error::IcebergResultExt;
+use crate::physical_plan::write::{nan_fields, with_nan};
 use crate::scan::{BlobRange, DeleteFileRef, PlannedFile};
 
 /// Planned data files and their delete files, encoded.
@@ -26,7 +27,7 @@ struct EncodedFile {
     record_count: u64,
     data_seq: i64,
     spec_id: i32,
-    partition: serde_json::Value,
+    partition: EncodedPartition,
     /// Indexes into [`EncodedFiles::deletes`].
     position_deletes: Vec<usize>,
     equality_deletes: bool,
@@ -42,7 +43,7 @@ struct EncodedDelete {
     data_seq: i64,
     spec_id: i32,
     spec_unpartitioned: bool,
-    partition: serde_json::Value,
+    partition: EncodedPartition,
     referenced_data_file: Option<String>,
     equality_ids: Vec<i32>,
     /// A deletion vector's blob: offset and length.
@@ -59,32 +60,58 @@ fn partition_type(metadata: &TableMetadata, spec_id: i32) -> Result<Type> {
     ))
 }
 
+/// A partition tuple: its single-value JSON, and the fields holding NaN (which that JSON
+/// writes as null).
+#[derive(Serialize, Deserialize, Debug, PartialEq)]
+struct EncodedPartition {
+    json: serde_json::Value,
+    nan: Vec<usize>,
+}
+
 fn partition_json(metadata: &TableMetadata, spec_id: i32, p: &Struct) -> Result<serde_json::Value> {
     Literal::Struct(p.clone())
         .try_into_json(&partition_type(metadata, spec_id)?)
         .df()
 }
 
-/// The partition tuple `v` encodes. It must encode back to `v`: the single-value JSON of
-/// some types does not travel (a NaN, nanosecond timestamps), and a tuple that came out
-/// different would put a delete file in the wrong partition.
-fn partition_of(metadata: &TableMetadata, spec_id: i32, v: serde_json::Value) -> Result<Struct> {
-    let decoded =
-        match Literal::try_from_json(v.clone(), &partition_type(metadata, spec_id)?).df()? {
-            Some(Literal::Struct(s)) => s,
-            other => {
-                return Err(DataFusionError::Internal(format!(
-                    "undecodable partition tuple: {other:?}"
-                )))
-            }
-        };
-    if partition_json(metadata, spec_id, &decoded)? != v {
+fn encode_partition(
+    metadata: &TableMetadata,
+    spec_id: i32,
+    p: &Struct,
+) -> Result<EncodedPartition> {
+    Ok(EncodedPartition {
+        json: partition_json(metadata, spec_id, p)?,
+        nan: nan_fields(p),
+    })
+}
+
+/// The partition tuple `p` encodes. Its JSON must encode back to itself: the single-value JSON
+/// of some types does not travel (nanosecond timestamps), and a tuple that came out different
+/// would put a delete file in the wrong partition.
+fn partition_of(metadata: &TableMetadata, spec_id: i32, p: EncodedPartition) -> Result<Struct> {
+    let ty = partition_type(metadata, spec_id)?;
+    let decoded = match Literal::try_from_json(p.json.clone(), &ty).df()? {
+        Some(Literal::Struct(s)) => s,
+        other => {
+            return Err(DataFusionError::Internal(format!(
+                "undecodable partition tuple: {other:?}"
+            )))
+        }
+    };
+    if partition_json(metadata, spec_id, &decoded)? != p.json {
         return Err(DataFusionError::NotImplemented(format!(
-            "a partition tuple of spec {spec_id} ({v}) cannot be sent to a worker; run the \
-             statement in one session"
+            "a partition tuple of spec {spec_id} ({}) cannot be sent to a worker; run the \
+             statement in one session",
+            p.json
         )));
     }
-    Ok(decoded)
+    match (p.nan.is_empty(), ty) {
+        (true, _) => Ok(decoded),
+        (false, Type::Struct(ty)) => with_nan(&decoded, &p.nan, &ty),
+        (false, _) => Err(DataFusionError::Internal(
+            "a partition type that is no struct".into(),
+        )),
+    }
 }
 
 impl EncodedFiles {
@@ -108,7 +135,7 @@ impl EncodedFiles {
                             data_seq: d.data_seq,
                             spec_id: d.spec_id,
                             spec_unpartitioned: d.spec_unpartitioned,
-                            partition: partition_json(metadata, d.spec_id, &d.partition)?,
+                            partition: encode_partition(metadata, d.spec_id, &d.partition)?,
                             referenced_data_file: d.referenced_data_file.clone(),
                             equality_ids: d.equality_ids.clone(),
                             deletion_vector: d.deletion_vector.map(|b| (b.offset, b.length)),
@@ -125,7 +152,7 @@ impl EncodedFiles {
                 record_count: f.record_count,
                 data_seq: f.data_seq,
                 spec_id: f.spec_id,
-                partition: partition_json(metadata, f.spec_id, &f.partition)?,
+                partition: encode_partition(metadata, f.spec_id, &f.partition)?,
                 position_deletes,
                 equality_deletes: f.equality_deletes,
                 first_row_id: f.first_row_id,

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use arrow::datatypes::DataType;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::Statistics;
@@ -12,7 +13,8 @@ use datafusion::execution::TaskContext;
 use crate::physical_plan::single_child;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter_pushdown::{
-    ChildPushdownResult, FilterDescription, FilterPushdownPhase, FilterPushdownPropagation,
+    ChildFilterDescription, ChildPushdownResult, FilterDescription, FilterPushdownPhase,
+    FilterPushdownPropagation,
 };
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
@@ -146,7 +148,25 @@ impl ExecutionPlan for IcebergScanExec {
         parent_filters: Vec<Arc<dyn PhysicalExpr>>,
         _config: &ConfigOptions,
     ) -> Result<FilterDescription> {
-        FilterDescription::from_children(parent_filters, &self.children())
+        // Parquet leaves NaN out of a float column's min and max, and DataFusion orders NaN
+        // above every number: its parquet reader, pruning row groups and pages by those
+        // bounds, would drop NaN rows that `x > 10` or `x = 'NaN'` select. Filters on float
+        // columns stay above the scan (planning's own pruning counts NaNs).
+        let schema = self.input.schema();
+        let allowed = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| !holds_floats(f.data_type()))
+            .map(|(i, _)| i)
+            .collect();
+        Ok(FilterDescription::new().with_child(
+            ChildFilterDescription::from_child_with_allowed_indices(
+                &parent_filters,
+                allowed,
+                &self.input,
+            )?,
+        ))
     }
 
     fn handle_child_pushdown_result(
@@ -156,5 +176,22 @@ impl ExecutionPlan for IcebergScanExec {
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
         Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
+    }
+}
+
+/// Whether values of `ty` are or hold floating-point numbers.
+fn holds_floats(ty: &DataType) -> bool {
+    match ty {
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => true,
+        DataType::Struct(fields) => fields.iter().any(|f| holds_floats(f.data_type())),
+        DataType::List(f)
+        | DataType::LargeList(f)
+        | DataType::ListView(f)
+        | DataType::LargeListView(f)
+        | DataType::FixedSizeList(f, _)
+        | DataType::Map(f, _) => holds_floats(f.data_type()),
+        DataType::Dictionary(_, v) => holds_floats(v),
+        DataType::RunEndEncoded(_, v) => holds_floats(v.data_type()),
+        _ => false,
     }
 }

@@ -22,3 +22,5 @@ pub(crate) use writer::{
     data_file_columns, data_files_schema, decode_data_files, decode_tally, new_file_json,
     new_file_of_json, run_writers,
 };
+#[cfg(feature = "distributed")]
+pub(crate) use writer::{nan_fields, with_nan};

@@ -13,8 +13,8 @@ use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::StreamExt;
 use iceberg::arrow::{schema_to_arrow_schema, RecordBatchPartitionSplitter};
 use iceberg::spec::{
-    deserialize_data_file_from_json, serialize_data_file_to_json, DataFile, DataFileFormat,
-    PartitionKey, TableMetadata,
+    deserialize_data_file_from_json, serialize_data_file_to_json, DataFile, DataFileBuilder,
+    DataFileFormat, Literal, PartitionKey, PrimitiveType, Struct, TableMetadata,
 };
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -153,12 +153,37 @@ fn partition_type_of(metadata: &TableMetadata, spec_id: i32) -> Result<iceberg::
 /// `file`'s manifest entry as the JSON a writer's output row holds.
 pub(crate) fn new_file_json(file: &NewFile, metadata: &TableMetadata) -> Result<String> {
     let partition_type = partition_type_of(metadata, file.spec_id)?;
-    serialize_data_file_to_json(
+    file_text(
         file.file.clone(),
         &partition_type,
         metadata.format_version(),
     )
-    .df()
+}
+
+/// A written file as its writer's output row holds it: the iceberg crate's JSON of its
+/// manifest entry, and the partition fields that hold NaN. That JSON writes a NaN partition
+/// value (an identity-partitioned float) as null, as JSON has no NaN; the fields are named
+/// beside it so that they decode as NaN again, not as null (a file of NaN rows in the null
+/// partition would be dropped by `DELETE ... WHERE f IS NULL`).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FileText<'a> {
+    nan: Vec<usize>,
+    #[serde(borrow)]
+    file: std::borrow::Cow<'a, str>,
+}
+
+fn file_text(
+    file: DataFile,
+    partition_type: &iceberg::spec::StructType,
+    version: iceberg::spec::FormatVersion,
+) -> Result<String> {
+    let nan = nan_fields(file.partition());
+    let json = serialize_data_file_to_json(file, partition_type, version).df()?;
+    serde_json::to_string(&FileText {
+        nan,
+        file: json.into(),
+    })
+    .map_err(|e| DataFusionError::Internal(format!("encoding a written file: {e}")))
 }
 
 /// The file [`new_file_json`] wrote, under the spec `spec_id`.
@@ -168,10 +193,93 @@ pub(crate) fn new_file_of_json(
     metadata: &TableMetadata,
 ) -> Result<NewFile> {
     let partition_type = partition_type_of(metadata, spec_id)?;
-    let file =
-        deserialize_data_file_from_json(json, spec_id, &partition_type, metadata.current_schema())
-            .df()?;
+    let file = file_of_text(json, spec_id, &partition_type, metadata.current_schema())?;
     Ok(NewFile { spec_id, file })
+}
+
+/// The file [`file_text`] wrote.
+fn file_of_text(
+    text: &str,
+    spec_id: i32,
+    partition_type: &iceberg::spec::StructType,
+    schema: &iceberg::spec::Schema,
+) -> Result<DataFile> {
+    let text: FileText = serde_json::from_str(text)
+        .map_err(|e| DataFusionError::Internal(format!("a written file's text: {e}")))?;
+    let file = deserialize_data_file_from_json(&text.file, spec_id, partition_type, schema).df()?;
+    if text.nan.is_empty() {
+        return Ok(file);
+    }
+    let partition = with_nan(file.partition(), &text.nan, partition_type)?;
+    with_partition(&file, spec_id, partition)
+}
+
+/// The fields of a partition tuple that hold NaN (JSON, which has no NaN, writes them as null).
+pub(crate) fn nan_fields(partition: &Struct) -> Vec<usize> {
+    partition
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| matches!(v, Some(Literal::Primitive(p)) if p.is_nan()))
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// `partition` (decoded from JSON, of `partition_type`) with NaN in the fields `nan`.
+pub(crate) fn with_nan(
+    partition: &Struct,
+    nan: &[usize],
+    partition_type: &iceberg::spec::StructType,
+) -> Result<Struct> {
+    let bad = |what: String| DataFusionError::Internal(format!("a NaN partition value: {what}"));
+    let mut values: Vec<Option<Literal>> = partition.iter().map(|v| v.cloned()).collect();
+    for &i in nan {
+        let field = partition_type
+            .fields()
+            .get(i)
+            .filter(|_| i < values.len())
+            .ok_or_else(|| bad(format!("field {i} out of range")))?;
+        values[i] = Some(match field.field_type.as_primitive_type() {
+            Some(PrimitiveType::Float) => Literal::float(f32::NAN),
+            Some(PrimitiveType::Double) => Literal::double(f64::NAN),
+            _ => {
+                return Err(bad(format!(
+                    "the {} field {}",
+                    field.field_type, field.name
+                )))
+            }
+        });
+    }
+    Ok(Struct::from_iter(values))
+}
+
+/// `file` with another partition tuple (every other field as it is).
+fn with_partition(file: &DataFile, spec_id: i32, partition: Struct) -> Result<DataFile> {
+    let mut b = DataFileBuilder::default();
+    b.content(file.content_type())
+        .file_path(file.file_path().to_string())
+        .file_format(file.file_format())
+        .partition(partition)
+        .partition_spec_id(spec_id)
+        .record_count(file.record_count())
+        .file_size_in_bytes(file.file_size_in_bytes())
+        .column_sizes(file.column_sizes().clone())
+        .value_counts(file.value_counts().clone())
+        .null_value_counts(file.null_value_counts().clone())
+        .nan_value_counts(file.nan_value_counts().clone())
+        .lower_bounds(file.lower_bounds().clone())
+        .upper_bounds(file.upper_bounds().clone())
+        .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
+        .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
+        .equality_ids(file.equality_ids())
+        .first_row_id(file.first_row_id())
+        .referenced_data_file(file.referenced_data_file())
+        .content_offset(file.content_offset())
+        .content_size_in_bytes(file.content_size_in_bytes());
+    if let Some(id) = file.sort_order_id() {
+        b.sort_order_id(id);
+    }
+    b.build()
+        .map_err(|e| DataFusionError::Internal(format!("rebuilding a data file: {e}")))
 }
 
 /// Remembers every location handed out, so files of a failed write can be removed.
@@ -430,13 +538,79 @@ pub(crate) async fn write_partition(
     for file in files {
         counters.files.add(1);
         counters.bytes.add(file.file_size_in_bytes() as usize);
-        jsons.push(
-            serialize_data_file_to_json(file, &partition_type, metadata.format_version()).df()?,
-        );
+        jsons.push(file_text(file, &partition_type, metadata.format_version())?);
     }
     let spec_ids = Int32Array::from(vec![spec.spec_id(); jsons.len()]);
     Ok(RecordBatch::try_new(
         data_files_schema(),
         vec![Arc::new(spec_ids), Arc::new(StringArray::from(jsons))],
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use iceberg::spec::{
+        DataContentType, Datum, FormatVersion, NestedField, PartitionSpec, Schema, Transform, Type,
+    };
+
+    use super::*;
+
+    /// A written file's text gives back the same file, every field of it, NaN partition
+    /// values included (the iceberg crate's JSON alone makes them null).
+    #[test]
+    fn a_written_file_decodes_as_it_was_with_nan_partition_values() {
+        let schema = Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "d", Type::Primitive(PrimitiveType::Double)).into(),
+                NestedField::optional(2, "f", Type::Primitive(PrimitiveType::Float)).into(),
+                NestedField::optional(3, "i", Type::Primitive(PrimitiveType::Int)).into(),
+            ])
+            .build()
+            .unwrap();
+        let spec = PartitionSpec::builder(schema.clone())
+            .with_spec_id(3)
+            .add_partition_field("d", "d", Transform::Identity)
+            .unwrap()
+            .add_partition_field("f", "f", Transform::Identity)
+            .unwrap()
+            .add_partition_field("i", "i", Transform::Identity)
+            .unwrap()
+            .build()
+            .unwrap();
+        let partition_type = spec.partition_type(&schema).unwrap();
+        for partition in [
+            Struct::from_iter([
+                Some(Literal::double(f64::NAN)),
+                Some(Literal::float(f32::NAN)),
+                None,
+            ]),
+            Struct::from_iter([Some(Literal::double(1.5)), None, Some(Literal::int(7))]),
+        ] {
+            let file = DataFileBuilder::default()
+                .content(DataContentType::Data)
+                .file_path("file:///t/data/a.parquet".to_string())
+                .file_format(DataFileFormat::Parquet)
+                .partition(partition)
+                .partition_spec_id(3)
+                .record_count(10)
+                .file_size_in_bytes(1000)
+                .column_sizes(HashMap::from([(1, 100)]))
+                .value_counts(HashMap::from([(1, 10), (2, 10)]))
+                .null_value_counts(HashMap::from([(1, 0), (2, 3)]))
+                .nan_value_counts(HashMap::from([(1, 10), (2, 2)]))
+                .lower_bounds(HashMap::from([(3, Datum::int(1))]))
+                .upper_bounds(HashMap::from([(3, Datum::int(9))]))
+                .key_metadata(Some(vec![1, 2, 3]))
+                .split_offsets(Some(vec![4]))
+                .sort_order_id(0)
+                .first_row_id(Some(40))
+                .build()
+                .unwrap();
+            let text = file_text(file.clone(), &partition_type, FormatVersion::V3).unwrap();
+            let back = file_of_text(&text, 3, &partition_type, &schema).unwrap();
+            assert_eq!(back, file, "{text}");
+        }
+    }
 }
