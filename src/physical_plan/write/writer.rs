@@ -580,18 +580,33 @@ mod tests {
             .build()
             .unwrap();
         let partition_type = spec.partition_type(&schema).unwrap();
-        for partition in [
-            Struct::from_iter([
-                Some(Literal::double(f64::NAN)),
-                Some(Literal::float(f32::NAN)),
-                None,
-            ]),
-            Struct::from_iter([Some(Literal::double(1.5)), None, Some(Literal::int(7))]),
+        let nan = Struct::from_iter([
+            Some(Literal::double(f64::NAN)),
+            Some(Literal::float(f32::NAN)),
+            None,
+        ]);
+        let numbers = Struct::from_iter([Some(Literal::double(1.5)), None, Some(Literal::int(7))]);
+        for (partition, content) in [
+            (nan.clone(), DataContentType::Data),
+            (numbers, DataContentType::Data),
+            (nan.clone(), DataContentType::PositionDeletes),
+            (nan, DataContentType::EqualityDeletes),
         ] {
-            let file = DataFileBuilder::default()
-                .content(DataContentType::Data)
-                .file_path("file:///t/data/a.parquet".to_string())
-                .file_format(DataFileFormat::Parquet)
+            let mut b = DataFileBuilder::default();
+            match content {
+                DataContentType::PositionDeletes => b
+                    .file_format(DataFileFormat::Puffin)
+                    .referenced_data_file(Some("file:///t/data/a.parquet".to_string()))
+                    .content_offset(Some(4))
+                    .content_size_in_bytes(Some(40)),
+                DataContentType::EqualityDeletes => b
+                    .file_format(DataFileFormat::Parquet)
+                    .equality_ids(Some(vec![3])),
+                DataContentType::Data => b.file_format(DataFileFormat::Parquet),
+            };
+            let file = b
+                .content(content)
+                .file_path("file:///t/data/b".to_string())
                 .partition(partition)
                 .partition_spec_id(3)
                 .record_count(10)
