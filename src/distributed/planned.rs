@@ -10,7 +10,7 @@ use iceberg::spec::{DataContentType, Literal, Struct, TableMetadata, Type};
 use serde::{Deserialize, Serialize};
 
 use crate::error::IcebergResultExt;
-use crate::physical_plan::write::{nan_fields, with_nan};
+use crate::physical_plan::write::{non_finite_fields, with_non_finite, NonFinite};
 use crate::scan::{BlobRange, DeleteFileRef, PlannedFile};
 
 /// Planned data files and their delete files, encoded.
@@ -60,12 +60,12 @@ fn partition_type(metadata: &TableMetadata, spec_id: i32) -> Result<Type> {
     ))
 }
 
-/// A partition tuple: its single-value JSON, and the fields holding NaN (which that JSON
-/// writes as null).
+/// A partition tuple: its single-value JSON, and the fields holding NaN or an infinity
+/// (which that JSON writes as null).
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
 struct EncodedPartition {
     json: serde_json::Value,
-    nan: Vec<usize>,
+    non_finite: Vec<(usize, NonFinite)>,
 }
 
 fn partition_json(metadata: &TableMetadata, spec_id: i32, p: &Struct) -> Result<serde_json::Value> {
@@ -81,7 +81,7 @@ fn encode_partition(
 ) -> Result<EncodedPartition> {
     Ok(EncodedPartition {
         json: partition_json(metadata, spec_id, p)?,
-        nan: nan_fields(p),
+        non_finite: non_finite_fields(p),
     })
 }
 
@@ -105,9 +105,9 @@ fn partition_of(metadata: &TableMetadata, spec_id: i32, p: EncodedPartition) -> 
             p.json
         )));
     }
-    match (p.nan.is_empty(), ty) {
+    match (p.non_finite.is_empty(), ty) {
         (true, _) => Ok(decoded),
-        (false, Type::Struct(ty)) => with_nan(&decoded, &p.nan, &ty),
+        (false, Type::Struct(ty)) => with_non_finite(&decoded, &p.non_finite, &ty),
         (false, _) => Err(DataFusionError::Internal(
             "a partition type that is no struct".into(),
         )),

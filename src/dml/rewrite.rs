@@ -56,7 +56,7 @@ use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange}
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::arrow_schema;
-use crate::physical_plan::scan::plan::{plan_scan, ScanRequest, FILE_COLUMN};
+use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
     decode_tally, run_writers, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
@@ -391,7 +391,7 @@ impl DmlJob {
             position_column: self.mode == WriteMode::MergeOnRead,
             row_lineage: false,
         };
-        let mut plan = plan_scan(state, &req, &self.checked).await?;
+        let mut plan = plan_statement_scan(state, &req, &self.checked).await?;
         if let Some(condition) = self.physical_condition(&plan.schema())? {
             plan = Arc::new(FilterExec::try_new(condition, plan)?);
         }
@@ -444,7 +444,7 @@ impl DmlJob {
             position_column: false,
             row_lineage: lineage,
         };
-        let scan = plan_scan(&self.state, &req, &scan_files).await?;
+        let scan = plan_statement_scan(&self.state, &req, &scan_files).await?;
         let schema = scan.schema();
         let condition = self
             .physical_condition(&schema)?

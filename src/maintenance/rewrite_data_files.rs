@@ -52,7 +52,7 @@ use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::scan::lineage;
-use crate::physical_plan::scan::plan::{arrow_schema, plan_scan, ScanRequest};
+use crate::physical_plan::scan::plan::{arrow_schema, plan_statement_scan, ScanRequest};
 use crate::physical_plan::write::{
     decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
@@ -694,7 +694,7 @@ impl GroupRewriter {
             equality_deletes: self.equality_deletes.clone(),
             streamed: self.streamed,
         };
-        let scan = plan_scan(&self.state, &req, &files).await?;
+        let scan = plan_statement_scan(&self.state, &req, &files).await?;
         // Counts the live rows (the condition selects none: every row passes).
         let rows: Arc<dyn ExecutionPlan> = Arc::new(ChangeRowsExec::try_new(
             scan,

@@ -64,7 +64,7 @@ use crate::location::LocationMap;
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::arrow_schema;
-use crate::physical_plan::scan::plan::{plan_scan, ScanRequest, FILE_COLUMN};
+use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
     decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
@@ -491,7 +491,7 @@ impl MergeJob {
             position_column: true,
             row_lineage: self.row_lineage(),
         };
-        self.optimized(plan_scan(&self.state, &req, files).await?)
+        self.optimized(plan_statement_scan(&self.state, &req, files).await?)
     }
 
     /// Writes `input` (rows of the table's schema) as data files, sorted by the table's sort

@@ -95,6 +95,28 @@ pub(crate) struct ScanRequest<'a> {
     pub row_lineage: bool,
 }
 
+/// [`plan_scan`] under an [`IcebergScanExec`](super::IcebergScanExec), for the scans
+/// statements plan themselves (DELETE, UPDATE, MERGE, compaction): like a query's scan, it
+/// keeps filters on float columns out of the parquet reader's pruning, which would lose NaN
+/// rows a statement's condition selects.
+pub(crate) async fn plan_statement_scan(
+    state: &dyn Session,
+    req: &ScanRequest<'_>,
+    scan: &ScanFiles,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let plan = plan_scan(state, req, scan).await?;
+    let summary = super::ScanSummary {
+        table: req.table.identifier().to_string(),
+        snapshot_id: req.table.metadata().current_snapshot_id().unwrap_or(-1),
+        total_files: scan.files.len(),
+        scanned_files: scan.files.len(),
+        delete_files: scan.delete_file_count(),
+        predicate: None,
+        streamed_planning: scan.streamed,
+    };
+    Ok(Arc::new(super::IcebergScanExec::new(plan, summary)))
+}
+
 /// The plan reading `files`, with their deletes applied.
 pub(crate) async fn plan_scan(
     state: &dyn Session,

@@ -23,4 +23,4 @@ pub(crate) use writer::{
     new_file_of_json, run_writers,
 };
 #[cfg(feature = "distributed")]
-pub(crate) use writer::{nan_fields, with_nan};
+pub(crate) use writer::{non_finite_fields, with_non_finite, NonFinite};

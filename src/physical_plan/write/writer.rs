@@ -14,7 +14,7 @@ use futures::StreamExt;
 use iceberg::arrow::{schema_to_arrow_schema, RecordBatchPartitionSplitter};
 use iceberg::spec::{
     deserialize_data_file_from_json, serialize_data_file_to_json, DataFile, DataFileBuilder,
-    DataFileFormat, Literal, PartitionKey, PrimitiveType, Struct, TableMetadata,
+    DataFileFormat, Literal, PartitionKey, PrimitiveLiteral, PrimitiveType, Struct, TableMetadata,
 };
 use iceberg::table::Table;
 use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
@@ -161,15 +161,43 @@ pub(crate) fn new_file_json(file: &NewFile, metadata: &TableMetadata) -> Result<
 }
 
 /// A written file as its writer's output row holds it: the iceberg crate's JSON of its
-/// manifest entry, and the partition fields that hold NaN. That JSON writes a NaN partition
-/// value (an identity-partitioned float) as null, as JSON has no NaN; the fields are named
-/// beside it so that they decode as NaN again, not as null (a file of NaN rows in the null
-/// partition would be dropped by `DELETE ... WHERE f IS NULL`).
+/// manifest entry, and the partition fields that hold NaN or an infinity. That JSON writes
+/// such a value (of an identity-partitioned float) as null, as JSON has no NaN and no
+/// infinities; the fields are named beside it so that they decode as they were, not as null
+/// (a file of NaN rows in the null partition would be dropped by `DELETE ... WHERE f IS
+/// NULL`).
 #[derive(serde::Serialize, serde::Deserialize)]
 struct FileText<'a> {
-    nan: Vec<usize>,
+    non_finite: Vec<(usize, NonFinite)>,
     #[serde(borrow)]
     file: std::borrow::Cow<'a, str>,
+}
+
+/// A float that JSON cannot hold.
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NonFinite {
+    NaN,
+    Infinity,
+    NegativeInfinity,
+}
+
+impl NonFinite {
+    fn of(value: f64) -> Option<Self> {
+        match value {
+            v if v.is_nan() => Some(Self::NaN),
+            f64::INFINITY => Some(Self::Infinity),
+            f64::NEG_INFINITY => Some(Self::NegativeInfinity),
+            _ => None,
+        }
+    }
+
+    fn f64(self) -> f64 {
+        match self {
+            Self::NaN => f64::NAN,
+            Self::Infinity => f64::INFINITY,
+            Self::NegativeInfinity => f64::NEG_INFINITY,
+        }
+    }
 }
 
 fn file_text(
@@ -177,10 +205,10 @@ fn file_text(
     partition_type: &iceberg::spec::StructType,
     version: iceberg::spec::FormatVersion,
 ) -> Result<String> {
-    let nan = nan_fields(file.partition());
+    let non_finite = non_finite_fields(file.partition());
     let json = serialize_data_file_to_json(file, partition_type, version).df()?;
     serde_json::to_string(&FileText {
-        nan,
+        non_finite,
         file: json.into(),
     })
     .map_err(|e| DataFusionError::Internal(format!("encoding a written file: {e}")))
@@ -207,40 +235,48 @@ fn file_of_text(
     let text: FileText = serde_json::from_str(text)
         .map_err(|e| DataFusionError::Internal(format!("a written file's text: {e}")))?;
     let file = deserialize_data_file_from_json(&text.file, spec_id, partition_type, schema).df()?;
-    if text.nan.is_empty() {
+    if text.non_finite.is_empty() {
         return Ok(file);
     }
-    let partition = with_nan(file.partition(), &text.nan, partition_type)?;
+    let partition = with_non_finite(file.partition(), &text.non_finite, partition_type)?;
     with_partition(&file, spec_id, partition)
 }
 
-/// The fields of a partition tuple that hold NaN (JSON, which has no NaN, writes them as null).
-pub(crate) fn nan_fields(partition: &Struct) -> Vec<usize> {
+/// The fields of a partition tuple that hold NaN or an infinity (JSON writes them as null).
+pub(crate) fn non_finite_fields(partition: &Struct) -> Vec<(usize, NonFinite)> {
     partition
         .iter()
         .enumerate()
-        .filter(|(_, v)| matches!(v, Some(Literal::Primitive(p)) if p.is_nan()))
-        .map(|(i, _)| i)
+        .filter_map(|(i, v)| {
+            let v = match v {
+                Some(Literal::Primitive(PrimitiveLiteral::Double(v))) => v.0,
+                Some(Literal::Primitive(PrimitiveLiteral::Float(v))) => v.0 as f64,
+                _ => return None,
+            };
+            NonFinite::of(v).map(|n| (i, n))
+        })
         .collect()
 }
 
-/// `partition` (decoded from JSON, of `partition_type`) with NaN in the fields `nan`.
-pub(crate) fn with_nan(
+/// `partition` (decoded from JSON, of `partition_type`) with the non-finite values `fields`
+/// back in their fields (null there, as JSON left them).
+pub(crate) fn with_non_finite(
     partition: &Struct,
-    nan: &[usize],
+    fields: &[(usize, NonFinite)],
     partition_type: &iceberg::spec::StructType,
 ) -> Result<Struct> {
-    let bad = |what: String| DataFusionError::Internal(format!("a NaN partition value: {what}"));
+    let bad =
+        |what: String| DataFusionError::Internal(format!("a non-finite partition value: {what}"));
     let mut values: Vec<Option<Literal>> = partition.iter().map(|v| v.cloned()).collect();
-    for &i in nan {
+    for &(i, value) in fields {
         let field = partition_type
             .fields()
             .get(i)
-            .filter(|_| i < values.len())
-            .ok_or_else(|| bad(format!("field {i} out of range")))?;
+            .filter(|_| matches!(values.get(i), Some(None)))
+            .ok_or_else(|| bad(format!("field {i} is out of range or not null")))?;
         values[i] = Some(match field.field_type.as_primitive_type() {
-            Some(PrimitiveType::Float) => Literal::float(f32::NAN),
-            Some(PrimitiveType::Double) => Literal::double(f64::NAN),
+            Some(PrimitiveType::Float) => Literal::float(value.f64() as f32),
+            Some(PrimitiveType::Double) => Literal::double(value.f64()),
             _ => {
                 return Err(bad(format!(
                     "the {} field {}",
@@ -557,8 +593,8 @@ mod tests {
 
     use super::*;
 
-    /// A written file's text gives back the same file, every field of it, NaN partition
-    /// values included (the iceberg crate's JSON alone makes them null).
+    /// A written file's text gives back the same file, every field of it, NaN and infinite
+    /// partition values included (the iceberg crate's JSON alone makes them null).
     #[test]
     fn a_written_file_decodes_as_it_was_with_nan_partition_values() {
         let schema = Schema::builder()
@@ -586,9 +622,15 @@ mod tests {
             None,
         ]);
         let numbers = Struct::from_iter([Some(Literal::double(1.5)), None, Some(Literal::int(7))]);
+        let infinities = Struct::from_iter([
+            Some(Literal::double(f64::NEG_INFINITY)),
+            Some(Literal::float(f32::INFINITY)),
+            Some(Literal::int(7)),
+        ]);
         for (partition, content) in [
             (nan.clone(), DataContentType::Data),
             (numbers, DataContentType::Data),
+            (infinities, DataContentType::Data),
             (nan.clone(), DataContentType::PositionDeletes),
             (nan, DataContentType::EqualityDeletes),
         ] {
