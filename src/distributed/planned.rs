@@ -10,7 +10,9 @@ use iceberg::spec::{DataContentType, Literal, Struct, TableMetadata, Type};
 use serde::{Deserialize, Serialize};
 
 use crate::error::IcebergResultExt;
-use crate::physical_plan::write::{non_finite_fields, with_non_finite, NonFinite};
+use crate::physical_plan::write::{
+    non_finite_fields, partition_type_of, with_non_finite, NonFinite,
+};
 use crate::scan::{BlobRange, DeleteFileRef, PlannedFile};
 
 /// Planned data files and their delete files, encoded.
@@ -50,16 +52,6 @@ struct EncodedDelete {
     deletion_vector: Option<(u64, u64)>,
 }
 
-/// The partition type of the spec `spec_id` of `metadata`.
-fn partition_type(metadata: &TableMetadata, spec_id: i32) -> Result<Type> {
-    let spec = metadata
-        .partition_spec_by_id(spec_id)
-        .ok_or_else(|| DataFusionError::Internal(format!("unknown partition spec {spec_id}")))?;
-    Ok(Type::Struct(
-        spec.partition_type(metadata.current_schema()).df()?,
-    ))
-}
-
 /// A partition tuple: its single-value JSON, and the fields holding NaN or an infinity
 /// (which that JSON writes as null).
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -68,10 +60,8 @@ struct EncodedPartition {
     non_finite: Vec<(usize, NonFinite)>,
 }
 
-fn partition_json(metadata: &TableMetadata, spec_id: i32, p: &Struct) -> Result<serde_json::Value> {
-    Literal::Struct(p.clone())
-        .try_into_json(&partition_type(metadata, spec_id)?)
-        .df()
+fn partition_json(ty: &Type, p: &Struct) -> Result<serde_json::Value> {
+    Literal::Struct(p.clone()).try_into_json(ty).df()
 }
 
 fn encode_partition(
@@ -80,7 +70,7 @@ fn encode_partition(
     p: &Struct,
 ) -> Result<EncodedPartition> {
     Ok(EncodedPartition {
-        json: partition_json(metadata, spec_id, p)?,
+        json: partition_json(&Type::Struct(partition_type_of(metadata, spec_id)?), p)?,
         non_finite: non_finite_fields(p),
     })
 }
@@ -89,8 +79,9 @@ fn encode_partition(
 /// of some types does not travel (nanosecond timestamps), and a tuple that came out different
 /// would put a delete file in the wrong partition.
 fn partition_of(metadata: &TableMetadata, spec_id: i32, p: EncodedPartition) -> Result<Struct> {
-    let ty = partition_type(metadata, spec_id)?;
-    let decoded = match Literal::try_from_json(p.json.clone(), &ty).df()? {
+    let ty = partition_type_of(metadata, spec_id)?;
+    let struct_type = Type::Struct(ty.clone());
+    let decoded = match Literal::try_from_json(p.json.clone(), &struct_type).df()? {
         Some(Literal::Struct(s)) => s,
         other => {
             return Err(DataFusionError::Internal(format!(
@@ -98,19 +89,16 @@ fn partition_of(metadata: &TableMetadata, spec_id: i32, p: EncodedPartition) -> 
             )))
         }
     };
-    if partition_json(metadata, spec_id, &decoded)? != p.json {
+    if partition_json(&struct_type, &decoded)? != p.json {
         return Err(DataFusionError::NotImplemented(format!(
             "a partition tuple of spec {spec_id} ({}) cannot be sent to a worker; run the \
              statement in one session",
             p.json
         )));
     }
-    match (p.non_finite.is_empty(), ty) {
-        (true, _) => Ok(decoded),
-        (false, Type::Struct(ty)) => with_non_finite(&decoded, &p.non_finite, &ty),
-        (false, _) => Err(DataFusionError::Internal(
-            "a partition type that is no struct".into(),
-        )),
+    match p.non_finite.is_empty() {
+        true => Ok(decoded),
+        false => with_non_finite(&decoded, &p.non_finite, &ty),
     }
 }
 

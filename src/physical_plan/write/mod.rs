@@ -23,4 +23,4 @@ pub(crate) use writer::{
     new_file_of_json, run_writers,
 };
 #[cfg(feature = "distributed")]
-pub(crate) use writer::{non_finite_fields, with_non_finite, NonFinite};
+pub(crate) use writer::{non_finite_fields, partition_type_of, with_non_finite, NonFinite};

@@ -143,7 +143,10 @@ pub(crate) async fn run_writers(
 }
 
 /// The partition type of the spec `spec_id` of `metadata`, over its current schema.
-fn partition_type_of(metadata: &TableMetadata, spec_id: i32) -> Result<iceberg::spec::StructType> {
+pub(crate) fn partition_type_of(
+    metadata: &TableMetadata,
+    spec_id: i32,
+) -> Result<iceberg::spec::StructType> {
     let spec = metadata
         .partition_spec_by_id(spec_id)
         .ok_or_else(|| DataFusionError::Internal(format!("unknown partition spec {spec_id}")))?;
