@@ -40,6 +40,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 
 use super::positions::{FilePositions, MergePositions};
+use super::splice::SpliceValues;
 use crate::physical_plan::scan::lineage::LAST_UPDATED_SEQUENCE_NUMBER;
 use crate::physical_plan::single_child;
 
@@ -407,6 +408,9 @@ pub(crate) enum RowsMode {
     /// Copy-on-write's rewrite: the join rows are the rows pass 1 updated, each with its
     /// source row. Out come their new versions, counted in the given counter.
     Rewrite(Arc<std::sync::atomic::AtomicU64>),
+    /// Copy-on-write by column splice: positions recorded, only inserted rows out; the new
+    /// values of the updated columns go to the collector.
+    Splice(Arc<SpliceValues>),
 }
 
 impl MergeRowsExec {
@@ -473,6 +477,7 @@ impl DisplayAs for MergeRowsExec {
             RowsMode::NewRows => "",
             RowsMode::Decide => "decide, ",
             RowsMode::Rewrite(_) => "rewrite, ",
+            RowsMode::Splice(_) => "splice, ",
         };
         write!(f, "MergeRowsExec: {mode}[{}]", clauses.join("; "))
     }
@@ -631,8 +636,14 @@ impl Apply {
                 ClauseAction::Update(assignments) => {
                     self.positions
                         .changed(&file_positions(&rows, layout)?, Change::Update)?;
-                    if let RowsMode::NewRows = self.mode {
-                        out.push(self.updated(&rows, assignments)?);
+                    match &self.mode {
+                        RowsMode::NewRows => out.push(self.updated(&rows, assignments)?),
+                        RowsMode::Splice(values) => {
+                            let new = self.spliced(&rows, assignments, values.columns())?;
+                            let positions = rows.column(layout.pos()).as_primitive::<Int64Type>();
+                            values.add(rows.column(layout.file()), positions, new)?;
+                        }
+                        RowsMode::Decide | RowsMode::Rewrite(_) => {}
                     }
                 }
                 ClauseAction::Delete => {
@@ -721,6 +732,41 @@ impl Apply {
             columns[seq] = new_null_array(&DataType::Int64, rows.num_rows());
         }
         self.output(columns, "UPDATE")
+    }
+
+    /// The new values of table columns `columns` of the target rows in `rows`: the clause's
+    /// value where it assigns one, the row's own elsewhere.
+    fn spliced(
+        &self,
+        rows: &RecordBatch,
+        assignments: &[(usize, Arc<dyn PhysicalExpr>)],
+        columns: &[usize],
+    ) -> Result<Vec<ArrayRef>> {
+        let mut out = Vec::with_capacity(columns.len());
+        for &c in columns {
+            let field = self.table_schema.field(c);
+            let array = match assignments.iter().find(|(a, _)| *a == c) {
+                Some((_, value)) => value.evaluate(rows)?.into_array(rows.num_rows())?,
+                None => {
+                    let at = self.layout.target_column(c).ok_or_else(|| {
+                        DataFusionError::Internal(format!("MERGE UPDATE did not read column {c}"))
+                    })?;
+                    Arc::clone(rows.column(at))
+                }
+            };
+            if !field.is_nullable() && array.null_count() > 0 {
+                return Err(DataFusionError::Execution(format!(
+                    "MERGE UPDATE would write NULL into required column '{}'; nothing was \
+                     changed",
+                    field.name()
+                )));
+            }
+            out.push(match array.data_type() == field.data_type() {
+                true => array,
+                false => cast(&array, field.data_type())?,
+            });
+        }
+        Ok(out)
     }
 
     /// The rows an INSERT clause makes of the source rows in `rows`.

@@ -33,14 +33,15 @@ use super::join::{
 use super::key_filter::{source_key_filter, KeyFilterExec};
 use super::positions::{DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap};
 use super::rewrite::RewriteExec;
+use super::splice::{files_allow_splice, splice_files, SpliceValues};
 use crate::dml::core::WriteMode;
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
 use crate::dml::deletes::{DeleteWriter, FileDeletes};
 use crate::error::IcebergResultExt;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
-use crate::physical_plan::write::WrittenFiles;
 use crate::physical_plan::write::{run_writers, sort_requirement, DataFileWriterExec, WriterTally};
+use crate::physical_plan::write::{Splicer, WrittenFiles};
 use crate::scan::{PlannedFile, ScanFiles};
 use crate::snapshot::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -83,7 +84,18 @@ impl DisplayAs for MergeExec {
             job.spec.text,
             job.spec.source_keys.len(),
             clauses.join("; "),
-        )
+        )?;
+        // The columns a copy-on-write rewrite may splice into files copied otherwise as
+        // they are (see `splice`).
+        if let Some(s) = &job.splice {
+            let names: Vec<&str> = s
+                .columns
+                .iter()
+                .map(|&c| job.table_schema.field(c).name().as_str())
+                .collect();
+            write!(f, ", splice=[{}]", names.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -100,6 +112,8 @@ struct Counters {
     grace_partitions: Count,
     key_filter_skipped: Count,
     first_pass_columns: Count,
+    files_spliced: Count,
+    splice_fallbacks: Count,
     commit_attempts: Count,
     statement_attempts: Count,
     spill: SpillMetrics,
@@ -157,6 +171,8 @@ impl ExecutionPlan for MergeExec {
             grace_partitions: counter("grace_partitions"),
             key_filter_skipped: counter("target_rows_skipped_by_key_filter"),
             first_pass_columns: counter("first_pass_target_columns"),
+            files_spliced: counter("files_spliced"),
+            splice_fallbacks: counter("splice_fallbacks"),
             commit_attempts: counter("commit_attempts"),
             statement_attempts: counter("statement_attempts"),
             spill: SpillMetrics::new(&self.metrics, 0),
@@ -237,11 +253,29 @@ async fn run_once(
     context: &Arc<TaskContext>,
     m: &Counters,
 ) -> Result<u64> {
-    let written = WrittenFiles::default();
-    let result = changes(job, source, context, m, &written).await;
+    // A splice that cannot finish (its values do not fit, a file another writer made) gives
+    // way to the ordinary rewrite: the files it wrote go, and the statement runs again.
+    let mut splice = job.splice.is_some();
+    let (written, result) = loop {
+        let written = WrittenFiles::default();
+        let result = changes(job, Arc::clone(&source), context, m, &written, splice).await;
+        match result {
+            Ok(Outcome::SpliceRefused) => {
+                written.remove_all(job.table.file_io()).await;
+                m.splice_fallbacks.add(1);
+                splice = false;
+            }
+            other => break (written, other),
+        }
+    };
     let (changes, counts) = match result {
-        Ok(Some(c)) => c,
-        Ok(None) => return Ok(0),
+        Ok(Outcome::Changes(c, counts)) => (*c, counts),
+        Ok(Outcome::Nothing) => return Ok(0),
+        Ok(Outcome::SpliceRefused) => {
+            return Err(DataFusionError::Internal(
+                "MERGE splice refused twice".into(),
+            ))
+        }
         Err(e) => {
             written.remove_all(job.table.file_io()).await;
             return Err(e);
@@ -262,6 +296,16 @@ async fn run_once(
     Ok(updated + deleted + inserted)
 }
 
+/// What a run of both passes came to.
+enum Outcome {
+    /// The statement changes nothing.
+    Nothing,
+    /// The snapshot changes to commit.
+    Changes(Box<SnapshotChanges>, MergeCounts),
+    /// The splice could not finish: run again without it.
+    SpliceRefused,
+}
+
 /// (updated, deleted, inserted, files rewritten, delete files removed).
 type MergeCounts = (u64, u64, u64, usize, usize);
 
@@ -272,7 +316,8 @@ async fn changes(
     context: &Arc<TaskContext>,
     m: &Counters,
     written: &WrittenFiles,
-) -> Result<Option<(SnapshotChanges, MergeCounts)>> {
+    splice: bool,
+) -> Result<Outcome> {
     let fail = |what: String| {
         DataFusionError::Execution(format!(
             "MERGE on table '{}' aborted, nothing was changed: {what}",
@@ -281,21 +326,41 @@ async fn changes(
     };
     let read = read_source(with_marker(source)?, &job.spec, context, m.spill.clone()).await?;
     m.source_rows.add(read.rows as usize);
-    // Copy-on-write reads only the deciding columns first when it can, with the source in
-    // memory: the rewrite then joins the updated rows with the source again. Its batches are
-    // shared with pass 1's plan, which holds them until pass 1 ends.
-    let (decide, source_batches) = match (&job.decide, &read.buffered) {
-        (Some(d), BufferedSource::Memory(batches, _)) => (Some(d), Some(batches.clone())),
-        _ => (None, None),
-    };
-    let (layout, clauses, spec) = match decide {
-        Some(d) => (&d.layout, &d.clauses, &d.spec),
-        None => (&job.layout, &job.clauses, &job.spec),
-    };
-    let source_schema = Arc::clone(&read.schema);
     let filters = job.target_filters(&read.bounds);
     let files = job.target_files(&filters).await?;
     m.target_files.add(files.files.len());
+    // Copy-on-write by column splice when every file it may touch allows it.
+    let metadata = job.table.metadata();
+    let splice = match &job.splice {
+        Some(s)
+            if splice
+                && files_allow_splice(&files, metadata)
+                && !super::moves_rows(metadata, &s.columns) =>
+        {
+            Some(s)
+        }
+        _ => None,
+    };
+    // Otherwise copy-on-write reads only the deciding columns first when it can, with the
+    // source in memory: the rewrite then joins the updated rows with the source again. Its
+    // batches are shared with pass 1's plan, which holds them until pass 1 ends.
+    let (decide, source_batches) = match (&job.decide, &read.buffered, splice) {
+        (Some(d), BufferedSource::Memory(batches, _), None) => (Some(d), Some(batches.clone())),
+        _ => (None, None),
+    };
+    let (layout, clauses, spec) = match (splice, decide) {
+        (Some(s), _) => (&s.layout, &s.clauses, &s.spec),
+        (None, Some(d)) => (&d.layout, &d.clauses, &d.spec),
+        (None, None) => (&job.layout, &job.clauses, &job.spec),
+    };
+    let splice_values = splice.map(|s| {
+        Arc::new(SpliceValues::new(
+            s.columns.clone(),
+            &job.table_schema,
+            context,
+        ))
+    });
+    let source_schema = Arc::clone(&read.schema);
     let target = job.scan(&files, Some(&layout.target_columns)).await?;
     if m.first_pass_columns.value() == 0 {
         m.first_pass_columns.add(layout.target_columns.len());
@@ -374,9 +439,10 @@ async fn changes(
                         Arc::clone(&job.table_schema),
                         Arc::clone(&positions),
                     )
-                    .with_mode(match decide {
-                        Some(_) => RowsMode::Decide,
-                        None => RowsMode::NewRows,
+                    .with_mode(match (&splice_values, decide) {
+                        (Some(v), _) => RowsMode::Splice(Arc::clone(v)),
+                        (None, Some(_)) => RowsMode::Decide,
+                        (None, None) => RowsMode::NewRows,
                     }),
                 );
                 let added = job.write(rows, written, context, &m.spill).await?;
@@ -390,10 +456,10 @@ async fn changes(
             }
         };
     let new_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
-    // A narrow first pass leaves the updated rows' new versions to the rewrite.
-    let new_in_pass_1 = match decide {
-        Some(_) => inserted,
-        None => updated + inserted,
+    // A narrow first pass or a splice leaves the updated rows' new versions to the rewrite.
+    let new_in_pass_1 = match decide.is_some() || splice.is_some() {
+        true => inserted,
+        false => updated + inserted,
     };
     if new_rows != new_in_pass_1 {
         return Err(fail(format!(
@@ -426,7 +492,12 @@ async fn changes(
     }
     touched.sort_by(|a, b| a.path.cmp(&b.path));
     if added.is_empty() && touched.is_empty() {
-        return Ok(None);
+        return Ok(Outcome::Nothing);
+    }
+    if let Some(values) = &splice_values {
+        if values.refused()? {
+            return Ok(Outcome::SpliceRefused);
+        }
     }
 
     let mut delete_files = vec![];
@@ -437,6 +508,34 @@ async fn changes(
             WriteMode::MergeOnRead => {
                 let outputs = write_deletes(job, &touched, &changed, written, context).await?;
                 (delete_files, replaced) = crate::dml::deletes::fold(outputs);
+            }
+            WriteMode::CopyOnWrite if splice_values.is_some() => {
+                let Some(values) = splice_values.clone() else {
+                    return Err(DataFusionError::Internal("no splice values".into()));
+                };
+                let splicer = Arc::new(Splicer::new(
+                    &job.table,
+                    &job.locations,
+                    values.columns().to_vec(),
+                    context,
+                )?);
+                let Some((files, spliced)) =
+                    splice_files(splicer, values, &touched, written).await?
+                else {
+                    return Ok(Outcome::SpliceRefused);
+                };
+                let read: u64 = touched.iter().map(|f| f.record_count).sum();
+                let kept: u64 = files.iter().map(|f| f.file.record_count()).sum();
+                if spliced != updated || deleted != 0 || kept != read {
+                    return Err(fail(format!(
+                        "the splice does not add up (pass 1 updated {updated} and deleted \
+                         {deleted} rows; the splice took {spliced} new values and wrote {kept} of \
+                         the {read} rows of the rewritten files)"
+                    )));
+                }
+                m.files_spliced.add(files.len());
+                rewritten = touched.len();
+                added.extend(files);
             }
             WriteMode::CopyOnWrite => {
                 let counts = Arc::new(DropCounts::default());
@@ -557,10 +656,10 @@ async fn changes(
         data_sequence_number: None,
         rewrite_data_manifests: false,
     };
-    Ok(Some((
-        changes,
+    Ok(Outcome::Changes(
+        Box::new(changes),
         (updated, deleted, inserted, rewritten, delete_files_removed),
-    )))
+    ))
 }
 
 /// A distributed `MERGE`'s first pass. The source (in memory here) and the target are

@@ -18,6 +18,10 @@
 //!    copy-on-write pass 2: scan(files with changed rows) ─► DropPositionsExec ─► writer
 //!      or, when pass 1 read only the deciding columns (`Decide`): scan ─► RewriteExec (kept
 //!      rows pass, updated rows join a copy of the source for their new versions) ─► writer
+//!      or, when the clauses only update columns that neither partition nor sort the table
+//!      and no delete applies to the files (`Splice`, see [`splice`]): pass 1 computes the
+//!      updated columns' new values; each file is written again with its other columns' chunks
+//!      copied as they are and the updated columns spliced in place
 //!    verify  rows written = updated + inserted; positions = updated + deleted; pass 2 dropped
 //!            exactly the changed positions
 //!    commit  one overwrite snapshot (append when it only inserts), validated against
@@ -30,6 +34,7 @@ mod join;
 pub(crate) mod key_filter;
 pub(crate) mod positions;
 mod rewrite;
+mod splice;
 
 pub use exec::MergeExec;
 
@@ -114,6 +119,7 @@ pub(crate) async fn plan_merge(
     clauses::check_expression(&on, "ON condition")?;
     let (mut read, updates) = clause_columns(&clauses, &sides, &table_schema)?;
     sides.used(&on, &mut read)?;
+    let deciding_and_read = read.clone();
     let target_columns: Vec<usize> = match updates {
         true => (0..table_schema.fields().len()).collect(),
         false => {
@@ -188,6 +194,19 @@ pub(crate) async fn plan_merge(
         )?,
         false => None,
     };
+    let splice = match mode == WriteMode::CopyOnWrite && updates && !distributed && !lineage {
+        true => splice_plan(
+            &clauses,
+            &deciding_and_read,
+            &split,
+            &merge_schema,
+            &table_schema,
+            join_type,
+            &session,
+            on.to_string(),
+        )?,
+        false => None,
+    };
     let job = MergeJob {
         table: table.clone(),
         store: Arc::clone(&target.store),
@@ -202,6 +221,7 @@ pub(crate) async fn plan_merge(
         prune,
         by_source,
         decide,
+        splice,
         distributed,
     };
     Ok(Arc::new(MergeExec::new(source, Arc::new(job))))
@@ -259,6 +279,100 @@ fn decide_plan(
         clauses: compiled.into(),
         spec,
     }))
+}
+
+/// Copy-on-write by column splice (see [`splice`]), when the clauses only update, and only
+/// columns that neither place a row in a partition nor order the table: the first pass reads
+/// the columns the conditions and the new values need besides the updated ones. `None`
+/// otherwise.
+#[allow(clippy::too_many_arguments)]
+fn splice_plan(
+    clauses: &[MergeIntoClause],
+    read: &HashSet<usize>,
+    split: &join::SplitOn,
+    merge_schema: &DFSchemaRef,
+    table_schema: &SchemaRef,
+    join_type: JoinType,
+    session: &SessionState,
+    on: String,
+) -> Result<Option<Splice>> {
+    let updated_columns = || -> Result<Option<Vec<usize>>> {
+        let mut columns = vec![];
+        for c in clauses {
+            match &c.action {
+                MergeIntoAction::Delete => return Ok(None),
+                MergeIntoAction::Update(assignments) => {
+                    for (name, _) in assignments {
+                        let i = table_schema.index_of(name)?;
+                        if !columns.contains(&i) {
+                            columns.push(i);
+                        }
+                    }
+                }
+                MergeIntoAction::Insert { .. } => {}
+            }
+        }
+        columns.sort();
+        Ok((!columns.is_empty()).then_some(columns))
+    };
+    let Some(columns) = updated_columns()? else {
+        return Ok(None);
+    };
+    let mut target: Vec<usize> = read
+        .iter()
+        .copied()
+        .chain(columns.iter().copied())
+        .collect();
+    target.sort();
+    target.dedup();
+    let source_columns = merge_schema.fields().len() - table_schema.fields().len();
+    let layout = Arc::new(row_layout(merge_schema, source_columns, target)?);
+    let compiled = compile(clauses, &layout, table_schema, session)?;
+    let spec = JoinSpec::try_new(split, &layout, join_type, session, on)?;
+    Ok(Some(Splice {
+        layout,
+        clauses: compiled.into(),
+        spec,
+        columns,
+    }))
+}
+
+/// Whether updating table columns `columns` may move a row to another partition or out of the
+/// table's sort order (then a file cannot be rewritten in place).
+pub(super) fn moves_rows(metadata: &TableMetadata, columns: &[usize]) -> bool {
+    let schema = metadata.current_schema();
+    let mut ids = HashSet::new();
+    for &c in columns {
+        if let Some(field) = schema.as_struct().fields().get(c) {
+            field_ids(field, &mut ids);
+        }
+    }
+    let partitioned = metadata
+        .default_partition_spec()
+        .fields()
+        .iter()
+        .any(|f| ids.contains(&f.source_id));
+    let sorted = metadata
+        .default_sort_order()
+        .fields
+        .iter()
+        .any(|f| ids.contains(&f.source_id));
+    partitioned || sorted
+}
+
+/// The field id of `field` and of every field nested in it.
+fn field_ids(field: &iceberg::spec::NestedField, ids: &mut HashSet<i32>) {
+    use iceberg::spec::Type;
+    ids.insert(field.id);
+    match field.field_type.as_ref() {
+        Type::Struct(s) => s.fields().iter().for_each(|f| field_ids(f, ids)),
+        Type::List(l) => field_ids(&l.element_field, ids),
+        Type::Map(m) => {
+            field_ids(&m.key_field, ids);
+            field_ids(&m.value_field, ids);
+        }
+        Type::Primitive(_) => {}
+    }
 }
 
 /// Adds what every node of the executed `plan` spilled to `spill`.
@@ -372,6 +486,8 @@ pub(super) struct MergeJob {
     pub(super) by_source: bool,
     /// Copy-on-write's narrow first pass, when it applies (see [`decide_plan`]).
     pub(super) decide: Option<Decide>,
+    /// Copy-on-write by column splice, when it may apply (see [`splice_plan`]).
+    pub(super) splice: Option<Splice>,
     /// Whether the session distributes its plans over workers: the first pass then runs in
     /// their tasks when the source fits in memory and `ON` has hash keys.
     pub(super) distributed: bool,
@@ -385,6 +501,17 @@ pub(super) struct Decide {
     pub(super) layout: Arc<RowLayout>,
     pub(super) clauses: Arc<[Clause]>,
     pub(super) spec: JoinSpec,
+}
+
+/// The first pass of a copy-on-write `MERGE` by column splice: the join rows carry the updated
+/// columns, and the clauses compiled against them compute the updated rows' new values.
+#[derive(Debug, Clone)]
+pub(super) struct Splice {
+    pub(super) layout: Arc<RowLayout>,
+    pub(super) clauses: Arc<[Clause]>,
+    pub(super) spec: JoinSpec,
+    /// The table columns the clauses update (ascending).
+    pub(super) columns: Vec<usize>,
 }
 
 impl MergeJob {

@@ -160,10 +160,10 @@ struct OpenFile {
 
 /// The bytes the file writer produced and storage has not taken yet.
 #[derive(Clone, Default)]
-struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+pub(super) struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
 
 impl SharedBuffer {
-    fn take(&self) -> Vec<u8> {
+    pub(super) fn take(&self) -> Vec<u8> {
         self.0
             .lock()
             .map(|mut b| std::mem::take(&mut *b))
@@ -471,7 +471,7 @@ fn field_id(field: &Field) -> Option<i32> {
 
 /// Adds the NaN values of every float column of `batch` (nested ones too) to `counts`. Only
 /// values that exist count: a value under a null struct, list or map is not in the file.
-fn count_nans(batch: &RecordBatch, counts: &mut HashMap<i32, u64>) {
+pub(super) fn count_nans(batch: &RecordBatch, counts: &mut HashMap<i32, u64>) {
     for (field, array) in batch.schema().fields().iter().zip(batch.columns()) {
         count_array_nans(field, array.as_ref(), None, counts);
     }
@@ -549,7 +549,7 @@ fn count_array_nans(
 }
 
 /// Whether values of `ty` are, or hold, floats.
-fn holds_floats(ty: &DataType) -> bool {
+pub(super) fn holds_floats(ty: &DataType) -> bool {
     match ty {
         DataType::Float32 | DataType::Float64 => true,
         DataType::Struct(fields) => fields.iter().any(|f| holds_floats(f.data_type())),
@@ -674,7 +674,7 @@ fn row_group_offset(group: &RowGroupMetaData) -> Option<i64> {
 
 /// The Iceberg description of a written parquet file (content, partition and spec are the
 /// caller's): counts, sizes and bounds per field id, from the file's footer.
-fn file_metrics(
+pub(super) fn file_metrics(
     schema: &IcebergSchema,
     metadata: &ParquetMetaData,
     file_size: usize,

@@ -341,7 +341,7 @@ fn bad_level(e: parquet::errors::ParquetError) -> DataFusionError {
 }
 
 /// Parquet writer properties from the table's `write.parquet.*` properties.
-fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
+pub(super) fn writer_properties(metadata: &TableMetadata) -> Result<WriterProperties> {
     let props = metadata.properties();
     let codec = props
         .get("write.parquet.compression-codec")

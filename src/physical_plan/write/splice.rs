@@ -1,0 +1,516 @@
+//! Copy-on-write's column splice: the rewrite of a data file whose changed rows stay where they
+//! are and change only some columns (an `UPDATE SET c = ..` that neither deletes rows nor moves
+//! them to another partition).
+//!
+//! The new file has the old file's row groups, row for row. The chunks of the columns that do
+//! not change are copied byte for byte, statistics and all; the changed columns are decoded a
+//! batch at a time, take their new values at the changed positions and are encoded again with
+//! the table's writer properties. Float columns are always encoded again, changed or not: their
+//! NaN counts (an Iceberg metric the parquet footer does not keep) come from the values.
+//!
+//! ```text
+//!  old file  row group 0: [id][k][value][s]   row group 1: [id][k][value][s] ...
+//!                           │  │    │     │
+//!                           │  │    └ decode ─ new values at the changed positions ─ encode
+//!                           ▼  ▼    ▼     ▼
+//!  new file  row group 0: [id][k][value'][s]  ...   (copied chunks in place, offsets moved)
+//! ```
+//!
+//! A file is spliced only when its parquet schema is, leaf column for leaf column, the one this
+//! crate writes for the table's schema (names, field ids, physical and logical types): the copied
+//! chunks are then what a rewrite would have encoded from the same values. Otherwise, or when a
+//! row group's chunks do not fit in the memory the pool grants, [`Splicer::splice`] answers
+//! `None` and changes nothing: the caller rewrites the file the ordinary way.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch};
+use arrow::compute::{cast, interleave};
+use arrow::datatypes::{Schema, SchemaRef};
+use bytes::{Buf, Bytes};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
+use datafusion::execution::TaskContext;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use iceberg::spec::{PartitionKey, Schema as IcebergSchema};
+use iceberg::table::Table;
+use iceberg::writer::file_writer::location_generator::LocationGenerator;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::arrow_writer::{compute_leaves, ArrowWriterOptions};
+use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::arrow::{ArrowWriter, ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::column::writer::ColumnCloseResult;
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::properties::WriterProperties;
+use parquet::file::reader::{ChunkReader, Length};
+
+use super::locations::FileLocations;
+use super::parquet_file::{count_nans, file_metrics, holds_floats, SharedBuffer};
+use super::writer::writer_properties;
+use super::WrittenFiles;
+use crate::error::IcebergResultExt;
+use crate::location::LocationMap;
+use crate::scan::PlannedFile;
+use crate::snapshot::NewFile;
+
+/// Rows decoded at a time from a changed column.
+const BATCH_ROWS: usize = 8192;
+
+/// The new values of one data file's changed columns.
+#[derive(Debug)]
+pub(crate) struct FileValues {
+    /// Positions in the file, strictly ascending.
+    pub positions: Vec<u64>,
+    /// One row per position: the new values, one column per [`Splicer`] spliced column.
+    pub values: RecordBatch,
+}
+
+/// A file written by [`Splicer::splice`].
+#[derive(Debug)]
+pub(crate) struct Spliced {
+    /// The new file, in the old one's partition.
+    pub file: NewFile,
+    /// The values it took (one per position given).
+    pub spliced: u64,
+}
+
+/// Splices new values of some columns of a table into its data files (see the module's text).
+pub(crate) struct Splicer {
+    table: Table,
+    schema: Arc<IcebergSchema>,
+    /// The table's rows in Arrow, with field ids: the layout of the new files.
+    arrow: SchemaRef,
+    props: WriterProperties,
+    /// Table columns that take new values.
+    spliced: Vec<usize>,
+    /// Table columns decoded and encoded again: the spliced ones and those holding floats.
+    encoded: Vec<usize>,
+    store: Arc<dyn ObjectStore>,
+    url: datafusion::execution::object_store::ObjectStoreUrl,
+    locations: LocationMap,
+    files: FileLocations,
+    pool: Arc<dyn MemoryPool>,
+}
+
+impl Splicer {
+    /// A splicer of `spliced` (table columns, ascending) into `table`'s files, reading and
+    /// reserving through `context`.
+    pub(crate) fn new(
+        table: &Table,
+        locations: &LocationMap,
+        spliced: Vec<usize>,
+        context: &TaskContext,
+    ) -> Result<Self> {
+        let metadata = table.metadata();
+        let schema = metadata.current_schema().clone();
+        let arrow: SchemaRef = Arc::new(crate::arrow58::iceberg_to_arrow(&schema)?);
+        let encoded: Vec<usize> = (0..arrow.fields().len())
+            .filter(|c| spliced.contains(c) || holds_floats(arrow.field(*c).data_type()))
+            .collect();
+        let url = locations.store_url(metadata.location())?;
+        let store = context.runtime_env().object_store(&url)?;
+        Ok(Self {
+            table: table.clone(),
+            schema,
+            arrow,
+            props: writer_properties(metadata)?,
+            spliced,
+            encoded,
+            store,
+            url,
+            locations: locations.clone(),
+            files: FileLocations::new(metadata)?,
+            pool: Arc::clone(context.memory_pool()),
+        })
+    }
+
+    /// Writes `file` again with `values` spliced in; `None` when the file cannot be spliced
+    /// (then nothing was written). The new file's location is recorded in `written` before it
+    /// is created.
+    pub(crate) async fn splice(
+        &self,
+        file: &PlannedFile,
+        values: FileValues,
+        written: &WrittenFiles,
+    ) -> Result<Option<Spliced>> {
+        check_values(file, &values, self.spliced.len())?;
+        let path = self.locations.object_path_in(&self.url, &file.path)?;
+        let recorded = ObjectMeta {
+            location: path.clone(),
+            last_modified: chrono::Utc::now(),
+            size: file.size,
+            e_tag: None,
+            version: None,
+        };
+        let (footer, _) = crate::physical_plan::parquet_files::fetch_footer(
+            self.store.as_ref(),
+            &recorded,
+            None,
+            None,
+            true,
+        )
+        .await?;
+        // Copied chunks keep their page offsets (the writer needs them for every chunk once
+        // its own have them).
+        let Some(offsets) = footer.offset_index().cloned() else {
+            return Ok(None);
+        };
+        let columns = footer.file_metadata().schema_descr().num_columns();
+        if offsets.len() != footer.num_row_groups() || offsets.iter().any(|g| g.len() != columns) {
+            return Ok(None);
+        }
+        let options = ArrowWriterOptions::new().with_properties(self.props.clone());
+        let buffer = SharedBuffer::default();
+        let writer =
+            ArrowWriter::try_new_with_options(buffer.clone(), Arc::clone(&self.arrow), options)?;
+        let (mut out, factory) = writer.into_serialized_writer()?;
+        if !same_columns(&footer, out.schema_descr()) {
+            return Ok(None);
+        }
+        let spec = self
+            .table
+            .metadata()
+            .partition_spec_by_id(file.spec_id)
+            .ok_or_else(|| {
+                DataFusionError::Internal(format!("no partition spec {}", file.spec_id))
+            })?;
+        let key = PartitionKey::new(
+            spec.as_ref().clone(),
+            Arc::clone(&self.schema),
+            file.partition.clone(),
+        );
+        let name = format!("{}-spliced.parquet", uuid::Uuid::new_v4());
+        let location = self.files.generate_location(Some(&key), &name);
+
+        let reservation =
+            MemoryConsumer::new(format!("ColumnSplice[{}]", file.path)).register(&self.pool);
+        let reader = StoreReader {
+            store: Arc::clone(&self.store),
+            path: path.clone(),
+            footer: Arc::clone(&footer),
+        };
+        let reader_metadata =
+            ArrowReaderMetadata::try_new(Arc::clone(&footer), ArrowReaderOptions::new())?;
+        let descr = out.schema_descr();
+        let leaves = descr.num_columns();
+        let root_of: Vec<usize> = (0..leaves).map(|l| descr.get_column_root_idx(l)).collect();
+        let first_leaf = |root: usize| root_of.iter().position(|&r| r == root);
+
+        let mut sink: Option<Box<dyn iceberg::io::FileWrite>> = None;
+        let mut flushed = 0usize;
+        let mut nan_counts: HashMap<i32, u64> = HashMap::new();
+        let mut next = 0usize; // the first position not yet spliced
+        let mut start = 0u64; // the first row of the row group in the file
+        for (index, group) in footer.row_groups().iter().enumerate() {
+            let rows = group.num_rows() as u64;
+            let mut writers = factory.create_column_writers(index)?;
+            let mut encoded_bytes = 0usize;
+            if !self.encoded.is_empty() {
+                let mut batches = ParquetRecordBatchStreamBuilder::new_with_metadata(
+                    reader.clone(),
+                    reader_metadata.clone(),
+                )
+                .with_projection(ProjectionMask::roots(
+                    footer.file_metadata().schema_descr(),
+                    self.encoded.iter().copied(),
+                ))
+                .with_row_groups(vec![index])
+                .with_batch_size(BATCH_ROWS)
+                .build()?;
+                let mut at = start;
+                while let Some(batch) = batches.next().await {
+                    let batch = batch?;
+                    let n = batch.num_rows() as u64;
+                    let from = next;
+                    while next < values.positions.len() && values.positions[next] < at + n {
+                        next += 1;
+                    }
+                    let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.encoded.len());
+                    for (k, &c) in self.encoded.iter().enumerate() {
+                        let field = self.arrow.field(c);
+                        let mut array = Arc::clone(batch.column(k));
+                        if array.data_type() != field.data_type() {
+                            array = cast(&array, field.data_type())?;
+                        }
+                        if let Some(s) = self.spliced.iter().position(|&x| x == c) {
+                            if next > from {
+                                let mut new = values.values.column(s).slice(from, next - from);
+                                if new.data_type() != field.data_type() {
+                                    new = cast(&new, field.data_type())?;
+                                }
+                                array =
+                                    splice_array(&array, &new, &values.positions[from..next], at)?;
+                            }
+                        }
+                        columns.push(array);
+                    }
+                    let fields: Vec<_> = self
+                        .encoded
+                        .iter()
+                        .map(|&c| Arc::new(self.arrow.field(c).clone()))
+                        .collect();
+                    let out_batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+                    count_nans(&out_batch, &mut nan_counts);
+                    for (k, &c) in self.encoded.iter().enumerate() {
+                        let first = first_leaf(c).ok_or_else(|| {
+                            DataFusionError::Internal(format!("no parquet leaf for column {c}"))
+                        })?;
+                        let leaves = compute_leaves(self.arrow.field(c), out_batch.column(k))?;
+                        for (j, leaf) in leaves.iter().enumerate() {
+                            writers[first + j].write(leaf)?;
+                        }
+                    }
+                    encoded_bytes = writers.iter().map(|w| w.memory_size()).sum();
+                    if reservation.try_resize(encoded_bytes).is_err() {
+                        return Ok(None);
+                    }
+                    at += n;
+                }
+                if at != start + rows {
+                    return Err(DataFusionError::Execution(format!(
+                        "data file {} gave {} rows of row group {index}, its footer says {rows}",
+                        file.path,
+                        at - start
+                    )));
+                }
+            }
+            // The chunks of the other columns, as they are in the old file.
+            let copied: Vec<usize> = (0..leaves)
+                .filter(|l| !self.encoded.contains(&root_of[*l]))
+                .collect();
+            let ranges: Vec<Range<u64>> = copied
+                .iter()
+                .map(|&l| chunk_range(group.column(l)))
+                .collect::<Result<_>>()?;
+            let copied_bytes: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+            if reservation
+                .try_resize(encoded_bytes + copied_bytes as usize)
+                .is_err()
+            {
+                return Ok(None);
+            }
+            let mut fetched = self.store.get_ranges(&path, &ranges).await?.into_iter();
+            if sink.is_none() {
+                written.record(location.clone());
+                let output = self.table.file_io().new_output(&location).df()?;
+                sink = Some(output.writer().await.df()?);
+            }
+            let mut row_group = out.next_row_group()?;
+            let mut range = ranges.iter();
+            for (l, writer) in writers.into_iter().enumerate() {
+                if self.encoded.contains(&root_of[l]) {
+                    writer.close()?.append_to_row_group(&mut row_group)?;
+                    continue;
+                }
+                let (Some(bytes), Some(r)) = (fetched.next(), range.next()) else {
+                    return Err(DataFusionError::Internal(
+                        "a copied chunk went missing".into(),
+                    ));
+                };
+                let chunk = group.column(l);
+                let close = ColumnCloseResult {
+                    bytes_written: r.end - r.start,
+                    rows_written: rows,
+                    metadata: chunk.clone(),
+                    bloom_filter: None,
+                    column_index: None,
+                    offset_index: offsets.get(index).and_then(|g| g.get(l)).cloned(),
+                };
+
+                row_group.append_column(
+                    &ChunkAt {
+                        start: r.start,
+                        bytes,
+                    },
+                    close,
+                )?;
+            }
+            row_group.close()?;
+            out.flush()?;
+            let bytes = buffer.take();
+            if let Some(sink) = sink.as_mut() {
+                flushed += bytes.len();
+                sink.write(Bytes::from(bytes)).await.df()?;
+            }
+            reservation.free();
+            start += rows;
+        }
+        if next != values.positions.len() {
+            return Err(DataFusionError::Execution(format!(
+                "{} changed positions of data file {} are past its {start} rows",
+                values.positions.len() - next,
+                file.path
+            )));
+        }
+        let metadata = out.finish()?;
+        let tail = buffer.take();
+        let mut sink = match sink {
+            Some(s) => s,
+            None => {
+                // A file without row groups: nothing to splice, but keep the contract.
+                written.record(location.clone());
+                self.table
+                    .file_io()
+                    .new_output(&location)
+                    .df()?
+                    .writer()
+                    .await
+                    .df()?
+            }
+        };
+        flushed += tail.len();
+        sink.write(Bytes::from(tail)).await.df()?;
+        sink.close().await.df()?;
+        drop(reservation);
+        let mut builder = file_metrics(&self.schema, &metadata, flushed, &location, nan_counts)?;
+        builder
+            .partition(file.partition.clone())
+            .partition_spec_id(file.spec_id);
+        let data_file = builder
+            .build()
+            .map_err(|e| DataFusionError::Internal(format!("spliced data file: {e}")))?;
+        Ok(Some(Spliced {
+            file: NewFile {
+                spec_id: file.spec_id,
+                file: data_file,
+            },
+            spliced: values.positions.len() as u64,
+        }))
+    }
+}
+
+/// The values must be one row per position, positions strictly ascending.
+fn check_values(file: &PlannedFile, values: &FileValues, columns: usize) -> Result<()> {
+    let ascending = values.positions.windows(2).all(|w| w[0] < w[1]);
+    if !ascending
+        || values.values.num_rows() != values.positions.len()
+        || values.values.num_columns() != columns
+    {
+        return Err(DataFusionError::Internal(format!(
+            "the new values for {} are not one row per ascending position",
+            file.path
+        )));
+    }
+    Ok(())
+}
+
+/// Whether the file's leaf columns are those the writer writes, one for one.
+fn same_columns(footer: &ParquetMetaData, out: &parquet::schema::types::SchemaDescriptor) -> bool {
+    let file = footer.file_metadata().schema_descr();
+    file.num_columns() == out.num_columns()
+        && (0..out.num_columns()).all(|l| *file.column(l) == *out.column(l))
+}
+
+/// Where a column chunk's bytes are in its file.
+fn chunk_range(chunk: &parquet::file::metadata::ColumnChunkMetaData) -> Result<Range<u64>> {
+    let start = chunk
+        .dictionary_page_offset()
+        .unwrap_or_else(|| chunk.data_page_offset());
+    let size = chunk.compressed_size();
+    match (u64::try_from(start), u64::try_from(size)) {
+        (Ok(s), Ok(n)) => Ok(s..s + n),
+        _ => Err(DataFusionError::Execution(format!(
+            "a column chunk claims offset {start} and size {size}"
+        ))),
+    }
+}
+
+/// `old` with `new[j]` in place of row `positions[j] - at`.
+fn splice_array(old: &ArrayRef, new: &ArrayRef, positions: &[u64], at: u64) -> Result<ArrayRef> {
+    let mut indices: Vec<(usize, usize)> = (0..old.len()).map(|i| (0, i)).collect();
+    for (j, &p) in positions.iter().enumerate() {
+        let i = p
+            .checked_sub(at)
+            .map(|i| i as usize)
+            .filter(|&i| i < indices.len())
+            .ok_or_else(|| DataFusionError::Internal(format!("position {p} out of its batch")))?;
+        indices[i] = (1, j);
+    }
+    Ok(interleave(&[old.as_ref(), new.as_ref()], &indices)?)
+}
+
+/// One fetched column chunk, read by its offsets in the file it came from.
+struct ChunkAt {
+    start: u64,
+    bytes: Bytes,
+}
+
+impl ChunkAt {
+    fn at(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        let from = start
+            .checked_sub(self.start)
+            .map(|f| f as usize)
+            .filter(|f| f + length <= self.bytes.len())
+            .ok_or_else(|| {
+                parquet::errors::ParquetError::General(format!(
+                    "bytes {start}..+{length} are not in the fetched chunk"
+                ))
+            })?;
+        Ok(self.bytes.slice(from..from + length))
+    }
+}
+
+impl Length for ChunkAt {
+    fn len(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
+}
+
+impl ChunkReader for ChunkAt {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        let rest = (self.len().saturating_sub(start)) as usize;
+        Ok(self.at(start, rest)?.reader())
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        self.at(start, length)
+    }
+}
+
+/// Reads a data file's column data through its store, its footer already known.
+#[derive(Clone)]
+struct StoreReader {
+    store: Arc<dyn ObjectStore>,
+    path: ObjectPath,
+    footer: Arc<ParquetMetaData>,
+}
+
+impl AsyncFileReader for StoreReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            self.store
+                .get_ranges(&self.path, &ranges)
+                .await
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        let footer = Arc::clone(&self.footer);
+        async move { Ok(footer) }.boxed()
+    }
+}
