@@ -10,6 +10,8 @@
 //!  merge/      MERGE INTO (MergeExec)
 //!  core.rs     what all of them share: target, write mode, commit with clean-up, files a
 //!              commit removes with the data files
+//!  splice.rs   copy-on-write by column splice (UPDATE and MERGE): when it applies, the
+//!              rewrite of files whose other columns are copied as they are
 //! ```
 
 pub(crate) mod core;
@@ -20,6 +22,7 @@ pub(crate) mod merge;
 mod mor_pass;
 pub(crate) mod mor_writer;
 mod rewrite;
+pub(crate) mod splice;
 pub(crate) mod update;
 
 pub(crate) use self::core::DmlTarget;

@@ -58,7 +58,8 @@ use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
-    decode_tally, run_writers, sort_requirement, DataFileWriterExec, WrittenFiles,
+    decode_tally, run_writers, sort_requirement, Computed, DataFileWriterExec, NewValues, Splicer,
+    WrittenFiles,
 };
 use crate::scan::strict::FileStats;
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
@@ -68,6 +69,7 @@ use crate::IcebergOptions;
 use super::core::{DmlTarget, WriteMode};
 use super::mor_pass::write_position_deletes;
 use super::mor_writer::{PositionDeleteWriterExec, Reported};
+use super::splice::{files_allow_splice, moves_rows, splice_files};
 
 /// What a statement does to the rows its condition selects.
 #[derive(Debug, Clone)]
@@ -567,6 +569,8 @@ struct Counters {
     files_removed: datafusion::physical_plan::metrics::Count,
     files_rewritten: datafusion::physical_plan::metrics::Count,
     rows_rewritten: datafusion::physical_plan::metrics::Count,
+    files_spliced: datafusion::physical_plan::metrics::Count,
+    splice_fallbacks: datafusion::physical_plan::metrics::Count,
     files_written: datafusion::physical_plan::metrics::Count,
     delete_files_removed: datafusion::physical_plan::metrics::Count,
     delete_files_written: datafusion::physical_plan::metrics::Count,
@@ -692,6 +696,27 @@ async fn run_once(
     let rewrite = !touched.is_empty() && (!mor || matches!(job.op, DmlOp::Update(_)));
     if rewrite {
         let result: Result<()> = async {
+            // Copy-on-write UPDATE by column splice, when it applies.
+            let spliced = match mor {
+                true => None,
+                false => splice_update(&job, &touched, &context, &written, m).await?,
+            };
+            if let Some((files, selected)) = spliced {
+                let read: u64 = touched.iter().map(|f| f.record_count).sum();
+                let written_rows: u64 = files.iter().map(|f| f.file.record_count()).sum();
+                added.extend(files);
+                if selected != matched_in_touched || written_rows != read {
+                    return Err(DataFusionError::Execution(format!(
+                        "UPDATE on table '{}' aborted, nothing was changed: the splice does not \
+                         add up (pass 1 matched {matched_in_touched} rows in the rewritten \
+                         files; the splice changed {selected} and wrote {written_rows} of \
+                         their {read} rows)",
+                        job.table.identifier()
+                    )));
+                }
+                m.rows_rewritten.add(written_rows as usize);
+                return Ok(());
+            }
             let plan = job.rewrite_plan(touched.clone(), written.clone()).await?;
             let (mut read, mut selected) = (0, 0);
             let files = run_writers(plan, &context, job.table.metadata(), &written, |batch| {
@@ -786,6 +811,98 @@ async fn run_once(
     Ok(deleted)
 }
 
+/// Copy-on-write `UPDATE` by column splice (see [`super::splice`]): when the assigned columns
+/// neither partition nor sort the table and no delete applies to the touched files, each file is
+/// written again with the assigned columns changed where the condition holds and every other
+/// column chunk copied. Returns the new files and the rows changed, or `None` when the splice
+/// does not apply or a file cannot be spliced (then nothing it wrote is left). The files it
+/// wrote are recorded in `written`.
+async fn splice_update(
+    job: &DmlJob,
+    touched: &[PlannedFile],
+    context: &Arc<TaskContext>,
+    written: &WrittenFiles,
+    m: &Counters,
+) -> Result<Option<(Vec<NewFile>, u64)>> {
+    let DmlOp::Update(assignments) = &job.op else {
+        return Ok(None);
+    };
+    let metadata = job.table.metadata();
+    if job.distributed || lineage::has_row_lineage(metadata) || assignments.is_empty() {
+        return Ok(None);
+    }
+    let schema = &job.schema;
+    let mut assigned: Vec<(usize, &Expr)> = assignments
+        .iter()
+        .map(|(name, value)| Ok((schema.index_of(name)?, value)))
+        .collect::<Result<_>>()?;
+    assigned.sort_by_key(|(c, _)| *c);
+    let columns: Vec<usize> = assigned.iter().map(|(c, _)| *c).collect();
+    let files = ScanFiles {
+        files: touched.to_vec(),
+        equality_deletes: job.checked.equality_deletes.clone(),
+        streamed: job.checked.streamed,
+    };
+    if moves_rows(metadata, &columns) || !files_allow_splice(&files, metadata) {
+        return Ok(None);
+    }
+    // The columns the condition and the values read.
+    let condition = job.condition();
+    let mut used = HashSet::new();
+    for e in condition.iter().chain(assigned.iter().map(|(_, v)| *v)) {
+        expr_to_columns(e, &mut used)?;
+    }
+    let inputs: Vec<usize> = used
+        .iter()
+        .map(|c| schema.index_of(&c.name))
+        .collect::<std::result::Result<_, _>>()?;
+    // Columns not read are NULL in the rows the expressions see, so all are nullable.
+    let nullable: SchemaRef = Arc::new(arrow::datatypes::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    let df_schema = DFSchema::try_from(nullable.as_ref().clone())?;
+    let physical = |e: Expr| job.state.create_physical_expr(e, &df_schema);
+    let computed = Arc::new(Computed {
+        schema: Arc::clone(&nullable),
+        condition: physical(condition.unwrap_or_else(|| datafusion::logical_expr::lit(true)))?,
+        values: assigned
+            .iter()
+            .map(|(c, v)| Ok((*c, physical((*v).clone())?)))
+            .collect::<Result<_>>()?,
+    });
+    let splicer = Arc::new(Splicer::new(
+        &job.table,
+        &job.locations,
+        columns,
+        &inputs,
+        context,
+    )?);
+    let attempt = WrittenFiles::default();
+    let values = move |_: &str| Ok(NewValues::Computed(Arc::clone(&computed)));
+    match splice_files(splicer, values, touched, &attempt).await {
+        Ok(Some((files, changed))) => {
+            for location in attempt.take() {
+                written.record(location);
+            }
+            m.files_spliced.add(files.len());
+            Ok(Some((files, changed)))
+        }
+        Ok(None) => {
+            attempt.remove_all(job.table.file_io()).await;
+            m.splice_fallbacks.add(1);
+            Ok(None)
+        }
+        Err(e) => {
+            attempt.remove_all(job.table.file_io()).await;
+            Err(e)
+        }
+    }
+}
+
 impl ExecutionPlan for DmlExec {
     fn name(&self) -> &str {
         match self.job.op {
@@ -851,6 +968,8 @@ impl ExecutionPlan for DmlExec {
             files_removed: counter("files_removed_whole"),
             files_rewritten: counter("files_rewritten"),
             rows_rewritten: counter("rows_rewritten"),
+            files_spliced: counter("files_spliced"),
+            splice_fallbacks: counter("splice_fallbacks"),
             files_written: counter("files_written"),
             delete_files_removed: counter("delete_files_removed"),
             delete_files_written: counter("delete_files_written"),

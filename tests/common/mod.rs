@@ -117,3 +117,36 @@ pub fn non_increasing(path: &str, column: &str) -> bool {
     }
     true
 }
+
+/// Runs `statement` and returns its result and the metrics of its node `node` (a statement's
+/// own node: `MergeExec`, `UpdateExec`, ...), the root or under single-child wrappers.
+pub async fn run_with_metrics(
+    session: &IcebergSession,
+    statement: &str,
+    node: &str,
+) -> (Vec<String>, datafusion::physical_plan::metrics::MetricsSet) {
+    let df = session.context().sql(statement).await.unwrap();
+    let plan = df.create_physical_plan().await.unwrap();
+    let task = session.context().task_ctx();
+    let batches = datafusion::physical_plan::collect(Arc::clone(&plan), task)
+        .await
+        .unwrap();
+    // The statement's node, under the wrappers DataFusion may put above it.
+    let mut at = Arc::clone(&plan);
+    while at.name() != node {
+        let child = match at.children().as_slice() {
+            [child] => Arc::clone(child),
+            _ => panic!("no {node} in the plan of {statement}"),
+        };
+        at = child;
+    }
+    (render(&batches), at.metrics().unwrap())
+}
+
+/// The sum of metric `name` over a node's partitions.
+pub fn metric(metrics: &datafusion::physical_plan::metrics::MetricsSet, name: &str) -> usize {
+    metrics
+        .sum_by_name(name)
+        .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+        .as_usize()
+}

@@ -33,15 +33,16 @@ use super::join::{
 use super::key_filter::{source_key_filter, KeyFilterExec};
 use super::positions::{DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap};
 use super::rewrite::RewriteExec;
-use super::splice::{files_allow_splice, splice_files, SpliceValues};
+use super::splice::SpliceValues;
 use crate::dml::core::WriteMode;
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
 use crate::dml::deletes::{DeleteWriter, FileDeletes};
+use crate::dml::splice::{files_allow_splice, moves_rows, splice_files};
 use crate::error::IcebergResultExt;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
 use crate::physical_plan::write::{run_writers, sort_requirement, DataFileWriterExec, WriterTally};
-use crate::physical_plan::write::{Splicer, WrittenFiles};
+use crate::physical_plan::write::{NewValues, Splicer, WrittenFiles};
 use crate::scan::{PlannedFile, ScanFiles};
 use crate::snapshot::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
 use datafusion::datasource::memory::MemorySourceConfig;
@@ -335,7 +336,7 @@ async fn changes(
         Some(s)
             if splice
                 && files_allow_splice(&files, metadata)
-                && !super::moves_rows(metadata, &s.columns) =>
+                && !moves_rows(metadata, &s.columns) =>
         {
             Some(s)
         }
@@ -517,10 +518,11 @@ async fn changes(
                     &job.table,
                     &job.locations,
                     values.columns().to_vec(),
+                    &[],
                     context,
                 )?);
-                let Some((files, spliced)) =
-                    splice_files(splicer, values, &touched, written).await?
+                let take = move |path: &str| values.take(path).map(NewValues::At);
+                let Some((files, spliced)) = splice_files(splicer, take, &touched, written).await?
                 else {
                     return Ok(Outcome::SpliceRefused);
                 };

@@ -337,44 +337,6 @@ fn splice_plan(
     }))
 }
 
-/// Whether updating table columns `columns` may move a row to another partition or out of the
-/// table's sort order (then a file cannot be rewritten in place).
-pub(super) fn moves_rows(metadata: &TableMetadata, columns: &[usize]) -> bool {
-    let schema = metadata.current_schema();
-    let mut ids = HashSet::new();
-    for &c in columns {
-        if let Some(field) = schema.as_struct().fields().get(c) {
-            field_ids(field, &mut ids);
-        }
-    }
-    let partitioned = metadata
-        .default_partition_spec()
-        .fields()
-        .iter()
-        .any(|f| ids.contains(&f.source_id));
-    let sorted = metadata
-        .default_sort_order()
-        .fields
-        .iter()
-        .any(|f| ids.contains(&f.source_id));
-    partitioned || sorted
-}
-
-/// The field id of `field` and of every field nested in it.
-fn field_ids(field: &iceberg::spec::NestedField, ids: &mut HashSet<i32>) {
-    use iceberg::spec::Type;
-    ids.insert(field.id);
-    match field.field_type.as_ref() {
-        Type::Struct(s) => s.fields().iter().for_each(|f| field_ids(f, ids)),
-        Type::List(l) => field_ids(&l.element_field, ids),
-        Type::Map(m) => {
-            field_ids(&m.key_field, ids);
-            field_ids(&m.value_field, ids);
-        }
-        Type::Primitive(_) => {}
-    }
-}
-
 /// Adds what every node of the executed `plan` spilled to `spill`.
 fn add_spills(plan: &Arc<dyn ExecutionPlan>, spill: &SpillMetrics) {
     if let Some(m) = plan.metrics() {

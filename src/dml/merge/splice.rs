@@ -14,23 +14,18 @@
 //! fit, or a touched file cannot be spliced (another writer's parquet schema), the statement
 //! runs again the ordinary way (the rows read first are written by nothing that stays).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, UInt32Array};
 use arrow::compute::{concat_batches, sort_to_indices, take, take_record_batch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt32Type};
-use datafusion::common::runtime::SpawnedTask;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryReservation};
 use datafusion::execution::TaskContext;
-use futures::StreamExt;
-use iceberg::spec::TableMetadata;
 
 use crate::dml::core::FileKeys;
-use crate::physical_plan::write::{FileValues, Splicer, WrittenFiles};
-use crate::scan::{PlannedFile, ScanFiles};
-use crate::snapshot::NewFile;
+use crate::physical_plan::write::FileValues;
 
 /// The most of a bounded pool the new values may take (within their fair share of it).
 const POOL_SHARE_DIVISOR: usize = 8;
@@ -199,65 +194,4 @@ impl SpliceValues {
         held.reservation.shrink(bytes);
         Ok(FileValues { positions, values })
     }
-}
-
-/// Whether the planned `files` can all be spliced as the manifests describe them: no delete
-/// applies to them and they are in the table's current partition spec.
-pub(crate) fn files_allow_splice(files: &ScanFiles, metadata: &TableMetadata) -> bool {
-    let spec = metadata.default_partition_spec_id();
-    !files.streamed
-        && files.equality_deletes.is_empty()
-        && files
-            .files
-            .iter()
-            .all(|f| f.position_deletes.is_empty() && !f.equality_deletes && f.spec_id == spec)
-}
-
-/// What [`splice_files`] did: the new files and the values they took, or `None` when a file
-/// could not be spliced (every file it wrote is in `written`, for the caller to remove).
-pub(crate) type SpliceOutcome = Option<(Vec<NewFile>, u64)>;
-
-/// Splices every touched file, a few at a time on the runtime's threads.
-pub(crate) async fn splice_files(
-    splicer: Arc<Splicer>,
-    values: Arc<SpliceValues>,
-    touched: &[PlannedFile],
-    written: &WrittenFiles,
-) -> Result<SpliceOutcome> {
-    let mut tasks = vec![];
-    let mut seen = HashSet::new();
-    for f in touched {
-        if !seen.insert(f.path.clone()) {
-            continue;
-        }
-        let (splicer, values) = (Arc::clone(&splicer), Arc::clone(&values));
-        let (written, file) = (written.clone(), f.clone());
-        tasks.push(async move {
-            SpawnedTask::spawn(async move {
-                let file_values = values.take(&file.path)?;
-                splicer.splice(&file, file_values, &written).await
-            })
-            .join_unwind()
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))?
-        });
-    }
-    let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
-    // Every task started runs to its end (and records its file), also after another failed.
-    let results: Vec<_> = futures::stream::iter(tasks)
-        .buffered(parallel)
-        .collect()
-        .await;
-    let mut files = vec![];
-    let mut spliced = 0;
-    for r in results {
-        match r? {
-            Some(s) => {
-                spliced += s.spliced;
-                files.push(s.file);
-            }
-            None => return Ok(None),
-        }
-    }
-    Ok(Some((files, spliced)))
 }

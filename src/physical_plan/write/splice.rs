@@ -26,13 +26,15 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, RecordBatch};
-use arrow::compute::{cast, interleave};
+use arrow::array::{new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
+use arrow::compute::kernels::zip::zip;
+use arrow::compute::{cast, interleave, prep_null_mask_filter};
 use arrow::datatypes::{Schema, SchemaRef};
 use bytes::{Buf, Bytes};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use iceberg::spec::{PartitionKey, Schema as IcebergSchema};
@@ -70,12 +72,33 @@ pub(crate) struct FileValues {
     pub values: RecordBatch,
 }
 
+/// New values computed from each row's own columns, as an `UPDATE SET c = e WHERE cond` does.
+#[derive(Debug)]
+pub(crate) struct Computed {
+    /// The table's columns (all nullable): what `condition` and the values are compiled over.
+    /// Columns the splicer does not read are NULL in the rows they see.
+    pub schema: SchemaRef,
+    /// Which rows change (NULL: they do not).
+    pub condition: Arc<dyn PhysicalExpr>,
+    /// (table column, its new value), one per spliced column, in the splicer's order.
+    pub values: Vec<(usize, Arc<dyn PhysicalExpr>)>,
+}
+
+/// Where a file's new values come from.
+#[derive(Debug)]
+pub(crate) enum NewValues {
+    /// Given, by position (a `MERGE`'s first pass computed them).
+    At(FileValues),
+    /// Computed from the rows as they are read.
+    Computed(Arc<Computed>),
+}
+
 /// A file written by [`Splicer::splice`].
 #[derive(Debug)]
 pub(crate) struct Spliced {
     /// The new file, in the old one's partition.
     pub file: NewFile,
-    /// The values it took (one per position given).
+    /// The rows that took new values.
     pub spliced: u64,
 }
 
@@ -90,6 +113,8 @@ pub(crate) struct Splicer {
     spliced: Vec<usize>,
     /// Table columns decoded and encoded again: the spliced ones and those holding floats.
     encoded: Vec<usize>,
+    /// Table columns decoded: the encoded ones and those the new values are computed from.
+    read: Vec<usize>,
     store: Arc<dyn ObjectStore>,
     url: datafusion::execution::object_store::ObjectStoreUrl,
     locations: LocationMap,
@@ -98,12 +123,13 @@ pub(crate) struct Splicer {
 }
 
 impl Splicer {
-    /// A splicer of `spliced` (table columns, ascending) into `table`'s files, reading and
-    /// reserving through `context`.
+    /// A splicer of `spliced` (table columns, ascending) into `table`'s files, also reading
+    /// `inputs` (the columns computed values need), reading and reserving through `context`.
     pub(crate) fn new(
         table: &Table,
         locations: &LocationMap,
         spliced: Vec<usize>,
+        inputs: &[usize],
         context: &TaskContext,
     ) -> Result<Self> {
         let metadata = table.metadata();
@@ -112,6 +138,9 @@ impl Splicer {
         let encoded: Vec<usize> = (0..arrow.fields().len())
             .filter(|c| spliced.contains(c) || holds_floats(arrow.field(*c).data_type()))
             .collect();
+        let mut read: Vec<usize> = encoded.iter().chain(inputs).copied().collect();
+        read.sort();
+        read.dedup();
         let url = locations.store_url(metadata.location())?;
         let store = context.runtime_env().object_store(&url)?;
         Ok(Self {
@@ -121,6 +150,7 @@ impl Splicer {
             props: writer_properties(metadata)?,
             spliced,
             encoded,
+            read,
             store,
             url,
             locations: locations.clone(),
@@ -135,10 +165,22 @@ impl Splicer {
     pub(crate) async fn splice(
         &self,
         file: &PlannedFile,
-        values: FileValues,
+        values: NewValues,
         written: &WrittenFiles,
     ) -> Result<Option<Spliced>> {
-        check_values(file, &values, self.spliced.len())?;
+        let no_positions = FileValues {
+            positions: vec![],
+            values: RecordBatch::new_empty(Arc::new(Schema::empty())),
+        };
+        let (at_positions, computed) = match values {
+            NewValues::At(v) => {
+                check_values(file, &v, self.spliced.len())?;
+                (v, None)
+            }
+            NewValues::Computed(c) => (no_positions, Some(c)),
+        };
+        let values = at_positions;
+        let mut spliced = values.positions.len() as u64;
         let path = self.locations.object_path_in(&self.url, &file.path)?;
         let recorded = ObjectMeta {
             location: path.clone(),
@@ -210,14 +252,14 @@ impl Splicer {
             let rows = group.num_rows() as u64;
             let mut writers = factory.create_column_writers(index)?;
             let mut encoded_bytes = 0usize;
-            if !self.encoded.is_empty() {
+            if !self.read.is_empty() {
                 let mut batches = ParquetRecordBatchStreamBuilder::new_with_metadata(
                     reader.clone(),
                     reader_metadata.clone(),
                 )
                 .with_projection(ProjectionMask::roots(
                     footer.file_metadata().schema_descr(),
-                    self.encoded.iter().copied(),
+                    self.read.iter().copied(),
                 ))
                 .with_row_groups(vec![index])
                 .with_batch_size(BATCH_ROWS)
@@ -230,14 +272,25 @@ impl Splicer {
                     while next < values.positions.len() && values.positions[next] < at + n {
                         next += 1;
                     }
+                    let changed = match &computed {
+                        Some(c) => Some(self.computed(c, &batch)?),
+                        None => None,
+                    };
                     let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.encoded.len());
-                    for (k, &c) in self.encoded.iter().enumerate() {
+                    for &c in &self.encoded {
                         let field = self.arrow.field(c);
+                        let k = self.read.iter().position(|&r| r == c).ok_or_else(|| {
+                            DataFusionError::Internal(format!("column {c} was not read"))
+                        })?;
                         let mut array = Arc::clone(batch.column(k));
                         if array.data_type() != field.data_type() {
                             array = cast(&array, field.data_type())?;
                         }
-                        if let Some(s) = self.spliced.iter().position(|&x| x == c) {
+                        if let Some((mask, new)) = &changed {
+                            if let Some(s) = self.spliced.iter().position(|&x| x == c) {
+                                array = zip(mask, &new[s], &array)?;
+                            }
+                        } else if let Some(s) = self.spliced.iter().position(|&x| x == c) {
                             if next > from {
                                 let mut new = values.values.column(s).slice(from, next - from);
                                 if new.data_type() != field.data_type() {
@@ -248,6 +301,9 @@ impl Splicer {
                             }
                         }
                         columns.push(array);
+                    }
+                    if let Some((mask, _)) = &changed {
+                        spliced += mask.true_count() as u64;
                     }
                     let fields: Vec<_> = self
                         .encoded
@@ -379,8 +435,59 @@ impl Splicer {
                 spec_id: file.spec_id,
                 file: data_file,
             },
-            spliced: values.positions.len() as u64,
+            spliced,
         }))
+    }
+
+    /// Which rows of `batch` (the read columns) change, and the new values of the spliced
+    /// columns for every row (in the writer's types).
+    fn computed(
+        &self,
+        computed: &Computed,
+        batch: &RecordBatch,
+    ) -> Result<(BooleanArray, Vec<ArrayRef>)> {
+        let n = batch.num_rows();
+        let mut columns = Vec::with_capacity(computed.schema.fields().len());
+        for (c, field) in computed.schema.fields().iter().enumerate() {
+            columns.push(match self.read.iter().position(|&r| r == c) {
+                Some(k) if batch.column(k).data_type() == field.data_type() => {
+                    Arc::clone(batch.column(k))
+                }
+                Some(k) => cast(batch.column(k), field.data_type())?,
+                None => new_null_array(field.data_type(), n),
+            });
+        }
+        let rows = RecordBatch::try_new(Arc::clone(&computed.schema), columns)?;
+        let mask = computed.condition.evaluate(&rows)?.into_array(n)?;
+        let mask = mask.as_boolean_opt().ok_or_else(|| {
+            DataFusionError::Internal("an UPDATE condition is not boolean".into())
+        })?;
+        let mask = match mask.null_count() {
+            0 => mask.clone(),
+            _ => prep_null_mask_filter(mask),
+        };
+        let mut values = Vec::with_capacity(computed.values.len());
+        for (c, value) in &computed.values {
+            let field = self.arrow.field(*c);
+            let mut array = value.evaluate(&rows)?.into_array(n)?;
+            if array.data_type() != field.data_type() {
+                array = cast(&array, field.data_type())?;
+            }
+            if !field.is_nullable() && array.null_count() > 0 {
+                let nulls_taken = match array.logical_nulls() {
+                    Some(nulls) => (0..n).any(|i| mask.value(i) && nulls.is_null(i)),
+                    None => false,
+                };
+                if nulls_taken {
+                    return Err(DataFusionError::Execution(format!(
+                        "UPDATE would write NULL into required (non-nullable) column '{}'",
+                        field.name()
+                    )));
+                }
+            }
+            values.push(array);
+        }
+        Ok((mask, values))
     }
 }
 
