@@ -48,13 +48,12 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use super::planned::EncodedFiles;
-use crate::dml::merge::clauses::{
-    Clause, ClauseAction, ClauseKind, MergeRowsExec, RowLayout, RowsMode,
-};
+use crate::dml::merge::clauses::{Clause, ClauseAction, ClauseKind, RowLayout};
 use crate::dml::merge::key_filter::{KeyFilter, KeyFilterExec};
 use crate::dml::merge::positions::{
     bitmap_hex, bitmap_of_hex, DropCounts, DropPositionsExec, MergePositions,
 };
+use crate::dml::merge::rows::{MergeRowsExec, RowsMode};
 use crate::dml::mor_writer::PositionDeleteWriterExec;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};

@@ -4,7 +4,8 @@
 //! ```text
 //!  guard.rs    IcebergQueryPlanner: refuses DML inputs DataFusion would hand to the table wrong
 //!  delete.rs   DELETE ┐
-//!  update.rs   UPDATE ┴─ rewrite.rs: the two-pass statement (DeleteExec / UpdateExec)
+//!  update.rs   UPDATE ┴─ rewrite/: the two-pass statement, planned (mod.rs) and run
+//!                        (exec.rs: DeleteExec / UpdateExec); update.rs also splices
 //!                        mor_pass.rs: its merge-on-read pass 1 (position delete files)
 //!                        mor_writer.rs: the same on workers (PositionDeleteWriterExec)
 //!  merge/      MERGE INTO (MergeExec)

@@ -2,15 +2,26 @@
 //! values (copy-on-write), or its matching rows are deleted by position and their new versions
 //! appended (merge-on-read).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
+use arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
+use datafusion::common::DFSchema;
 use datafusion::error::Result;
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::utils::expr_to_columns;
 use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_plan::ExecutionPlan;
 
-use super::rewrite::{plan, DmlOp};
+use super::rewrite::{plan, DmlJob, DmlOp};
+use super::splice::{files_allow_splice, moves_rows, splice_files};
 use super::DmlTarget;
+use crate::physical_plan::scan::lineage;
+use crate::physical_plan::write::{Computed, NewValues, Splicer, WrittenFiles};
+use crate::scan::{PlannedFile, ScanFiles};
+use crate::snapshot::NewFile;
 
 /// Plans `UPDATE target SET assignments WHERE filters` (AND-ed; none: every row); values are of
 /// their column's type (DataFusion casts them).
@@ -21,4 +32,97 @@ pub(crate) async fn plan_update(
     filters: Vec<Expr>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     plan(target, state, DmlOp::Update(assignments), filters).await
+}
+
+/// Copy-on-write `UPDATE` by column splice (see [`super::splice`]): when the assigned columns
+/// neither partition nor sort the table and no delete applies to the touched files, each file is
+/// written again with the assigned columns changed where the condition holds and every other
+/// column chunk copied. Returns the new files and the rows changed, or `None` when the splice
+/// does not apply or a file cannot be spliced (then nothing it wrote is left). The files it
+/// wrote are recorded in `written`.
+pub(super) async fn splice_update(
+    job: &DmlJob,
+    touched: &[PlannedFile],
+    context: &Arc<TaskContext>,
+    written: &WrittenFiles,
+    files_spliced: &Count,
+    splice_fallbacks: &Count,
+) -> Result<Option<(Vec<NewFile>, u64)>> {
+    let DmlOp::Update(assignments) = &job.op else {
+        return Ok(None);
+    };
+    let metadata = job.table.metadata();
+    if job.distributed || lineage::has_row_lineage(metadata) || assignments.is_empty() {
+        return Ok(None);
+    }
+    let schema = &job.schema;
+    let mut assigned: Vec<(usize, &Expr)> = assignments
+        .iter()
+        .map(|(name, value)| Ok((schema.index_of(name)?, value)))
+        .collect::<Result<_>>()?;
+    assigned.sort_by_key(|(c, _)| *c);
+    let columns: Vec<usize> = assigned.iter().map(|(c, _)| *c).collect();
+    let files = ScanFiles {
+        files: touched.to_vec(),
+        equality_deletes: job.checked.equality_deletes.clone(),
+        streamed: job.checked.streamed,
+    };
+    if moves_rows(metadata, &columns) || !files_allow_splice(&files, metadata) {
+        return Ok(None);
+    }
+    // The columns the condition and the values read.
+    let condition = job.condition();
+    let mut used = HashSet::new();
+    for e in condition.iter().chain(assigned.iter().map(|(_, v)| *v)) {
+        expr_to_columns(e, &mut used)?;
+    }
+    let inputs: Vec<usize> = used
+        .iter()
+        .map(|c| schema.index_of(&c.name))
+        .collect::<std::result::Result<_, _>>()?;
+    // Columns not read are NULL in the rows the expressions see, so all are nullable.
+    let nullable: SchemaRef = Arc::new(arrow::datatypes::Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ));
+    let df_schema = DFSchema::try_from(nullable.as_ref().clone())?;
+    let physical = |e: Expr| job.state.create_physical_expr(e, &df_schema);
+    let computed = Arc::new(Computed {
+        schema: Arc::clone(&nullable),
+        condition: physical(condition.unwrap_or_else(|| datafusion::logical_expr::lit(true)))?,
+        values: assigned
+            .iter()
+            .map(|(c, v)| Ok((*c, physical((*v).clone())?)))
+            .collect::<Result<_>>()?,
+    });
+    let splicer = Arc::new(Splicer::new(
+        &job.table,
+        &job.locations,
+        columns,
+        &inputs,
+        context,
+    )?);
+    let attempt = WrittenFiles::default();
+    let values = move |_: &str| Ok(NewValues::Computed(Arc::clone(&computed)));
+    match splice_files(splicer, values, touched, &attempt).await {
+        Ok(Some((files, changed))) => {
+            for location in attempt.take() {
+                written.record(location);
+            }
+            files_spliced.add(files.len());
+            Ok(Some((files, changed)))
+        }
+        Ok(None) => {
+            attempt.remove_all(job.table.file_io()).await;
+            splice_fallbacks.add(1);
+            Ok(None)
+        }
+        Err(e) => {
+            attempt.remove_all(job.table.file_io()).await;
+            Err(e)
+        }
+    }
 }

@@ -25,7 +25,6 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use iceberg::spec::Operation;
 
-use super::clauses::{MergeRowsExec, RowsMode};
 use super::join::{
     hash_join, join_filter, join_plan, read_source, rewrite_join, spilled_exec, BufferedSource,
     JoinMode,
@@ -33,6 +32,7 @@ use super::join::{
 use super::key_filter::{source_key_filter, KeyFilterExec};
 use super::positions::{DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap};
 use super::rewrite::RewriteExec;
+use super::rows::{MergeRowsExec, RowsMode};
 use super::splice::SpliceValues;
 use crate::dml::core::WriteMode;
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes};

@@ -34,6 +34,7 @@ mod join;
 pub(crate) mod key_filter;
 pub(crate) mod positions;
 mod rewrite;
+pub(crate) mod rows;
 mod splice;
 
 pub use exec::MergeExec;

@@ -28,7 +28,7 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use roaring::RoaringTreemap;
 
-use super::clauses::Change;
+use super::rows::Change;
 use crate::dml::core::FileKeys;
 use crate::physical_plan::single_child;
 

@@ -1,0 +1,441 @@
+//! `DeleteExec` / `UpdateExec`: runs pass 1 (its child), pass 2, the self-check and the commit
+//! of a planned `DELETE` or `UPDATE`, and runs it again on the new table state when a
+//! concurrent commit changed what it read.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::array::{Array, RecordBatch};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::{
+    execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use iceberg::spec::{Operation, TableMetadata};
+
+use super::{DmlJob, DmlOp};
+use crate::dml::core::{commit_or_clean_up, removed_with_deletes, WriteMode};
+use crate::dml::mor_pass::write_position_deletes;
+use crate::dml::mor_writer::Reported;
+use crate::dml::update::splice_update;
+use crate::error::IcebergResultExt;
+use crate::physical_plan::write::{decode_tally, run_writers, WrittenFiles};
+use crate::scan::strict::FileStats;
+use crate::scan::PlannedFile;
+use crate::snapshot::{is_concurrent_change, NewFile, RemovedDeletes, SnapshotChanges, Validation};
+use crate::IcebergOptions;
+
+/// Runs a `DELETE` or `UPDATE`: pass 1 (its child), pass 2, verification and the commit. One
+/// output row: `count`, the rows deleted or updated. Shown as `DeleteExec` / `UpdateExec`.
+#[derive(Debug)]
+pub struct DmlExec {
+    pass1: Option<Arc<dyn ExecutionPlan>>,
+    job: Arc<DmlJob>,
+    metrics: ExecutionPlanMetricsSet,
+    properties: Arc<PlanProperties>,
+}
+
+impl DmlExec {
+    pub(super) fn new(pass1: Option<Arc<dyn ExecutionPlan>>, job: DmlJob) -> Self {
+        Self::with_job(pass1, Arc::new(job))
+    }
+
+    fn with_job(pass1: Option<Arc<dyn ExecutionPlan>>, job: Arc<DmlJob>) -> Self {
+        let properties = crate::dml::core::count_properties();
+        Self {
+            pass1,
+            job,
+            metrics: ExecutionPlanMetricsSet::new(),
+            properties,
+        }
+    }
+}
+
+impl DisplayAs for DmlExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let job = &self.job;
+        write!(
+            f,
+            "{}: table={}, mode={}, removed_whole={}, checked={}",
+            self.name(),
+            job.table.identifier(),
+            job.mode.name(),
+            job.removed_whole.len(),
+            job.checked.files.len(),
+        )?;
+        if let DmlOp::Update(assignments) = &job.op {
+            let set: Vec<String> = assignments
+                .iter()
+                .map(|(c, v)| format!("{c} = {v}"))
+                .collect();
+            write!(f, ", set=[{}]", set.join(", "))?;
+        }
+        if let Some(c) = job.condition() {
+            write!(f, ", condition={c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Adds each row's file to `counts`.
+fn count_files(batch: &RecordBatch, counts: &mut HashMap<String, u64>) -> Result<()> {
+    let files = crate::dml::core::FileKeys::of(batch.column(0))?;
+    let mut per_key = vec![0u64; files.names.len()];
+    for &k in &files.keys {
+        per_key[k] += 1;
+    }
+    for (k, n) in per_key.into_iter().enumerate() {
+        if n > 0 {
+            *counts.entry(files.names.value(k).to_string()).or_default() += n;
+        }
+    }
+    Ok(())
+}
+
+struct Counters {
+    rows_deleted: Count,
+    files_removed: Count,
+    files_rewritten: Count,
+    rows_rewritten: Count,
+    files_spliced: Count,
+    splice_fallbacks: Count,
+    files_written: Count,
+    delete_files_removed: Count,
+    delete_files_written: Count,
+    commit_attempts: Count,
+    statement_attempts: Count,
+}
+
+/// Runs the statement; when a concurrent commit changed what it read, plans and runs it again on
+/// the new table state, up to the table's `commit.retry.num-retries` times.
+async fn run(
+    mut job: Arc<DmlJob>,
+    mut pass1: Option<Arc<dyn ExecutionPlan>>,
+    context: Arc<TaskContext>,
+    m: Counters,
+) -> Result<u64> {
+    let retries = job
+        .table
+        .metadata()
+        .table_properties()
+        .df()?
+        .commit_num_retries;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        m.statement_attempts.add(1);
+        match run_once(Arc::clone(&job), pass1.clone(), Arc::clone(&context), &m).await {
+            Err(e) if is_concurrent_change(&e) && attempt <= retries => {
+                log::info!(
+                    "{} on '{}' runs again: {e}",
+                    job.op.sql(),
+                    job.table.identifier()
+                );
+                let table = Arc::clone(&job.store).load(job.table.identifier()).await?;
+                let (again, plan) = job.again(table).await?;
+                job = Arc::new(again);
+                pass1 = plan;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn run_once(
+    job: Arc<DmlJob>,
+    pass1: Option<Arc<dyn ExecutionPlan>>,
+    context: Arc<TaskContext>,
+    m: &Counters,
+) -> Result<u64> {
+    let mor = job.mode == WriteMode::MergeOnRead;
+    let written = WrittenFiles::default();
+    // Pass 1: matching live rows per file (merge-on-read: written as position deletes).
+    let mut matched: HashMap<String, u64> = HashMap::new();
+    let mut delete_files: Vec<NewFile> = vec![];
+    let mut replaced = RemovedDeletes::default();
+    if let Some(plan) = pass1 {
+        if mor && job.distributed {
+            // The workers wrote the delete files: their rows report them.
+            let result: Result<Reported> = async {
+                let mut reported = Reported::default();
+                let mut stream = execute_stream(plan, Arc::clone(&context))?;
+                while let Some(batch) = stream.next().await {
+                    reported.add(&batch?, job.table.metadata(), &written)?;
+                }
+                Ok(reported)
+            }
+            .await;
+            match result {
+                Ok(reported) => {
+                    matched = reported.counts;
+                    (delete_files, replaced) = crate::dml::deletes::fold(reported.files);
+                }
+                Err(e) => {
+                    written.remove_all(job.table.file_io()).await;
+                    return Err(e);
+                }
+            }
+        } else if mor {
+            match write_position_deletes(&job, plan, &context, &written).await {
+                Ok((counts, files)) => {
+                    matched = counts;
+                    (delete_files, replaced) = crate::dml::deletes::fold(files);
+                }
+                Err(e) => {
+                    written.remove_all(job.table.file_io()).await;
+                    return Err(e);
+                }
+            }
+        } else {
+            let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
+            let mut stream = execute_stream(plan, Arc::clone(&context))?;
+            while let Some(batch) = stream.next().await {
+                count_files(&batch?, &mut matched)?;
+            }
+        }
+    }
+    let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
+    let touched: Vec<PlannedFile> = job
+        .checked
+        .files
+        .iter()
+        .filter(|f| !whole.contains(f.path.as_str()) && matched.contains_key(&f.path))
+        .cloned()
+        .collect();
+    let deleted: u64 = job.rows_removed_whole + matched.values().sum::<u64>();
+    let matched_in_touched: u64 = touched.iter().map(|f| matched[&f.path]).sum();
+
+    let mut removed: Vec<&PlannedFile> = job.removed_whole.iter().collect();
+    if !mor {
+        removed.extend(touched.iter());
+    }
+    if removed.is_empty() && delete_files.is_empty() {
+        return Ok(0);
+    }
+    if let DmlOp::Update(assignments) = &job.op {
+        if assignments.is_empty() {
+            return Ok(deleted);
+        }
+    }
+
+    // Pass 2: copy-on-write rewrites the touched files; a merge-on-read UPDATE writes the new
+    // versions of the matching rows.
+    let mut added: Vec<NewFile> = vec![];
+    let rewrite = !touched.is_empty() && (!mor || matches!(job.op, DmlOp::Update(_)));
+    if rewrite {
+        let result: Result<()> = async {
+            // Copy-on-write UPDATE by column splice, when it applies.
+            let spliced = match mor {
+                true => None,
+                false => {
+                    splice_update(
+                        &job,
+                        &touched,
+                        &context,
+                        &written,
+                        &m.files_spliced,
+                        &m.splice_fallbacks,
+                    )
+                    .await?
+                }
+            };
+            if let Some((files, selected)) = spliced {
+                let read: u64 = touched.iter().map(|f| f.record_count).sum();
+                let written_rows: u64 = files.iter().map(|f| f.file.record_count()).sum();
+                added.extend(files);
+                if selected != matched_in_touched || written_rows != read {
+                    return Err(DataFusionError::Execution(format!(
+                        "UPDATE on table '{}' aborted, nothing was changed: the splice does not \
+                         add up (pass 1 matched {matched_in_touched} rows in the rewritten \
+                         files; the splice changed {selected} and wrote {written_rows} of \
+                         their {read} rows)",
+                        job.table.identifier()
+                    )));
+                }
+                m.rows_rewritten.add(written_rows as usize);
+                return Ok(());
+            }
+            let plan = job.rewrite_plan(touched.clone(), written.clone()).await?;
+            let (mut read, mut selected) = (0, 0);
+            let files = run_writers(plan, &context, job.table.metadata(), &written, |batch| {
+                // Each writing task reports its counts (one process: one tally of them all).
+                let (r, s) = decode_tally(batch)?;
+                read += r;
+                selected += s;
+                Ok(())
+            })
+            .await?;
+            added.extend(files);
+            // Self-check: the two passes must agree row for row.
+            let written_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
+            let expected = match (&job.op, mor) {
+                (DmlOp::Delete, _) => read.checked_sub(selected),
+                (DmlOp::Update(_), false) => Some(read),
+                (DmlOp::Update(_), true) => Some(selected),
+            };
+            if selected != matched_in_touched || expected != Some(written_rows) {
+                return Err(DataFusionError::Execution(format!(
+                    "{} on table '{}' aborted, nothing was changed: the rewrite does not add \
+                     up (pass 1 matched {matched_in_touched} rows in the rewritten files; pass 2 \
+                     read {read}, matched {selected}, wrote {written_rows})",
+                    job.op.sql(),
+                    job.table.identifier()
+                )));
+            }
+            m.rows_rewritten.add(written_rows as usize);
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            written.remove_all(job.table.file_io()).await;
+            return Err(e.context(format!(
+                "{} on table '{}' failed while rewriting {} file(s); nothing was changed",
+                job.op.sql(),
+                job.table.identifier(),
+                touched.len()
+            )));
+        }
+    }
+
+    let threshold = IcebergOptions::from_config(job.state.config_options()).planning_threshold;
+    let (removed_files, removed_vectors, delete_files_removed) = removed_with_deletes(
+        &job.table,
+        &job.locations,
+        threshold,
+        &removed,
+        &job.checked.equality_deletes,
+        replaced,
+    )
+    .await?;
+    let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
+    let (filters, columns) = (job.filters.clone(), job.columns.clone());
+    let may_match: crate::snapshot::MayMatch =
+        Arc::new(move |metadata: &TableMetadata, spec_id: i32, file| {
+            let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
+                return true;
+            };
+            !FileStats::of(file, spec, metadata.current_schema(), &columns).none_match(&filters)
+        });
+    let changes = SnapshotChanges {
+        operation: if added.is_empty() {
+            Operation::Delete
+        } else {
+            Operation::Overwrite
+        },
+        added_data_files: added,
+        added_delete_files: delete_files,
+        removed_files,
+        removed_deletion_vectors: removed_vectors,
+        summary_properties: HashMap::new(),
+        validation: Some(Validation {
+            base_snapshot_id: job.base_snapshot_id,
+            may_match,
+            read_files,
+            equality_deletes_carry_over: false,
+        }),
+        data_sequence_number: None,
+        rewrite_data_manifests: false,
+    };
+    let files_written = changes.added_data_files.len();
+    let delete_files_written = changes.added_delete_files.len();
+    let outcome = commit_or_clean_up(&job.store, &job.table, changes, &written).await?;
+    m.commit_attempts.add(outcome.attempts as usize);
+    m.rows_deleted.add(deleted as usize);
+    m.files_removed.add(job.removed_whole.len());
+    m.files_rewritten.add(if mor { 0 } else { touched.len() });
+    m.files_written.add(files_written);
+    m.delete_files_written.add(delete_files_written);
+    m.delete_files_removed.add(delete_files_removed);
+    Ok(deleted)
+}
+
+impl ExecutionPlan for DmlExec {
+    fn name(&self) -> &str {
+        match self.job.op {
+            DmlOp::Delete => "DeleteExec",
+            DmlOp::Update(_) => "UpdateExec",
+        }
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        self.pass1.iter().collect()
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false; self.pass1.iter().count()]
+    }
+
+    fn required_input_distribution(&self) -> Vec<datafusion::physical_expr::Distribution> {
+        use datafusion::physical_expr::Distribution;
+        // Distributed, pass 1 reaches this node as one stream from the workers (the planner
+        // puts the network boundary where the partitions merge).
+        let d = match self.job.distributed {
+            true => Distribution::SinglePartition,
+            false => Distribution::UnspecifiedDistribution,
+        };
+        vec![d; self.pass1.iter().count()]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != self.pass1.iter().count() {
+            return Err(DataFusionError::Internal(
+                "DmlExec got a different number of children".into(),
+            ));
+        }
+        Ok(Arc::new(Self::with_job(
+            children.into_iter().next(),
+            Arc::clone(&self.job),
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        crate::dml::core::only_partition("DmlExec", partition)?;
+        let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);
+        let m = Counters {
+            rows_deleted: counter("rows_deleted"),
+            files_removed: counter("files_removed_whole"),
+            files_rewritten: counter("files_rewritten"),
+            rows_rewritten: counter("rows_rewritten"),
+            files_spliced: counter("files_spliced"),
+            splice_fallbacks: counter("splice_fallbacks"),
+            files_written: counter("files_written"),
+            delete_files_removed: counter("delete_files_removed"),
+            delete_files_written: counter("delete_files_written"),
+            commit_attempts: counter("commit_attempts"),
+            statement_attempts: counter("statement_attempts"),
+        };
+        let fut = run(Arc::clone(&self.job), self.pass1.clone(), context, m);
+        Ok(crate::dml::core::count_stream(fut))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}

@@ -1,0 +1,486 @@
+//! The two-pass core of `DELETE FROM t WHERE c` and `UPDATE t SET .. WHERE c`: metadata-only
+//! deletes where the manifests prove every row of a file matches, a rewrite or position deletes
+//! elsewhere ([`super::mor_pass`] writes those).
+//!
+//! ```text
+//!  planning (no side effects; EXPLAIN stops here)
+//!    manifests ─► candidate files (pruned by c) ─┬─ every row matches c (proved from partition
+//!                                                │  values / bounds) ─► removed whole, unread
+//!                                                └─ the rest ─► pass 1
+//!  DmlExec (execute)
+//!    pass 1  scan(candidates, deletes applied, + _file) ─► Filter(c) ─► matching rows per file
+//!    pass 2  scan(files with a match, deletes applied) ─► ChangeRows (DELETE: keep the rows
+//!              where c IS NOT TRUE; UPDATE: assign where c IS TRUE)
+//!              ─► [sort by the table's sort order, spilling] ─► DataFileWriterExec
+//!    verify  rows matched in pass 2 = pass 1's count; rows read = rows written (+ rows deleted)
+//!    commit  delete / overwrite snapshot: remove the files, add the rewritten ones; on concurrent
+//!            commits that add rows c may match or deletes to rewritten files: plan and run again
+//! ```
+//! An `UPDATE` removes no file whole: every file with a matching row is rewritten.
+//! Memory: pass 1 keeps one counter per matching file; pass 2 streams (the sort spills).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::catalog::Session;
+use datafusion::common::DFSchema;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::SessionState;
+use datafusion::logical_expr::utils::{conjunction, expr_to_columns};
+use datafusion::logical_expr::{Expr, ExprSchemable};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::expressions::Column;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::ExecutionPlan;
+use iceberg::spec::{SnapshotRef, TableMetadata};
+use iceberg::table::Table;
+
+use super::guard::{dml_checked, unchecked_dml_error};
+use crate::catalog::MetadataStore;
+use crate::error::IcebergResultExt;
+use crate::location::LocationMap;
+use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
+use crate::physical_plan::positional_delete::POSITION_COLUMN;
+use crate::physical_plan::scan::lineage;
+use crate::physical_plan::scan::plan::arrow_schema;
+use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
+use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
+use crate::scan::strict::FileStats;
+use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
+use crate::IcebergOptions;
+
+use super::core::{DmlTarget, WriteMode};
+use super::mor_writer::PositionDeleteWriterExec;
+
+mod exec;
+
+use exec::DmlExec;
+
+/// What a statement does to the rows its condition selects.
+#[derive(Debug, Clone)]
+pub(crate) enum DmlOp {
+    /// `DELETE`.
+    Delete,
+    /// `UPDATE`: (column, new value) pairs, values already of the column's type.
+    Update(Vec<(String, Expr)>),
+}
+
+impl DmlOp {
+    fn sql(&self) -> &'static str {
+        match self {
+            Self::Delete => "DELETE",
+            Self::Update(_) => "UPDATE",
+        }
+    }
+}
+
+/// The mode of a `DELETE` or `UPDATE`.
+pub(crate) fn mode_of(
+    metadata: &TableMetadata,
+    options: &IcebergOptions,
+    op: &DmlOp,
+) -> Result<WriteMode> {
+    let (session, property, option) = match op {
+        DmlOp::Delete => (
+            &options.delete_mode,
+            "write.delete.mode",
+            "iceberg.delete_mode",
+        ),
+        DmlOp::Update(_) => (
+            &options.update_mode,
+            "write.update.mode",
+            "iceberg.update_mode",
+        ),
+    };
+    WriteMode::from_setting(metadata, session, property, option)
+}
+
+/// Plans `DELETE FROM target WHERE filters` or `UPDATE target SET .. WHERE filters` (filters
+/// AND-ed; none: every row).
+pub(crate) async fn plan(
+    target: DmlTarget<'_>,
+    state: &dyn Session,
+    op: DmlOp,
+    filters: Vec<Expr>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let sql = op.sql();
+    if !dml_checked() {
+        return Err(unchecked_dml_error(sql));
+    }
+    let session = state
+        .as_any()
+        .downcast_ref::<SessionState>()
+        .ok_or_else(|| {
+            DataFusionError::NotImplemented(format!(
+                "{sql} on Iceberg tables needs DataFusion's SessionState"
+            ))
+        })?
+        .clone();
+    let table = target.table;
+    let metadata = table.metadata();
+    let options = IcebergOptions::from_config(state.config_options());
+    let mode = match &op {
+        // `SET c = c` changes nothing: it only counts the matching rows.
+        DmlOp::Update(a) if a.is_empty() => WriteMode::CopyOnWrite,
+        _ => mode_of(metadata, &options, &op)?,
+    };
+    let schema = arrow_schema(metadata.current_schema())?;
+    let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+    let mut columns = HashSet::new();
+    for f in &filters {
+        expr_to_columns(f, &mut columns)?;
+        // Names and types are checked here, before anything runs.
+        let ty = f.get_type(&df_schema)?;
+        if ty != DataType::Boolean && ty != DataType::Null {
+            return Err(DataFusionError::Plan(format!(
+                "a {sql} condition must be boolean, got {ty} for {f}"
+            )));
+        }
+    }
+    if let DmlOp::Update(assignments) = &op {
+        for (column, value) in assignments {
+            let field = df_schema.field_with_unqualified_name(column)?;
+            let ty = value.get_type(&df_schema)?;
+            if &ty != field.data_type() {
+                return Err(DataFusionError::Plan(format!(
+                    "UPDATE cannot assign a value of type {ty} to column '{column}' ({})",
+                    field.data_type()
+                )));
+            }
+        }
+    }
+    let mut columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
+    columns.sort();
+
+    let job = DmlJob {
+        table: table.clone(),
+        store: Arc::clone(&target.store),
+        distributed: crate::physical_plan::distributes(session.config()),
+        state: session,
+        schema,
+        locations: target.locations.clone(),
+        filters,
+        columns,
+        op,
+        mode,
+        base_snapshot_id: None,
+        removed_whole: vec![],
+        rows_removed_whole: 0,
+        checked: ScanFiles::default(),
+    };
+    let (job, pass1) = job.plan().await?;
+    Ok(Arc::new(DmlExec::new(pass1, job)))
+}
+
+/// The candidate files whose every row provably matches `filters`.
+async fn proven_files(
+    table: &Table,
+    locations: &LocationMap,
+    snapshot: &SnapshotRef,
+    files: &[PlannedFile],
+    columns: &[String],
+    filters: &[Expr],
+) -> Result<HashSet<String>> {
+    let wanted: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let metadata = table.metadata();
+    let schema = metadata.current_schema();
+    let mut proven = HashSet::new();
+    // From the snapshot's listing, which planning the scan has just read (and cached).
+    for (spec_id, file) in
+        crate::scan::listed_data_files(table, locations, snapshot, &wanted).await?
+    {
+        let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
+            continue;
+        };
+        if FileStats::of(&file, spec, schema, columns).all_match(filters) {
+            proven.insert(file.file_path().to_string());
+        }
+    }
+    Ok(proven)
+}
+
+/// Everything a `DELETE` or `UPDATE` decided at planning time.
+#[derive(Debug)]
+pub(super) struct DmlJob {
+    pub(super) table: Table,
+    pub(super) store: Arc<dyn MetadataStore>,
+    /// The planning session: pass 2 is planned with it once pass 1 has run.
+    pub(super) state: SessionState,
+    /// Whether the session distributes its plans over workers: pass 1 then reads on them (and
+    /// writes the position delete files there), and pass 2 reads, changes and writes on them
+    /// (each task reports the counts of its rows in the writer's output).
+    pub(super) distributed: bool,
+    pub(super) schema: SchemaRef,
+    pub(super) locations: LocationMap,
+    pub(super) filters: Vec<Expr>,
+    /// Columns the condition names.
+    pub(super) columns: Vec<String>,
+    pub(super) op: DmlOp,
+    pub(super) mode: WriteMode,
+    pub(super) base_snapshot_id: Option<i64>,
+    /// Files removed whole.
+    pub(super) removed_whole: Vec<PlannedFile>,
+    /// Rows of the files removed whole that no delete applies to.
+    pub(super) rows_removed_whole: u64,
+    /// Files pass 1 reads.
+    pub(super) checked: ScanFiles,
+}
+
+impl DmlJob {
+    /// Chooses the files of the table's current snapshot: those removed whole and those pass 1
+    /// reads (its plan is returned).
+    async fn plan(mut self) -> Result<(Self, Option<Arc<dyn ExecutionPlan>>)> {
+        let table = self.table.clone();
+        let metadata = table.metadata();
+        let Some(snapshot) = metadata.current_snapshot() else {
+            return Ok((self, None));
+        };
+        self.base_snapshot_id = Some(snapshot.snapshot_id());
+        let snapshot_schema = snapshot.schema(metadata).df()?;
+        let filter = FileFilter::new(
+            &self.filters,
+            &unprunable_columns(metadata, metadata.current_schema(), &snapshot_schema),
+            metadata.current_schema().clone(),
+        );
+        let threshold = IcebergOptions::from_config(self.state.config_options()).planning_threshold;
+        let candidates =
+            plan_files_pruned(&table, &self.locations, snapshot, &filter, threshold).await?;
+
+        // Files whose every row matches go whole, unread (their rows are counted from the
+        // manifest when no delete applies to them, else by pass 1). UPDATE rewrites them all.
+        let whole = if matches!(self.op, DmlOp::Update(_)) {
+            HashSet::new()
+        } else if self.filters.is_empty() {
+            candidates.files.iter().map(|f| f.path.clone()).collect()
+        } else {
+            proven_files(
+                &table,
+                &self.locations,
+                snapshot,
+                &candidates.files,
+                &self.columns,
+                &self.filters,
+            )
+            .await?
+        };
+        let mut to_check = vec![];
+        for f in candidates.files {
+            if whole.contains(&f.path) {
+                if f.is_clean() {
+                    self.rows_removed_whole += f.record_count;
+                } else {
+                    // Its live rows are counted by pass 1 (all of them match).
+                    to_check.push(f.clone());
+                }
+                self.removed_whole.push(f);
+            } else {
+                to_check.push(f);
+            }
+        }
+        self.checked = ScanFiles {
+            files: to_check,
+            equality_deletes: candidates.equality_deletes,
+            streamed: candidates.streamed,
+        };
+        let pass1 = match self.checked.files.is_empty() {
+            true => None,
+            false => Some(self.matching_files_plan(&self.state).await?),
+        };
+        // Distributed, merge-on-read writes the position delete files where the rows are
+        // found: each worker task those of the data files hashed to it.
+        let pass1 = match pass1 {
+            Some(plan) if self.distributed && self.mode == WriteMode::MergeOnRead => {
+                let whole = self.removed_whole.iter().map(|f| f.path.clone()).collect();
+                Some(Arc::new(PositionDeleteWriterExec::try_new(
+                    plan,
+                    table.clone(),
+                    self.locations.clone(),
+                    self.checked.files.clone(),
+                    whole,
+                )?) as Arc<dyn ExecutionPlan>)
+            }
+            other => other,
+        };
+        Ok((self, pass1))
+    }
+
+    /// The same statement on a newer version of the table, planned again (pass 1 optimized
+    /// like DataFusion optimizes every plan).
+    async fn again(&self, table: Table) -> Result<(Self, Option<Arc<dyn ExecutionPlan>>)> {
+        let job = Self {
+            schema: arrow_schema(table.metadata().current_schema())?,
+            table,
+            store: Arc::clone(&self.store),
+            state: self.state.clone(),
+            distributed: self.distributed,
+            locations: self.locations.clone(),
+            filters: self.filters.clone(),
+            columns: self.columns.clone(),
+            op: self.op.clone(),
+            mode: self.mode,
+            base_snapshot_id: None,
+            removed_whole: vec![],
+            rows_removed_whole: 0,
+            checked: ScanFiles::default(),
+        };
+        let (job, pass1) = job.plan().await?;
+        let pass1 = match pass1 {
+            // One stream, as the statement node requires of its input when distributed.
+            Some(plan) if job.distributed => Some(
+                job.executable(Arc::new(CoalescePartitionsExec::new(plan)))
+                    .await?,
+            ),
+            Some(plan) => Some(super::core::optimized(&job.state, plan)?),
+            None => None,
+        };
+        Ok((job, pass1))
+    }
+
+    /// `plan` made ready to run: through the physical optimizer rules of the session, and on a
+    /// coordinator also distributed over its workers (through the session's query planner).
+    async fn executable(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        match self.distributed {
+            true => super::guard::through_planner(&self.state, plan).await,
+            false => super::core::optimized(&self.state, plan),
+        }
+    }
+
+    pub(super) fn condition(&self) -> Option<Expr> {
+        conjunction(self.filters.clone())
+    }
+
+    /// A physical form of the condition over `schema`.
+    fn physical_condition(&self, schema: &SchemaRef) -> Result<Option<Arc<dyn PhysicalExpr>>> {
+        let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+        self.condition()
+            .map(|c| self.state.create_physical_expr(c, &df_schema))
+            .transpose()
+    }
+
+    /// Pass 1: the `_file` of every live row that matches, over the checked files (and its
+    /// `_pos` for merge-on-read).
+    async fn matching_files_plan(&self, state: &SessionState) -> Result<Arc<dyn ExecutionPlan>> {
+        let projection: Vec<usize> = self
+            .columns
+            .iter()
+            .map(|c| self.schema.index_of(c))
+            .collect::<std::result::Result<_, _>>()?;
+        let req = ScanRequest {
+            table: &self.table,
+            read_schema: self.table.metadata().current_schema(),
+            schema: &self.schema,
+            projection: Some(&projection),
+            filtered: true,
+            limit: None,
+            locations: &self.locations,
+            stores: self.store.object_stores(),
+            file_column: true,
+            position_column: self.mode == WriteMode::MergeOnRead,
+            row_lineage: false,
+        };
+        let mut plan = plan_statement_scan(state, &req, &self.checked).await?;
+        if let Some(condition) = self.physical_condition(&plan.schema())? {
+            plan = Arc::new(FilterExec::try_new(condition, plan)?);
+        }
+        let schema = plan.schema();
+        let mut output = vec![FILE_COLUMN];
+        if req.position_column {
+            output.push(POSITION_COLUMN);
+        }
+        let exprs = output
+            .into_iter()
+            .map(|name| {
+                Ok((
+                    Arc::new(Column::new(name, schema.index_of(name)?)) as Arc<dyn PhysicalExpr>,
+                    name.to_string(),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
+    }
+
+    /// Pass 2: the rows of `files` after the change, written as new data files.
+    async fn rewrite_plan(
+        &self,
+        files: Vec<PlannedFile>,
+        written: WrittenFiles,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let scan_files = ScanFiles {
+            files,
+            equality_deletes: self.checked.equality_deletes.clone(),
+            streamed: self.checked.streamed,
+        };
+        // On a table with row lineage the rows moved to new files keep their ids; the ones the
+        // statement changes take the new files' sequence number.
+        let lineage = lineage::has_row_lineage(self.table.metadata());
+        let read_schema = lineage::rows_schema(self.table.metadata())?;
+        let schema = match lineage {
+            true => arrow_schema(&read_schema)?,
+            false => Arc::clone(&self.schema),
+        };
+        let req = ScanRequest {
+            table: &self.table,
+            read_schema: &read_schema,
+            schema: &schema,
+            projection: None,
+            filtered: true,
+            limit: None,
+            locations: &self.locations,
+            stores: self.store.object_stores(),
+            file_column: false,
+            position_column: false,
+            row_lineage: lineage,
+        };
+        let scan = plan_statement_scan(&self.state, &req, &scan_files).await?;
+        let schema = scan.schema();
+        let condition = self
+            .physical_condition(&schema)?
+            .unwrap_or_else(|| datafusion::physical_plan::expressions::lit(true));
+        let change = match &self.op {
+            DmlOp::Delete => RowChange::Delete,
+            DmlOp::Update(assignments) => {
+                let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+                let mut assignments: Vec<_> = assignments
+                    .iter()
+                    .map(|(column, value)| {
+                        Ok((
+                            schema.index_of(column)?,
+                            self.state.create_physical_expr(value.clone(), &df_schema)?,
+                        ))
+                    })
+                    .collect::<Result<_>>()?;
+                if lineage {
+                    assignments.push((
+                        schema.index_of(lineage::LAST_UPDATED_SEQUENCE_NUMBER)?,
+                        lineage::null_sequence_number(),
+                    ));
+                }
+                match self.mode {
+                    WriteMode::CopyOnWrite => RowChange::Update(assignments),
+                    WriteMode::MergeOnRead => RowChange::UpdateSelected(assignments),
+                }
+            }
+        };
+        let counts = Arc::new(ChangeCounts::default());
+        let keep: Arc<dyn ExecutionPlan> = Arc::new(ChangeRowsExec::try_new(
+            scan,
+            condition,
+            change,
+            Arc::clone(&counts),
+        )?);
+        let sort = sort_requirement(&self.table, &keep.schema())?;
+        // Distributed, each task sorts and writes its own rows: the change's counts reach the
+        // writer in the same task, and no task's rows all go to one process.
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(
+            DataFileWriterExec::try_new(keep, self.table.clone(), sort, written)?
+                .with_row_lineage(lineage)?
+                .with_local_sort(self.distributed)
+                .with_tally(counts),
+        );
+        // The rules DataFusion runs on every plan: the sort the writer requires, among others.
+        self.executable(plan).await
+    }
+}
