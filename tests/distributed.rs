@@ -402,6 +402,12 @@ async fn a_cluster_of_two_workers_reads_like_one_session() {
             shown.contains("PositionalDeleteExec") && shown.contains("EqualityDeleteExec"),
             "{q}:\n{shown}"
         );
+        // Dense position deletes (1 in 7) are marked for the join, on the workers too (the
+        // codec carries the live column).
+        assert!(
+            shown.contains("marks dense deletes in __iceberg_live"),
+            "{q}:\n{shown}"
+        );
         assert!(
             stage_of_tasks(&shown),
             "{q}: expected a stage of several tasks:\n{shown}"

@@ -95,6 +95,8 @@ enum Node {
         deletes: HashMap<String, FileDeletes>,
         positions: bool,
         join_threshold: u64,
+        /// Marks dense deletes in the live column.
+        live: bool,
     },
     DataFileWriter {
         table: iceberg::TableIdent,
@@ -149,6 +151,8 @@ enum Node {
         equality_ids: Vec<i32>,
         fanout: usize,
         projection: Option<Vec<usize>>,
+        /// The live column of the positional deletes below.
+        live: Option<usize>,
     },
 }
 
@@ -559,12 +563,14 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 deletes,
                 positions,
                 join_threshold,
+                live,
             } => {
                 let node = PositionalDeleteExec::try_new(one("PositionalDeleteExec")?, deletes)?
                     .with_join_threshold(join_threshold);
-                Arc::new(match positions {
-                    true => node.with_positions()?,
-                    false => node,
+                Arc::new(match (positions, live) {
+                    (true, _) => node.with_positions()?,
+                    (false, true) => node.with_live_column()?,
+                    (false, false) => node,
                 })
             }
             Node::EqualityDelete {
@@ -574,6 +580,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 equality_ids,
                 fanout,
                 projection,
+                live,
             } => {
                 let [input, build] = <[_; 2]>::try_from(inputs).map_err(|v| {
                     DataFusionError::Internal(format!(
@@ -585,6 +592,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     keys,
                     gate,
                     gates: gates.into(),
+                    live,
                 };
                 let node =
                     EqualityDeleteExec::try_new(input, build, columns, equality_ids, fanout)?;
@@ -628,6 +636,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 deletes,
                 positions: p.has_positions(),
                 join_threshold: p.join_threshold(),
+                live: p.has_live_column(),
             }
         } else if let Some(w) = node.downcast_ref::<DataFileWriterExec>() {
             let table = w.table();
@@ -749,6 +758,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 equality_ids: e.equality_ids().to_vec(),
                 fanout: e.fanout(),
                 projection: e.projection().map(<[usize]>::to_vec),
+                live: columns.live,
             }
         } else {
             return not_impl_err!("iceberg-exec's plan codec does not encode {}", node.name());

@@ -98,6 +98,10 @@ pub struct EqualityDeleteColumns {
     pub gate: usize,
     /// Gates of the data files.
     pub gates: Arc<[FileGate]>,
+    /// The [`LIVE_COLUMN`](crate::physical_plan::positional_delete::LIVE_COLUMN) of a
+    /// `PositionalDeleteExec` below that marks the position-deleted rows instead of dropping
+    /// them (Boolean, non-null): rows marked `false` are dropped here too.
+    pub live: Option<usize>,
 }
 
 /// What decides whether an equality delete applies to a data file's rows: the file's data
@@ -161,6 +165,13 @@ impl EqualityDeleteExec {
                 "EqualityDeleteExec: probe column {} is not a UInt32 gate column",
                 columns.gate
             )));
+        }
+        if let Some(live) = columns.live {
+            if probe.fields().get(live).map(|f| f.data_type()) != Some(&DataType::Boolean) {
+                return Err(DataFusionError::Internal(format!(
+                    "EqualityDeleteExec: probe column {live} is not a Boolean live column"
+                )));
+            }
         }
         for (i, &c) in columns.keys.iter().enumerate() {
             let (p, b) = (probe.field(c), build_schema.field(i));
@@ -893,13 +904,52 @@ impl Joiner {
         })
     }
 
-    /// Keeps the rows of `batch` that `table` does not delete.
+    /// The rows of `batch` a positional delete below marked deleted, as the mask of the rows
+    /// to keep (`None`: every row is live).
+    fn live_rows(&self, batch: &RecordBatch) -> Result<Option<BooleanBuffer>> {
+        let Some(at) = self.columns.live else {
+            return Ok(None);
+        };
+        let live = batch
+            .column(at)
+            .as_boolean_opt()
+            .filter(|c| c.null_count() == 0)
+            .ok_or_else(|| {
+                DataFusionError::Internal(
+                    "EqualityDeleteExec: the live column is not Boolean (or has NULLs)".into(),
+                )
+            })?;
+        Ok((live.true_count() < live.len()).then(|| live.values().clone()))
+    }
+
+    /// The output rows of `batch` that `keep` keeps (all when `None`); `live` of them were
+    /// live before the equality deletes.
+    fn keep_rows(
+        &self,
+        batch: RecordBatch,
+        keep: Option<BooleanBuffer>,
+        live: usize,
+    ) -> Result<RecordBatch> {
+        let batch = self.output(batch)?;
+        let Some(keep) = keep.filter(|k| k.count_set_bits() < k.len()) else {
+            return Ok(batch);
+        };
+        let kept = filter_record_batch(&batch, &BooleanArray::new(keep, None))?;
+        self.deleted.add(live - kept.num_rows());
+        Ok(kept)
+    }
+
+    /// Keeps the rows of `batch` that `table` does not delete (and that are live, when a
+    /// positional delete below marks its deleted rows).
     fn filter(&self, table: &KeyTable, batch: RecordBatch) -> Result<RecordBatch> {
         let _timer = self.probe_time.timer();
+        let live = self.live_rows(&batch)?;
+        let n = batch.num_rows();
+        let live_count = live.as_ref().map_or(n, |l| l.count_set_bits());
         let gates = Gates::of(batch.column(self.columns.gate), &self.columns.gates)?;
         // Rows newer than every delete need no lookup (a batch is one file: one sequence).
         if table.is_empty() || gates.min_seq().is_none_or(|m| table.spares_from(m)) {
-            return self.output(batch);
+            return self.keep_rows(batch, live, live_count);
         }
         // A batch of one file, against keys of one scope: the range alone may decide.
         let settled = match (table.range(), &gates) {
@@ -907,10 +957,9 @@ impl Joiner {
             _ => None,
         };
         if settled == Some(false) {
-            return self.output(batch);
+            return self.keep_rows(batch, live, live_count);
         }
         let keys = self.probe_keys_of(&batch)?;
-        let n = batch.num_rows();
         // First the cheap check of every row, in a tight loop, then the gate of the few
         // candidates it leaves.
         let (candidates, hashes) = match (table.range(), &keys) {
@@ -918,13 +967,11 @@ impl Joiner {
                 // Settled: a row is deleted iff the range holds its key.
                 self.key_range_rows.add(n);
                 let keep = range_keep(range, data, *width);
-                let batch = self.output(batch)?;
-                if keep.count_set_bits() == n {
-                    return Ok(batch);
-                }
-                let kept = filter_record_batch(&batch, &BooleanArray::new(keep, None))?;
-                self.deleted.add(n - kept.num_rows());
-                return Ok(kept);
+                let keep = match &live {
+                    Some(live) => &keep & live,
+                    None => keep,
+                };
+                return self.keep_rows(batch, Some(keep), live_count);
             }
             (Some(range), ProbeKeys::Signed { data, width }) => {
                 self.key_range_rows.add(n);
@@ -942,8 +989,11 @@ impl Joiner {
         };
         let mut buf = [0u8; 17];
         let mut keep = BooleanBufferBuilder::new(n);
-        keep.append_n(n, true);
-        let mut any = false;
+        match &live {
+            Some(live) => keep.append_buffer(live),
+            None => keep.append_n(n, true),
+        }
+        let mut any = live.is_some();
         for i in candidates.into_iter().map(|i| i as usize) {
             let key = keys.key(i, &mut buf);
             let hash = hashes.as_ref().map_or_else(|| table_hash(key), |h| h[i]);
@@ -953,14 +1003,7 @@ impl Joiner {
                 any = true;
             }
         }
-        let batch = self.output(batch)?;
-        if !any {
-            return Ok(batch);
-        }
-        let keep = BooleanArray::new(keep.finish(), None);
-        let kept = filter_record_batch(&batch, &keep)?;
-        self.deleted.add(n - kept.num_rows());
-        Ok(kept)
+        self.keep_rows(batch, any.then(|| keep.finish()), live_count)
     }
 
     /// Streams the probe input through the built keys to `tx`.
@@ -1138,8 +1181,8 @@ mod tests {
         run_join(probe, build, vec![0, 1], None, limit).await
     }
 
-    /// Runs the join of probe columns `keys` (the gate column is column 2), outputting
-    /// `projection`.
+    /// Runs the join of probe columns `keys` (the gate column is column 2; the probe's `live`
+    /// column, when it has one, marks position-deleted rows), outputting `projection`.
     async fn run_join(
         probe: Vec<Vec<RecordBatch>>,
         build: Vec<RecordBatch>,
@@ -1155,6 +1198,7 @@ mod tests {
         let ctx = Arc::new(TaskContext::default().with_runtime(runtime));
         let probe_schema = probe[0][0].schema();
         let build_schema = build[0].schema();
+        let live = probe_schema.index_of("live").ok();
         let input = MemorySourceConfig::try_new_exec(&probe, probe_schema, None).unwrap();
         let build = MemorySourceConfig::try_new_exec(&[build], build_schema, None).unwrap();
         let ids = (1..=keys.len() as i32).collect();
@@ -1162,7 +1206,9 @@ mod tests {
             keys,
             gate: 2,
             gates: test_gates(),
+            live,
         };
+
         let mut exec = EqualityDeleteExec::try_new(input, build, columns, ids, 4).unwrap();
         if let Some(p) = projection {
             exec = exec.with_projection(p).unwrap();
@@ -1276,18 +1322,23 @@ mod tests {
         // negative keys; `far` adds a key that makes the range too wide (the filter route);
         // `uniform` puts every key in the global scope (files older than every delete are
         // then settled by the range alone).
-        // `null` deletes the NULL key.
-        for (key_type, far, uniform, null) in [DataType::Int64, DataType::Int32, DataType::Date32]
-            .into_iter()
-            .flat_map(|t| {
-                [
-                    (false, false, true),
-                    (true, false, true),
-                    (false, true, true),
-                    (false, true, false),
-                ]
-                .map(|(f, u, n)| (t.clone(), f, u, n))
-            })
+        // `null` deletes the NULL key. `marked`: a live column marks some rows deleted by
+        // position (what a `PositionalDeleteExec` below does with dense deletes).
+        for (key_type, far, uniform, null, marked) in
+            [DataType::Int64, DataType::Int32, DataType::Date32]
+                .into_iter()
+                .flat_map(|t| {
+                    [
+                        (false, false, true, false),
+                        (true, false, true, false),
+                        (false, true, true, false),
+                        (false, true, false, false),
+                        (false, true, true, true),
+                        (true, false, true, true),
+                        (false, false, false, true),
+                    ]
+                    .map(|(f, u, n, m)| (t.clone(), f, u, n, m))
+                })
         {
             let scoped = |s: i32| if uniform { GLOBAL_SCOPE } else { s };
             let mut deleted: Vec<(Option<i64>, i64, i32)> = vec![];
@@ -1329,7 +1380,9 @@ mod tests {
             // Files of every (data seq, scope), ids running through and past the keys.
             let mut probe = vec![];
             let mut expected = vec![];
-            let mut rows: Vec<(i64, Option<i64>, bool)> = vec![];
+            // Live rows the deletes remove.
+            let mut equality_deleted = 0;
+            let mut rows: Vec<(i64, Option<i64>, bool, bool)> = vec![];
             for (f, (seq, scope)) in [(1, 1), (3, 2), (3, NO_SCOPE), (5, 1), (9, 2), (1, 3)]
                 .into_iter()
                 .enumerate()
@@ -1337,28 +1390,41 @@ mod tests {
                 let ids: Vec<Option<i64>> = (-1000..9500i64)
                     .map(|i| (i % 97 != 0).then_some(i + f as i64))
                     .collect();
-                let batch = file_batch(&ids, &key_type, seq, scope);
+                let mut batch = file_batch(&ids, &key_type, seq, scope);
+                // The last file has every row live (a file without position deletes).
+                let live: Vec<bool> = (0..ids.len())
+                    .map(|i| !marked || f == 5 || (i * 7 + f) % 10 != 3)
+                    .collect();
+                if marked {
+                    let mut columns = batch.columns().to_vec();
+                    columns.push(Arc::new(BooleanArray::from(live.clone())));
+                    let mut fields: Vec<_> = batch.schema().fields().iter().cloned().collect();
+                    fields.push(Arc::new(Field::new("live", DataType::Boolean, false)));
+                    batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+                }
                 let values = batch.column(1).as_primitive::<Int64Type>().clone();
                 for (i, id) in ids.iter().enumerate() {
                     let dies = deleted.iter().any(|&(k, dseq, dscope)| {
                         k == *id && dseq > seq && (dscope == GLOBAL_SCOPE || dscope == scope)
                     });
                     if f < 2 {
-                        rows.push((values.value(i), *id, dies));
+                        rows.push((values.value(i), *id, dies, live[i]));
                     }
-                    if !dies {
+                    if live[i] && !dies {
                         expected.push((values.value(i), *id));
                     }
+                    equality_deleted += usize::from(live[i] && dies);
                 }
                 probe.push(batch);
             }
             // Rows of two files in one batch (a gate per row), sliced (offsets).
             let mixed = arrow::compute::concat_batches(&probe[0].schema(), &probe[..2]).unwrap();
             let mixed = mixed.slice(5, mixed.num_rows() - 7);
-            for (value, id, dies) in &rows[5..rows.len() - 2] {
-                if !dies {
+            for (value, id, dies, live) in &rows[5..rows.len() - 2] {
+                if *live && !dies {
                     expected.push((*value, *id));
                 }
+                equality_deleted += usize::from(*live && *dies);
             }
             probe.push(mixed);
             // All in memory, and again under a pool too small for the keys (Grace partitions).
@@ -1371,7 +1437,9 @@ mod tests {
                     limit,
                 )
                 .await;
-                let case = format!("{key_type} far={far} uniform={uniform} null={null} {limit}");
+                let case = format!(
+                    "{key_type} far={far} uniform={uniform} null={null} marked={marked} {limit}"
+                );
                 let mut kept = vec![];
                 for b in &out {
                     assert_eq!(b.schema().field(0).name(), "value");
@@ -1387,6 +1455,9 @@ mod tests {
                 expected.sort();
                 assert_eq!(kept.len(), expected.len(), "{case}");
                 assert_eq!(kept, expected, "{case}");
+                // Rows the positional deletes marked are not counted as equality-deleted.
+                let counted = metrics.sum_by_name("equality_deleted_rows").unwrap();
+                assert_eq!(counted.as_usize(), equality_deleted, "{case}");
                 if limit > 1 << 20 {
                     let range_rows = metrics.sum_by_name("key_range_rows").unwrap().as_usize();
                     assert_eq!(range_rows > 0, !far, "{case}");

@@ -11,7 +11,9 @@
 //! ```
 //! Sparse deletes are never decoded. Dense ones (1 row in 64 or more, in a scan without a
 //! predicate) are dropped right after decoding instead: a selection of such short runs costs
-//! more to build and follow than the rows it saves. The deleted positions of one partition's
+//! more to build and follow than the rows it saves. Under equality deletes
+//! ([`PositionalDeleteExec::with_live_column`]) they are only marked, and the equality-delete
+//! join above drops them with its own rows: one copy of the rows kept instead of two. The deleted positions of one partition's
 //! files are held at once (4 bytes per deleted row, reserved from the memory pool); access plans
 //! are built for one file at a time, just before it is read.
 //!
@@ -119,6 +121,10 @@ pub struct FileDeletes {
 /// Name of the row position column [`PositionalDeleteExec::with_positions`] appends.
 pub const POSITION_COLUMN: &str = "__iceberg_pos";
 
+/// Name of the column [`PositionalDeleteExec::with_live_column`] appends: `false` on the rows
+/// of densely deleted files that are deleted.
+pub const LIVE_COLUMN: &str = "__iceberg_live";
+
 /// Removes position-deleted rows from a parquet scan (its child, a [`DataSourceExec`] over a
 /// [`FileScanConfig`]) by handing DataFusion's reader a row selection per data file.
 #[derive(Debug)]
@@ -128,6 +134,8 @@ pub struct PositionalDeleteExec {
     deletes: Arc<HashMap<String, FileDeletes>>,
     /// With the `_pos` column: the output's properties.
     positions: Option<Arc<PlanProperties>>,
+    /// With the live column: the output's properties.
+    live: Option<Arc<PlanProperties>>,
     /// Delete rows per partition above which the partition takes the anti-join route.
     join_threshold: u64,
     metrics: ExecutionPlanMetricsSet,
@@ -147,6 +155,7 @@ impl PositionalDeleteExec {
             input,
             deletes: Arc::new(deletes),
             positions: None,
+            live: None,
             join_threshold: DEFAULT_JOIN_THRESHOLD,
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -164,15 +173,46 @@ impl PositionalDeleteExec {
     /// are then kept out of the scan below (they would hide rows from the count).
     pub fn with_positions(mut self) -> Result<Self> {
         scan_config(&self.input, None)?;
+        if self.live.is_some() {
+            return Err(DataFusionError::Internal(
+                "PositionalDeleteExec: positions and the live column together".into(),
+            ));
+        }
         let schema = with_position_field(&self.input.schema());
+        self.positions = Some(self.properties_with(schema));
+        Ok(self)
+    }
+
+    /// Also appends [`LIVE_COLUMN`] (Boolean, non-null), and marks the deleted rows of files
+    /// whose deletes are dense `false` there instead of dropping them: the node above (an
+    /// [`EqualityDeleteExec`](crate::physical_plan::equality_delete::EqualityDeleteExec)) drops
+    /// them together with its own, so the rows kept are copied once, not twice. Rows removed
+    /// otherwise (by a row selection, or on the anti-join route) are not read at all and every
+    /// row output is marked `true`. Not together with [`Self::with_positions`].
+    pub fn with_live_column(mut self) -> Result<Self> {
+        if self.positions.is_some() {
+            return Err(DataFusionError::Internal(
+                "PositionalDeleteExec: positions and the live column together".into(),
+            ));
+        }
+        let schema = with_live_field(&self.input.schema());
+        self.live = Some(self.properties_with(schema));
+        Ok(self)
+    }
+
+    /// Whether [`LIVE_COLUMN`] is appended.
+    pub fn has_live_column(&self) -> bool {
+        self.live.is_some()
+    }
+
+    fn properties_with(&self, schema: arrow::datatypes::SchemaRef) -> Arc<PlanProperties> {
         let props = self.input.properties();
-        self.positions = Some(Arc::new(PlanProperties::new(
+        Arc::new(PlanProperties::new(
             datafusion::physical_expr::EquivalenceProperties::new(schema),
             props.partitioning.clone(),
             props.emission_type,
             props.boundedness,
-        )));
-        Ok(self)
+        ))
     }
 
     /// The deletes, by object store location of the data file.
@@ -230,6 +270,9 @@ impl DisplayAs for PositionalDeleteExec {
         if self.positions.is_some() {
             write!(f, ", positions={POSITION_COLUMN}")?;
         }
+        if self.live.is_some() {
+            write!(f, ", marks dense deletes in {LIVE_COLUMN}")?;
+        }
         Ok(())
     }
 }
@@ -247,9 +290,9 @@ impl ExecutionPlan for PositionalDeleteExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        match &self.positions {
-            Some(p) => p,
-            None => self.input.properties(),
+        match (&self.positions, &self.live) {
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) => self.input.properties(),
         }
     }
 
@@ -277,12 +320,14 @@ impl ExecutionPlan for PositionalDeleteExec {
             input,
             deletes: Arc::clone(&self.deletes),
             positions: None,
+            live: None,
             join_threshold: self.join_threshold,
             metrics: ExecutionPlanMetricsSet::new(),
         };
-        Ok(Arc::new(match self.positions {
-            Some(_) => node.with_positions()?,
-            None => node,
+        Ok(Arc::new(match (&self.positions, &self.live) {
+            (Some(_), _) => node.with_positions()?,
+            (None, Some(_)) => node.with_live_column()?,
+            (None, None) => node,
         }))
     }
 
@@ -298,14 +343,22 @@ impl ExecutionPlan for PositionalDeleteExec {
             .map(|g| g.files().to_vec())
             .unwrap_or_default();
         let positions = self.positions.is_some();
+        let live = self.live.is_some();
         if !positions
             && !files
                 .iter()
                 .any(|f| self.deletes.contains_key(f.object_meta.location.as_ref()))
         {
-            return self
+            let stream = self
                 .input
-                .execute(partition, without_work_stealing(context));
+                .execute(partition, without_work_stealing(context))?;
+            if !live {
+                return Ok(stream);
+            }
+            let schema = self.schema();
+            let out = Arc::clone(&schema);
+            let marked = stream.map(move |batch| with_live(batch?, None, &out));
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, marked)));
         }
         // What this node reads itself (delete files, footers of the files they apply to) is
         // counted apart from the scan below it.
@@ -368,7 +421,7 @@ impl ExecutionPlan for PositionalDeleteExec {
                         async move {
                             Ok::<_, DataFusionError>(
                                 opener
-                                    .open(file, &bitmaps.positions, positions, false)
+                                    .open(file, &bitmaps.positions, positions, false, live)
                                     .await?
                                     .0,
                             )
@@ -378,8 +431,14 @@ impl ExecutionPlan for PositionalDeleteExec {
                 }
                 None => {
                     join_route.add(1);
-                    let with_positions = positions.then_some(out_schema);
-                    opener.anti_join(files, with_positions, spill)?
+                    let with_positions = positions.then(|| Arc::clone(&out_schema));
+                    let joined = opener.anti_join(files, with_positions, spill)?;
+                    match live {
+                        true => {
+                            Box::pin(joined.map(move |batch| with_live(batch?, None, &out_schema)))
+                        }
+                        false => joined,
+                    }
                 }
             };
             Ok::<_, DataFusionError>(stream)
@@ -406,7 +465,7 @@ impl ExecutionPlan for PositionalDeleteExec {
     ) -> Result<Arc<Statistics>> {
         // Deleted rows make every count an upper bound.
         let mut stats = input_stats[0].as_ref().clone().to_inexact();
-        if self.positions.is_some() {
+        if self.positions.is_some() || self.live.is_some() {
             stats
                 .column_statistics
                 .push(datafusion::common::ColumnStatistics::new_unknown());
@@ -670,8 +729,10 @@ impl FileOpener {
                             file.object_meta.location
                         ))
                     })?;
-                    let (stream, first) =
-                        st.opener.open(file, &HashMap::new(), false, true).await?;
+                    let (stream, first) = st
+                        .opener
+                        .open(file, &HashMap::new(), false, true, false)
+                        .await?;
                     st.current = Some((stream, path, first, vector));
                 }
                 let Some((stream, path, start, vector)) = st.current.as_mut() else {
@@ -823,6 +884,7 @@ impl FileOpener {
         bitmaps: &HashMap<String, Deleted>,
         positions: bool,
         unfiltered: bool,
+        live: bool,
     ) -> Result<(SendableRecordBatchStream, u64)> {
         let location = file.object_meta.location.to_string();
         let deleted = bitmaps.get(&location).filter(|d| !d.is_empty());
@@ -904,6 +966,21 @@ impl FileOpener {
             .build();
         let stream =
             DataSourceExec::from_data_source(config).execute(0, Arc::clone(&self.context))?;
+        if live {
+            // Dense deletes marked for the node above; every other row read is live.
+            let schema = with_live_field(&stream.schema());
+            let out = Arc::clone(&schema);
+            let marked = stream.map(move |batch| {
+                let batch = batch?;
+                let keep = match dense.as_mut() {
+                    Some(dense) => dense.mask(batch.num_rows())?,
+                    None => None,
+                };
+                with_live(batch, keep, &out)
+            });
+            let marked = Box::pin(RecordBatchStreamAdapter::new(schema, marked));
+            return Ok((marked, first));
+        }
         if let Some(mut dense) = dense {
             let schema = stream.schema();
             let filtered = stream.map(move |batch| {
@@ -1046,16 +1123,44 @@ fn row_groups_in_range(
 
 /// `schema` with [`POSITION_COLUMN`] appended.
 fn with_position_field(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
+    with_field(schema, POSITION_COLUMN, DataType::Int64)
+}
+
+/// `schema` with [`LIVE_COLUMN`] appended.
+fn with_live_field(schema: &arrow::datatypes::SchemaRef) -> arrow::datatypes::SchemaRef {
+    with_field(schema, LIVE_COLUMN, DataType::Boolean)
+}
+
+fn with_field(
+    schema: &arrow::datatypes::SchemaRef,
+    name: &str,
+    data_type: DataType,
+) -> arrow::datatypes::SchemaRef {
     let mut fields: Vec<arrow::datatypes::FieldRef> = schema.fields().iter().cloned().collect();
     fields.push(Arc::new(arrow::datatypes::Field::new(
-        POSITION_COLUMN,
-        DataType::Int64,
-        false,
+        name, data_type, false,
     )));
     Arc::new(arrow::datatypes::Schema::new_with_metadata(
         fields,
         schema.metadata().clone(),
     ))
+}
+
+/// `batch` with `keep` (every row when `None`) appended as the [`LIVE_COLUMN`] of `schema`.
+fn with_live(
+    batch: RecordBatch,
+    keep: Option<arrow::array::BooleanArray>,
+    schema: &arrow::datatypes::SchemaRef,
+) -> Result<RecordBatch> {
+    let keep = keep.unwrap_or_else(|| {
+        arrow::array::BooleanArray::new(
+            arrow::buffer::BooleanBuffer::new_set(batch.num_rows()),
+            None,
+        )
+    });
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(keep));
+    Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
 /// Where the rows a scan of some of a file's row groups reads lie in the file: the position

@@ -7,5 +7,6 @@ mod join;
 pub use dv::DeletionVectorRef;
 pub(crate) use exec::positions_in;
 pub use exec::{
-    FileDeletes, PositionDeleteFile, PositionalDeleteExec, DEFAULT_JOIN_THRESHOLD, POSITION_COLUMN,
+    FileDeletes, PositionDeleteFile, PositionalDeleteExec, DEFAULT_JOIN_THRESHOLD, LIVE_COLUMN,
+    POSITION_COLUMN,
 };

@@ -5,7 +5,8 @@
 //!
 //!  with deletes:   ProjectionExec (back to the requested columns)
 //!                    EqualityDeleteExec × one per distinct equality-id set
-//!                      ├─ PositionalDeleteExec (row selections per data file)
+//!                      ├─ PositionalDeleteExec (row selections per data file; dense deletes
+//!                      │    marked in a live column the first join drops them by)
 //!                      │    DataSourceExec (requested + key columns, + _gate constant per file)
 //!                      └─ DataSourceExec over the set's delete files (key…, delete_seq, scope)
 //! ```
@@ -292,6 +293,9 @@ pub(crate) async fn plan_scan(
     }
     let threshold =
         IcebergOptions::from_config(state.config_options()).position_delete_join_threshold;
+    // Under equality deletes, the position-deleted rows of densely deleted files are marked
+    // rather than dropped: the first join drops them with its own, copying the rows once.
+    let mut live_at = None;
     if positions {
         plan = Arc::new(
             PositionalDeleteExec::try_new(plan, positional)?
@@ -299,9 +303,15 @@ pub(crate) async fn plan_scan(
                 .with_positions()?,
         );
     } else if !positional.is_empty() {
-        plan = Arc::new(
-            PositionalDeleteExec::try_new(plan, positional)?.with_join_threshold(threshold),
-        );
+        let node = PositionalDeleteExec::try_new(plan, positional)?.with_join_threshold(threshold);
+        plan = Arc::new(match eq.sets.is_empty() {
+            true => node,
+            false => {
+                // Appended after the scan's columns, as the position column would be.
+                live_at = Some(needed.len() + hidden_columns);
+                node.with_live_column()?
+            }
+        });
     }
 
     // Back to the requested columns (and the file column when asked for).
@@ -339,6 +349,7 @@ pub(crate) async fn plan_scan(
             keys,
             gate: gate_at,
             gates: Arc::clone(&gates),
+            live: live_at,
         };
         let join = EqualityDeleteExec::try_new(
             plan,
