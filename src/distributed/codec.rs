@@ -569,7 +569,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     .with_join_threshold(join_threshold);
                 Arc::new(match (positions, live) {
                     (true, _) => node.with_positions()?,
-                    (false, true) => node.with_live_column()?,
+                    (false, true) => node.with_live_column(),
                     (false, false) => node,
                 })
             }

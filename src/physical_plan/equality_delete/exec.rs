@@ -905,10 +905,11 @@ impl Joiner {
     }
 
     /// The rows of `batch` a positional delete below marked deleted, as the mask of the rows
-    /// to keep (`None`: every row is live).
-    fn live_rows(&self, batch: &RecordBatch) -> Result<Option<BooleanBuffer>> {
+    /// to keep (`None`: every row is live), and how many are live.
+    fn live_rows(&self, batch: &RecordBatch) -> Result<(Option<BooleanBuffer>, usize)> {
+        let n = batch.num_rows();
         let Some(at) = self.columns.live else {
-            return Ok(None);
+            return Ok((None, n));
         };
         let live = batch
             .column(at)
@@ -919,7 +920,8 @@ impl Joiner {
                     "EqualityDeleteExec: the live column is not Boolean (or has NULLs)".into(),
                 )
             })?;
-        Ok((live.true_count() < live.len()).then(|| live.values().clone()))
+        let count = live.true_count();
+        Ok(((count < n).then(|| live.values().clone()), count))
     }
 
     /// The output rows of `batch` that `keep` keeps (all when `None`); `live` of them were
@@ -943,9 +945,8 @@ impl Joiner {
     /// positional delete below marks its deleted rows).
     fn filter(&self, table: &KeyTable, batch: RecordBatch) -> Result<RecordBatch> {
         let _timer = self.probe_time.timer();
-        let live = self.live_rows(&batch)?;
+        let (live, live_count) = self.live_rows(&batch)?;
         let n = batch.num_rows();
-        let live_count = live.as_ref().map_or(n, |l| l.count_set_bits());
         let gates = Gates::of(batch.column(self.columns.gate), &self.columns.gates)?;
         // Rows newer than every delete need no lookup (a batch is one file: one sequence).
         if table.is_empty() || gates.min_seq().is_none_or(|m| table.spares_from(m)) {
@@ -1208,7 +1209,6 @@ mod tests {
             gates: test_gates(),
             live,
         };
-
         let mut exec = EqualityDeleteExec::try_new(input, build, columns, ids, 4).unwrap();
         if let Some(p) = projection {
             exec = exec.with_projection(p).unwrap();

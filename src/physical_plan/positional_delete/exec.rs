@@ -13,8 +13,8 @@
 //! predicate) are dropped right after decoding instead: a selection of such short runs costs
 //! more to build and follow than the rows it saves. Under equality deletes
 //! ([`PositionalDeleteExec::with_live_column`]) they are only marked, and the equality-delete
-//! join above drops them with its own rows: one copy of the rows kept instead of two. The deleted positions of one partition's
-//! files are held at once (4 bytes per deleted row, reserved from the memory pool); access plans
+//! join above drops them with its own rows: one copy of the rows kept instead of two. The
+//! deleted positions of one partition's files are held at once (4 bytes per deleted row, reserved from the memory pool); access plans
 //! are built for one file at a time, just before it is read.
 //!
 //! With [`PositionalDeleteExec::with_positions`] the node also appends each row's position in
@@ -121,6 +121,15 @@ pub struct FileDeletes {
 /// Name of the row position column [`PositionalDeleteExec::with_positions`] appends.
 pub const POSITION_COLUMN: &str = "__iceberg_pos";
 
+/// A column [`PositionalDeleteExec`] appends to the scan's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Appended {
+    /// [`POSITION_COLUMN`].
+    Positions,
+    /// [`LIVE_COLUMN`].
+    Live,
+}
+
 /// Name of the column [`PositionalDeleteExec::with_live_column`] appends: `false` on the rows
 /// of densely deleted files that are deleted.
 pub const LIVE_COLUMN: &str = "__iceberg_live";
@@ -132,10 +141,8 @@ pub struct PositionalDeleteExec {
     input: Arc<dyn ExecutionPlan>,
     /// By object store location of the data file.
     deletes: Arc<HashMap<String, FileDeletes>>,
-    /// With the `_pos` column: the output's properties.
-    positions: Option<Arc<PlanProperties>>,
-    /// With the live column: the output's properties.
-    live: Option<Arc<PlanProperties>>,
+    /// The column appended to the scan's, if any, and the output's properties with it.
+    appended: Option<(Appended, Arc<PlanProperties>)>,
     /// Delete rows per partition above which the partition takes the anti-join route.
     join_threshold: u64,
     metrics: ExecutionPlanMetricsSet,
@@ -154,8 +161,7 @@ impl PositionalDeleteExec {
         Ok(Self {
             input,
             deletes: Arc::new(deletes),
-            positions: None,
-            live: None,
+            appended: None,
             join_threshold: DEFAULT_JOIN_THRESHOLD,
             metrics: ExecutionPlanMetricsSet::new(),
         })
@@ -171,16 +177,9 @@ impl PositionalDeleteExec {
 
     /// Also appends [`POSITION_COLUMN`] (Int64): each row's position in its data file. Filters
     /// are then kept out of the scan below (they would hide rows from the count).
-    pub fn with_positions(mut self) -> Result<Self> {
+    pub fn with_positions(self) -> Result<Self> {
         scan_config(&self.input, None)?;
-        if self.live.is_some() {
-            return Err(DataFusionError::Internal(
-                "PositionalDeleteExec: positions and the live column together".into(),
-            ));
-        }
-        let schema = with_position_field(&self.input.schema());
-        self.positions = Some(self.properties_with(schema));
-        Ok(self)
+        Ok(self.appending(Appended::Positions))
     }
 
     /// Also appends [`LIVE_COLUMN`] (Boolean, non-null), and marks the deleted rows of files
@@ -188,31 +187,34 @@ impl PositionalDeleteExec {
     /// [`EqualityDeleteExec`](crate::physical_plan::equality_delete::EqualityDeleteExec)) drops
     /// them together with its own, so the rows kept are copied once, not twice. Rows removed
     /// otherwise (by a row selection, or on the anti-join route) are not read at all and every
-    /// row output is marked `true`. Not together with [`Self::with_positions`].
-    pub fn with_live_column(mut self) -> Result<Self> {
-        if self.positions.is_some() {
-            return Err(DataFusionError::Internal(
-                "PositionalDeleteExec: positions and the live column together".into(),
-            ));
-        }
-        let schema = with_live_field(&self.input.schema());
-        self.live = Some(self.properties_with(schema));
-        Ok(self)
+    /// row output is marked `true`. Replaces [`Self::with_positions`] (one column is appended).
+    pub fn with_live_column(self) -> Self {
+        self.appending(Appended::Live)
     }
 
     /// Whether [`LIVE_COLUMN`] is appended.
     pub fn has_live_column(&self) -> bool {
-        self.live.is_some()
+        self.appends(Appended::Live)
     }
 
-    fn properties_with(&self, schema: arrow::datatypes::SchemaRef) -> Arc<PlanProperties> {
+    fn appends(&self, column: Appended) -> bool {
+        self.appended.as_ref().is_some_and(|(c, _)| *c == column)
+    }
+
+    fn appending(mut self, column: Appended) -> Self {
+        let schema = match column {
+            Appended::Positions => with_position_field(&self.input.schema()),
+            Appended::Live => with_live_field(&self.input.schema()),
+        };
         let props = self.input.properties();
-        Arc::new(PlanProperties::new(
+        let props = Arc::new(PlanProperties::new(
             datafusion::physical_expr::EquivalenceProperties::new(schema),
             props.partitioning.clone(),
             props.emission_type,
             props.boundedness,
-        ))
+        ));
+        self.appended = Some((column, props));
+        self
     }
 
     /// The deletes, by object store location of the data file.
@@ -222,7 +224,7 @@ impl PositionalDeleteExec {
 
     /// Whether [`POSITION_COLUMN`] is appended.
     pub fn has_positions(&self) -> bool {
-        self.positions.is_some()
+        self.appends(Appended::Positions)
     }
 
     /// See [`PositionalDeleteExec::with_join_threshold`].
@@ -267,11 +269,10 @@ impl DisplayAs for PositionalDeleteExec {
             self.delete_file_count(),
             self.join_threshold
         )?;
-        if self.positions.is_some() {
-            write!(f, ", positions={POSITION_COLUMN}")?;
-        }
-        if self.live.is_some() {
-            write!(f, ", marks dense deletes in {LIVE_COLUMN}")?;
+        match self.appended.as_ref().map(|(c, _)| c) {
+            Some(Appended::Positions) => write!(f, ", positions={POSITION_COLUMN}")?,
+            Some(Appended::Live) => write!(f, ", marks dense deletes in {LIVE_COLUMN}")?,
+            None => {}
         }
         Ok(())
     }
@@ -290,9 +291,9 @@ impl ExecutionPlan for PositionalDeleteExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        match (&self.positions, &self.live) {
-            (Some(p), _) | (None, Some(p)) => p,
-            (None, None) => self.input.properties(),
+        match &self.appended {
+            Some((_, p)) => p,
+            None => self.input.properties(),
         }
     }
 
@@ -319,15 +320,13 @@ impl ExecutionPlan for PositionalDeleteExec {
         let node = Self {
             input,
             deletes: Arc::clone(&self.deletes),
-            positions: None,
-            live: None,
+            appended: None,
             join_threshold: self.join_threshold,
             metrics: ExecutionPlanMetricsSet::new(),
         };
-        Ok(Arc::new(match (&self.positions, &self.live) {
-            (Some(_), _) => node.with_positions()?,
-            (None, Some(_)) => node.with_live_column()?,
-            (None, None) => node,
+        Ok(Arc::new(match &self.appended {
+            Some((column, _)) => node.appending(*column),
+            None => node,
         }))
     }
 
@@ -342,8 +341,8 @@ impl ExecutionPlan for PositionalDeleteExec {
             .get(partition)
             .map(|g| g.files().to_vec())
             .unwrap_or_default();
-        let positions = self.positions.is_some();
-        let live = self.live.is_some();
+        let positions = self.has_positions();
+        let live = self.has_live_column();
         if !positions
             && !files
                 .iter()
@@ -355,10 +354,10 @@ impl ExecutionPlan for PositionalDeleteExec {
             if !live {
                 return Ok(stream);
             }
-            let schema = self.schema();
-            let out = Arc::clone(&schema);
-            let marked = stream.map(move |batch| with_live(batch?, None, &out));
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, marked)));
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(
+                self.schema(),
+                all_live(stream, self.schema()),
+            )));
         }
         // What this node reads itself (delete files, footers of the files they apply to) is
         // counted apart from the scan below it.
@@ -434,9 +433,7 @@ impl ExecutionPlan for PositionalDeleteExec {
                     let with_positions = positions.then(|| Arc::clone(&out_schema));
                     let joined = opener.anti_join(files, with_positions, spill)?;
                     match live {
-                        true => {
-                            Box::pin(joined.map(move |batch| with_live(batch?, None, &out_schema)))
-                        }
+                        true => all_live(joined, out_schema),
                         false => joined,
                     }
                 }
@@ -465,7 +462,7 @@ impl ExecutionPlan for PositionalDeleteExec {
     ) -> Result<Arc<Statistics>> {
         // Deleted rows make every count an upper bound.
         let mut stats = input_stats[0].as_ref().clone().to_inexact();
-        if self.positions.is_some() || self.live.is_some() {
+        if self.appended.is_some() {
             stats
                 .column_statistics
                 .push(datafusion::common::ColumnStatistics::new_unknown());
@@ -479,7 +476,7 @@ impl ExecutionPlan for PositionalDeleteExec {
         parent_filters: Vec<Arc<dyn PhysicalExpr>>,
         _config: &ConfigOptions,
     ) -> Result<FilterDescription> {
-        if self.positions.is_some() {
+        if self.has_positions() {
             // Every live row must be read for the positions to count right.
             return Ok(FilterDescription::all_unsupported(
                 &parent_filters,
@@ -1144,6 +1141,17 @@ fn with_field(
         fields,
         schema.metadata().clone(),
     ))
+}
+
+/// `batches` with every row marked live in `schema`'s [`LIVE_COLUMN`].
+fn all_live<S>(
+    batches: S,
+    schema: arrow::datatypes::SchemaRef,
+) -> BoxStream<'static, Result<RecordBatch>>
+where
+    S: futures::Stream<Item = Result<RecordBatch>> + Send + 'static,
+{
+    Box::pin(batches.map(move |batch| with_live(batch?, None, &schema)))
 }
 
 /// `batch` with `keep` (every row when `None`) appended as the [`LIVE_COLUMN`] of `schema`.

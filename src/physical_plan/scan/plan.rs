@@ -309,7 +309,7 @@ pub(crate) async fn plan_scan(
             false => {
                 // Appended after the scan's columns, as the position column would be.
                 live_at = Some(needed.len() + hidden_columns);
-                node.with_live_column()?
+                node.with_live_column()
             }
         });
     }
