@@ -832,3 +832,93 @@ async fn a_rewrite_reports_its_progress_to_the_session() {
     assert!(events.windows(2).all(|w| w[0].done <= w[1].done));
     assert_eq!(events.last().unwrap().done, 6);
 }
+
+/// Whether each column chunk of the parquet file at `path` has a dictionary page, by column
+/// name, over all its row groups (`Some(true)`: every chunk has one).
+fn dictionary_pages(path: &str) -> HashMap<String, Vec<bool>> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let path = path.strip_prefix("file://").unwrap_or(path);
+    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut out: HashMap<String, Vec<bool>> = HashMap::new();
+    for group in reader.metadata().row_groups() {
+        for chunk in group.columns() {
+            out.entry(chunk.column_path().string())
+                .or_default()
+                .push(chunk.dictionary_page_offset().is_some());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_column_whose_dictionaries_overflowed_is_rewritten_plain() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    // Dictionaries of 512 bytes: 64 distinct ids fill one (the writer looks every 1,024
+    // values), the few values of `part` and `v` never do.
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, part INT NOT NULL, v VARCHAR) \
+         STORED AS ICEBERG LOCATION '' OPTIONS ('write.delete.mode' 'merge-on-read', \
+         'write.parquet.dict-size-bytes' '512')",
+    )
+    .await
+    .unwrap();
+    for i in 0..4 {
+        sql(
+            &s,
+            &format!(
+                "INSERT INTO ns.t SELECT value, CAST(value % 3 AS INT), 'v' || CAST(value % 10 AS \
+                 VARCHAR) FROM generate_series({}, {})",
+                i * 5000,
+                i * 5000 + 4999
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    sql(&s, "DELETE FROM ns.t WHERE id % 7 = 0").await.unwrap();
+    let before = sorted(rows(&s, "SELECT id, part, v FROM ns.t").await);
+    let t = table(&s, "t").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    // The files written so far tried a dictionary for every column; the ids' overflowed.
+    for f in iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap() {
+        let pages = dictionary_pages(&f.path);
+        for column in ["id", "part", "v"] {
+            assert!(pages[column].iter().all(|d| *d), "{column}: {pages:?}");
+        }
+    }
+
+    call(
+        &s,
+        "CALL system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))",
+    )
+    .await
+    .unwrap();
+    let t = table(&s, "t").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap();
+    assert_eq!(files.len(), 1);
+    let pages = dictionary_pages(&files[0].path);
+    assert!(pages["id"].iter().all(|d| !d), "{pages:?}");
+    assert!(pages["part"].iter().all(|d| *d), "{pages:?}");
+    assert!(pages["v"].iter().all(|d| *d), "{pages:?}");
+    assert_eq!(
+        sorted(rows(&s, "SELECT id, part, v FROM ns.t").await),
+        before
+    );
+    // The compacted file's own dictionaries did not overflow: a second rewrite keeps them.
+    call(
+        &s,
+        "CALL system.rewrite_data_files(table => 'ns.t', options => map('rewrite-all', 'true'))",
+    )
+    .await
+    .unwrap();
+    let t = table(&s, "t").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap();
+    let pages = dictionary_pages(&files[0].path);
+    assert!(pages["id"].iter().all(|d| !d), "{pages:?}");
+    assert!(pages["part"].iter().all(|d| *d), "{pages:?}");
+}

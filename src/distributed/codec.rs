@@ -109,6 +109,9 @@ enum Node {
         local_sort: bool,
         /// Reports the counts of the `ChangeRowsExec` below it.
         tally: bool,
+        /// Top-level columns (field ids) written without dictionary encoding.
+        #[serde(default)]
+        plain_columns: Vec<i32>,
     },
     ChangeRows {
         condition: Vec<u8>,
@@ -398,6 +401,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 single_writer,
                 local_sort,
                 tally,
+                plain_columns,
             } => {
                 let input = one("DataFileWriterExec")?;
                 let counts = tally.then(|| tally_below(&input)).transpose()?;
@@ -415,7 +419,9 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 if single_writer {
                     node = node.with_single_writer();
                 }
-                node = node.with_local_sort(local_sort);
+                node = node
+                    .with_local_sort(local_sort)
+                    .with_plain_columns(plain_columns);
                 if let Some(counts) = counts {
                     node = node.with_report(counts);
                 }
@@ -650,6 +656,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 single_writer: w.is_single_writer(),
                 local_sort: w.is_local_sort(),
                 tally: w.has_tally(),
+                plain_columns: w.plain_columns().to_vec(),
             }
         } else if let Some(c) = node.downcast_ref::<ChangeRowsExec>() {
             let assigned = |a: &[(usize, Arc<dyn PhysicalExpr>)]| -> Result<Vec<_>> {

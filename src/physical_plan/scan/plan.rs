@@ -497,7 +497,17 @@ async fn delete_scan(
         .with_fields(fields)
         .build()
         .df()?;
+    // The key columns in the rows' types (string views, or plain strings for a rewrite).
     let file_schema = arrow_schema(&keys)?;
+    let file_schema = match req
+        .schema
+        .fields()
+        .iter()
+        .any(|f| f.data_type() == &DataType::Utf8)
+    {
+        true => with_plain_strings(&file_schema),
+        false => file_schema,
+    };
     let partition_columns: Vec<FieldRef> = vec![
         Arc::new(Field::new(DELETE_SEQ_COLUMN, DataType::Int64, false)),
         Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)),
@@ -549,6 +559,23 @@ pub(crate) fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> 
         })
         .collect();
     Ok(Arc::new(arrow::datatypes::Schema::new(fields)))
+}
+
+/// `schema` with its top-level string views as plain strings: a scan whose rows a writer copies
+/// into new files decodes into the strings the writer encodes, instead of views it would cast.
+pub(crate) fn with_plain_strings(schema: &SchemaRef) -> SchemaRef {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Utf8View => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8)),
+            _ => Arc::clone(f),
+        })
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
 }
 
 fn strip_field_metadata(f: &arrow::datatypes::Field) -> arrow::datatypes::Field {

@@ -162,7 +162,7 @@ async fn write_positions(
     let key = partition_key(table, spec_id, partition)?;
     let metadata = table.metadata();
     let rolling = RollingFileWriterBuilder::new(
-        parquet_writers(metadata, Arc::clone(&schema), None)?,
+        parquet_writers(metadata, Arc::clone(&schema), None, &[])?,
         NO_ROLLING,
         table.file_io().clone(),
         FileLocations::new(metadata)?,
@@ -214,7 +214,7 @@ pub async fn write_equality_delete_file(
     let delete_schema =
         Arc::new(iceberg::arrow::arrow_schema_to_schema(config.projected_arrow_schema_ref()).df()?);
     let rolling = RollingFileWriterBuilder::new(
-        parquet_writers(metadata, delete_schema, None)?,
+        parquet_writers(metadata, delete_schema, None, &[])?,
         NO_ROLLING,
         table.file_io().clone(),
         FileLocations::new(metadata)?,

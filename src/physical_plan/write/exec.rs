@@ -102,6 +102,8 @@ pub struct DataFileWriterExec {
     row_lineage: bool,
     /// Overrides the table's `write.target-file-size-bytes`.
     target_file_size: Option<usize>,
+    /// Top-level columns (field ids) written without dictionary encoding.
+    plain_columns: Vec<i32>,
     /// Whether every row goes through one writer (see [`Self::with_single_writer`]).
     single_writer: bool,
     /// Whether each input partition is sorted on its own (see [`Self::with_local_sort`]).
@@ -149,6 +151,18 @@ impl DataFileWriterExec {
         self
     }
 
+    /// Writes the top-level columns of `field_ids` without dictionary encoding (those whose
+    /// dictionaries overflowed in the files a rewrite reads).
+    pub fn with_plain_columns(mut self, field_ids: Vec<i32>) -> Self {
+        self.plain_columns = field_ids;
+        self
+    }
+
+    /// The top-level columns (field ids) written without dictionary encoding.
+    pub fn plain_columns(&self) -> &[i32] {
+        &self.plain_columns
+    }
+
     /// A writer of `input` into `table`, requiring `sort` order when given.
     pub fn try_new(
         input: Arc<dyn ExecutionPlan>,
@@ -165,6 +179,7 @@ impl DataFileWriterExec {
             written,
             row_lineage: false,
             target_file_size: None,
+            plain_columns: vec![],
             single_writer: false,
             local_sort: false,
             tally: None,
@@ -316,6 +331,18 @@ impl DisplayAs for DataFileWriterExec {
         if self.local_sort && self.sort.is_some() {
             write!(f, ", local_sort=true")?;
         }
+        if !self.plain_columns.is_empty() {
+            let schema = metadata.current_schema();
+            let names: Vec<String> = self
+                .plain_columns
+                .iter()
+                .map(|id| match schema.field_by_id(*id) {
+                    Some(field) => field.name.clone(),
+                    None => format!("#{id}"),
+                })
+                .collect();
+            write!(f, ", without_dictionary=[{}]", names.join(", "))?;
+        }
         Ok(())
     }
 }
@@ -376,7 +403,8 @@ impl ExecutionPlan for DataFileWriterExec {
         .with_row_lineage(self.row_lineage)?
         .with_target_file_size_of(self.target_file_size)
         .with_single_writer_of(self.single_writer)
-        .with_local_sort(self.local_sort);
+        .with_local_sort(self.local_sort)
+        .with_plain_columns(self.plain_columns.clone());
         node.tally = self.tally.clone();
         Ok(Arc::new(node))
     }
@@ -408,6 +436,7 @@ impl ExecutionPlan for DataFileWriterExec {
                 row_lineage: self.row_lineage,
                 target_file_size: self.target_file_size,
                 pool,
+                plain_columns: self.plain_columns.clone(),
             },
         );
         let fut = async move {

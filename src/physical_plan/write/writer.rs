@@ -27,6 +27,7 @@ use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 
 use super::exec::WrittenFiles;
 use super::locations::FileLocations;
@@ -372,10 +373,21 @@ pub(super) fn writer_properties(metadata: &TableMetadata) -> Result<WriterProper
         }
     };
     let row_group_rows = positive_property(metadata, "write.parquet.row-group-limit")?;
-    let builder = match row_group_rows {
+    let mut builder = match row_group_rows {
         Some(n) => WriterProperties::builder().set_max_row_group_row_count(Some(n)),
         None => WriterProperties::builder(),
     };
+    // Page and dictionary sizes when the table sets them (the parquet writer's own defaults
+    // otherwise: 1 MiB pages and dictionaries, 20,000 rows per page).
+    if let Some(bytes) = positive_property(metadata, "write.parquet.page-size-bytes")? {
+        builder = builder.set_data_page_size_limit(bytes);
+    }
+    if let Some(rows) = positive_property(metadata, "write.parquet.page-row-limit")? {
+        builder = builder.set_data_page_row_count_limit(rows);
+    }
+    if let Some(bytes) = positive_property(metadata, "write.parquet.dict-size-bytes")? {
+        builder = builder.set_dictionary_page_size_limit(bytes);
+    }
     Ok(builder
         .set_compression(compression)
         .set_created_by(concat!("iceberg-exec version ", env!("CARGO_PKG_VERSION")).to_string())
@@ -410,15 +422,32 @@ fn positive_property(metadata: &TableMetadata, name: &str) -> Result<Option<usiz
 }
 
 /// The parquet writers of `schema` for a table: its `write.parquet.*` properties, encoders'
-/// buffers reserved from `pool` when given.
+/// buffers reserved from `pool` when given, the top-level columns of `plain` (field ids) without
+/// dictionary encoding.
 pub(super) fn parquet_writers(
     metadata: &TableMetadata,
     schema: Arc<iceberg::spec::Schema>,
     pool: Option<Arc<dyn MemoryPool>>,
+    plain: &[i32],
 ) -> Result<ParquetFileWriterBuilder> {
     let arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema)?);
+    let mut props = writer_properties(metadata)?;
+    let plain: Vec<ColumnPath> = schema
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|f| plain.contains(&f.id) && f.field_type.is_primitive())
+        .map(|f| ColumnPath::new(vec![f.name.clone()]))
+        .collect();
+    if !plain.is_empty() {
+        let mut builder = props.into_builder();
+        for column in plain {
+            builder = builder.set_column_dictionary_enabled(column, false);
+        }
+        props = builder.build();
+    }
     Ok(ParquetFileWriterBuilder::new(
-        writer_properties(metadata)?,
+        props,
         schema,
         arrow,
         pool,
@@ -495,6 +524,8 @@ pub(crate) struct PartitionWrite {
     pub target_file_size: Option<usize>,
     /// Where the parquet encoders reserve their buffers.
     pub pool: Arc<dyn MemoryPool>,
+    /// Top-level columns (field ids) written without dictionary encoding.
+    pub plain_columns: Vec<i32>,
 }
 
 /// Writes one input partition and returns the batch describing the files written.
@@ -510,6 +541,7 @@ pub(crate) async fn write_partition(
         row_lineage,
         target_file_size,
         pool,
+        plain_columns,
     } = how;
     let metadata = table.metadata();
     let schema = match row_lineage {
@@ -528,7 +560,7 @@ pub(crate) async fn write_partition(
         }
     };
 
-    let parquet = parquet_writers(metadata, schema.clone(), Some(pool))?;
+    let parquet = parquet_writers(metadata, schema.clone(), Some(pool), &plain_columns)?;
     let locations = RecordingLocations {
         inner: FileLocations::new(metadata)?,
         written,
