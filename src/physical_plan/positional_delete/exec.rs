@@ -395,20 +395,26 @@ impl ExecutionPlan for PositionalDeleteExec {
             rows: metric("anti_join_spilled_rows"),
         };
         let out_schema = Arc::clone(&schema);
-        let stream = futures::stream::once(async move {
-            let delete_rows: u64 = opener.delete_files(&files).iter().map(|f| f.rows).sum();
-            let bitmaps = if delete_rows > threshold {
-                None
-            } else {
+        // The bitmaps start loading now, not when the first batch is asked for: a node above
+        // that reads first (the equality-delete join's keys) does not wait for them after.
+        let delete_rows: u64 = opener.delete_files(&files).iter().map(|f| f.rows).sum();
+        let load = (delete_rows <= threshold).then(|| {
+            let (opener, files) = (Arc::clone(&opener), files.clone());
+            eager(async move {
                 let _timer = load_time.timer();
-                let loaded = opener.load_bitmaps(&files, reservation).await;
-                match loaded {
+                opener.load_bitmaps(&files, reservation).await
+            })
+        });
+        let stream = futures::stream::once(async move {
+            let bitmaps = match load {
+                None => None,
+                Some(load) => match load.await {
                     // `None`: a position beyond 32 bits; the anti-join takes any.
                     Ok(b) => b,
                     // Too large for memory after all: the anti-join needs only a batch.
                     Err(DataFusionError::ResourcesExhausted(_)) => None,
                     Err(e) => return Err(e),
-                }
+                },
             };
             let stream: BoxStream<'static, Result<RecordBatch>> = match bitmaps {
                 Some(bitmaps) => {
@@ -1011,6 +1017,24 @@ impl FileOpener {
             first,
         ))
     }
+}
+
+/// `work` running from now on as a task of its own (inside a Tokio runtime; otherwise when
+/// awaited), its result awaited by the future returned. Dropping that future stops it.
+fn eager<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> futures::future::BoxFuture<'static, Result<T>> {
+    use futures::FutureExt;
+    if tokio::runtime::Handle::try_current().is_err() {
+        return work.boxed();
+    }
+    let task = datafusion::common::runtime::SpawnedTask::spawn(work);
+    async move {
+        task.join_unwind()
+            .await
+            .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))?
+    }
+    .boxed()
 }
 
 /// Deleted rows per row in a file's row groups at or above which (1 in 64) the groups are read
