@@ -1067,3 +1067,54 @@ async fn partitions_without_deletes_never_read_a_file_with_deletes() {
         );
     }
 }
+
+#[tokio::test]
+async fn copy_on_write_writes_plain_the_keys_whose_dictionaries_overflowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    // Dictionaries of 512 bytes: 64 distinct ids fill one (the writer looks every 1,024
+    // values); the three values of `part` never do.
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.k (id BIGINT NOT NULL, part INT NOT NULL) STORED AS ICEBERG \
+         LOCATION '' OPTIONS ('write.parquet.dict-size-bytes' '512')",
+    )
+    .await
+    .unwrap();
+    sql(
+        &s,
+        "INSERT INTO ns.k SELECT value, CAST(value % 3 AS INT) FROM generate_series(0, 9999)",
+    )
+    .await
+    .unwrap();
+    let ident = TableIdent::from_strs(["ns", "k"]).unwrap();
+    let data_files = |s: &IcebergSession| {
+        let (s, ident) = (s.clone(), ident.clone());
+        async move {
+            let t = s.catalog().load_table(&ident).await.unwrap();
+            let snapshot = t.metadata().current_snapshot().unwrap().clone();
+            iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap()
+        }
+    };
+    let before = data_files(&s).await;
+    for f in &before {
+        assert!(common::dictionary_pages(&f.path)["id"].iter().all(|d| *d));
+    }
+    assert_eq!(delete(&s, "DELETE FROM ns.k WHERE id % 10 = 3").await, 1000);
+    let after = data_files(&s).await;
+    assert!(!after.is_empty());
+    for f in &after {
+        assert!(before.iter().all(|b| b.path != f.path));
+        let pages = common::dictionary_pages(&f.path);
+        assert!(pages["id"].iter().all(|d| !d), "{pages:?}");
+        assert!(pages["part"].iter().all(|d| *d), "{pages:?}");
+    }
+    assert_eq!(
+        rows(&s, "SELECT count(*), sum(id) FROM ns.k").await,
+        [format!(
+            "9000|{}",
+            (0..10_000i64).filter(|i| i % 10 != 3).sum::<i64>()
+        )]
+    );
+}

@@ -7,7 +7,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::{files_under, rows, session, sql};
+use common::{dictionary_pages, files_under, rows, session, sql};
 use datafusion::arrow::array::RecordBatch;
 use datafusion::error::Result;
 use iceberg::spec::Operation;
@@ -831,23 +831,6 @@ async fn a_rewrite_reports_its_progress_to_the_session() {
         .all(|e| e.total == 6 && e.procedure == "rewrite_data_files"));
     assert!(events.windows(2).all(|w| w[0].done <= w[1].done));
     assert_eq!(events.last().unwrap().done, 6);
-}
-
-/// Whether each column chunk of the parquet file at `path` has a dictionary page, by column
-/// name, over all its row groups (`Some(true)`: every chunk has one).
-fn dictionary_pages(path: &str) -> HashMap<String, Vec<bool>> {
-    use parquet::file::reader::{FileReader, SerializedFileReader};
-    let path = path.strip_prefix("file://").unwrap_or(path);
-    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
-    let mut out: HashMap<String, Vec<bool>> = HashMap::new();
-    for group in reader.metadata().row_groups() {
-        for chunk in group.columns() {
-            out.entry(chunk.column_path().string())
-                .or_default()
-                .push(chunk.dictionary_page_offset().is_some());
-        }
-    }
-    out
 }
 
 #[tokio::test]

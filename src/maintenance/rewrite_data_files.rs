@@ -49,14 +49,14 @@ use super::progress::Reporter;
 use crate::catalog::MetadataStore;
 use crate::dml::core::{commit_or_clean_up, optimized, removed_with_deletes};
 use crate::error::IcebergResultExt;
-use crate::location::{file_at, LocationMap};
+use crate::location::LocationMap;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::{
     arrow_schema, plan_statement_scan, with_plain_strings, ScanRequest,
 };
 use crate::physical_plan::write::{
-    decode_data_files, plain_columns, sort_requirement, DataFileWriterExec, WrittenFiles,
+    decode_data_files, plain_columns_of, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
 use crate::scan::{
     plan_files_pruned, unprunable_columns, DeleteFileRef, FileFilter, PlannedFile, ScanFiles,
@@ -707,17 +707,14 @@ impl GroupRewriter {
         )?);
         let sort = sort_of(&self.table, &self.strategy, &rows.schema())?;
         // Columns whose dictionaries overflowed in the files read are written plain.
-        let url = locations.store_url(metadata.location())?;
-        let store = self.store.object_stores().store(&url)?;
-        let inputs = group
-            .files
-            .iter()
-            .map(|f| {
-                let path = locations.object_path_in(&url, &f.path)?;
-                Ok(file_at(path.as_ref(), f.size)?.object_meta)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let plain = plain_columns(&self.state.task_ctx(), &store, inputs).await?;
+        let plain = plain_columns_of(
+            &self.state.task_ctx(),
+            self.store.object_stores(),
+            &locations,
+            metadata.location(),
+            &group.files,
+        )
+        .await?;
         // One writer per group: its files fill up to the target size.
         let writer = DataFileWriterExec::try_new(rows, self.table.clone(), sort, written)?
             .with_row_lineage(lineage)?

@@ -150,3 +150,20 @@ pub fn metric(metrics: &datafusion::physical_plan::metrics::MetricsSet, name: &s
         .unwrap_or_else(|| panic!("no {name} in {metrics}"))
         .as_usize()
 }
+
+/// Whether each column chunk of the parquet file at `path` has a dictionary page: by column
+/// path, one entry per row group.
+pub fn dictionary_pages(path: &str) -> std::collections::HashMap<String, Vec<bool>> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let path = path.strip_prefix("file://").unwrap_or(path);
+    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut out: std::collections::HashMap<String, Vec<bool>> = Default::default();
+    for group in reader.metadata().row_groups() {
+        for chunk in group.columns() {
+            out.entry(chunk.column_path().string())
+                .or_default()
+                .push(chunk.dictionary_page_offset().is_some());
+        }
+    }
+    out
+}

@@ -47,7 +47,9 @@ use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
-use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
+use crate::physical_plan::write::{
+    plain_columns_of, sort_requirement, DataFileWriterExec, WrittenFiles,
+};
 use crate::scan::strict::FileStats;
 use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
 use crate::IcebergOptions;
@@ -472,12 +474,22 @@ impl DmlJob {
             Arc::clone(&counts),
         )?);
         let sort = sort_requirement(&self.table, &keep.schema())?;
+        // Columns whose dictionaries overflowed in the files rewritten are written plain.
+        let plain = plain_columns_of(
+            &self.state.task_ctx(),
+            self.store.object_stores(),
+            &self.locations,
+            self.table.metadata().location(),
+            &scan_files.files,
+        )
+        .await?;
         // Distributed, each task sorts and writes its own rows: the change's counts reach the
         // writer in the same task, and no task's rows all go to one process.
         let plan: Arc<dyn ExecutionPlan> = Arc::new(
             DataFileWriterExec::try_new(keep, self.table.clone(), sort, written)?
                 .with_row_lineage(lineage)?
                 .with_local_sort(self.distributed)
+                .with_plain_columns(plain)
                 .with_tally(counts),
         );
         // The rules DataFusion runs on every plan: the sort the writer requires, among others.

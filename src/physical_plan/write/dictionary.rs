@@ -23,7 +23,10 @@ use object_store::{ObjectMeta, ObjectStore};
 use parquet::basic::Encoding;
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 
+use crate::location::{file_at, LocationMap};
 use crate::physical_plan::parquet_files::fetch_footer;
+use crate::scan::PlannedFile;
+use crate::storage::ObjectStores;
 
 /// Footers read to decide: enough to see how a table's writer fared, few requests.
 const SAMPLED_FILES: usize = 16;
@@ -95,6 +98,27 @@ fn overflowed(chunk: &ColumnChunkMetaData) -> Option<bool> {
             .encodings()
             .any(|e| !matches!(e, Encoding::PLAIN_DICTIONARY | Encoding::RLE_DICTIONARY)),
     )
+}
+
+/// The top-level columns (field ids) to write plain when rewriting the data files `files` of the
+/// table at `table_location` (see [`plain_columns`]).
+pub(crate) async fn plain_columns_of(
+    context: &TaskContext,
+    stores: &ObjectStores,
+    locations: &LocationMap,
+    table_location: &str,
+    files: &[PlannedFile],
+) -> Result<Vec<i32>> {
+    let url = locations.store_url(table_location)?;
+    let store = stores.store(&url)?;
+    let inputs = files
+        .iter()
+        .map(|f| {
+            let path = locations.object_path_in(&url, &f.path)?;
+            Ok(file_at(path.as_ref(), f.size)?.object_meta)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    plain_columns(context, &store, inputs).await
 }
 
 /// The top-level columns (field ids) to write plain when rewriting `files` of `store`, from the

@@ -17,7 +17,7 @@ pub use delete_files::{
     DELETE_FILE_PATH_ID, DELETE_POS_ID,
 };
 pub use deletion_vectors::{write_deletion_vectors, DeletionVector};
-pub(crate) use dictionary::plain_columns;
+pub(crate) use dictionary::plain_columns_of;
 pub(crate) use exec::WriterTally;
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;
