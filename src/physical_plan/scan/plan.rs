@@ -497,17 +497,17 @@ async fn delete_scan(
         .with_fields(fields)
         .build()
         .df()?;
-    // The key columns in the rows' types (string views, or plain strings for a rewrite).
-    let file_schema = arrow_schema(&keys)?;
-    let file_schema = match req
-        .schema
-        .fields()
-        .iter()
-        .any(|f| f.data_type() == &DataType::Utf8)
-    {
-        true => with_plain_strings(&file_schema),
-        false => file_schema,
-    };
+    // The key columns as the rows' own columns are read (string views, or plain strings for a
+    // rewrite): the join compares them as they are.
+    let file_schema: SchemaRef = Arc::new(arrow::datatypes::Schema::new(
+        ids.iter()
+            .map(|id| {
+                Ok(Arc::clone(
+                    &req.schema.fields()[top_level_column(req.read_schema, *id)?],
+                ))
+            })
+            .collect::<Result<Vec<FieldRef>>>()?,
+    ));
     let partition_columns: Vec<FieldRef> = vec![
         Arc::new(Field::new(DELETE_SEQ_COLUMN, DataType::Int64, false)),
         Arc::new(Field::new(SCOPE_COLUMN, DataType::Int32, false)),

@@ -39,14 +39,14 @@ const FOOTERS_IN_FLIGHT: usize = 8;
 /// chose plain for it while dictionary-encoding other columns), and rows of row groups encoded
 /// with their dictionary throughout.
 #[derive(Debug, Default)]
-pub(crate) struct DictionaryUse {
+struct DictionaryUse {
     plain: HashMap<i32, u64>,
     kept: HashMap<i32, u64>,
 }
 
 impl DictionaryUse {
     /// Counts the row groups of one file.
-    pub(crate) fn add(&mut self, metadata: &ParquetMetaData) {
+    fn add(&mut self, metadata: &ParquetMetaData) {
         let descr = metadata.file_metadata().schema_descr();
         for group in metadata.row_groups() {
             let rows = group.num_rows().max(0) as u64;
@@ -77,7 +77,7 @@ impl DictionaryUse {
     }
 
     /// The field ids of the columns to write plain: plain in most of the rows counted.
-    pub(crate) fn plain_field_ids(&self) -> Vec<i32> {
+    fn plain_field_ids(&self) -> Vec<i32> {
         let mut ids: Vec<i32> = self
             .plain
             .iter()
@@ -124,7 +124,7 @@ pub(crate) async fn plain_columns_of(
 /// The top-level columns (field ids) to write plain when rewriting `files` of `store`, from the
 /// footers of up to [`SAMPLED_FILES`] of them (the largest), read through DataFusion's metadata
 /// cache so that the scan of the rewrite reuses them.
-pub(crate) async fn plain_columns(
+async fn plain_columns(
     context: &TaskContext,
     store: &Arc<dyn ObjectStore>,
     mut files: Vec<ObjectMeta>,
