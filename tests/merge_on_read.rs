@@ -1406,3 +1406,67 @@ async fn position_deletes_load_before_the_first_batch_is_asked_for() {
     );
     assert_eq!(h.session.memory_pool().reserved(), 0);
 }
+
+#[tokio::test]
+async fn position_delete_files_store_positions_delta_encoded() {
+    use parquet::basic::Encoding;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE TABLE ns.t (id BIGINT, v VARCHAR)",
+        "INSERT INTO ns.t SELECT value AS id, CAST(value AS VARCHAR) AS v FROM generate_series(0, 99999)",
+        "SET iceberg.delete_mode = 'merge-on-read'",
+        "DELETE FROM ns.t WHERE id % 7 = 2 OR id BETWEEN 500 AND 40000",
+    ] {
+        sql(&s, q).await.unwrap();
+    }
+    let deleted = (0..100_000i64)
+        .filter(|i| i % 7 == 2 || (500..=40_000).contains(i))
+        .count();
+    let files: Vec<String> = common::files_under(dir.path())
+        .into_iter()
+        .filter(|f| f.contains("pos-deletes") && f.ends_with(".parquet"))
+        .map(|f| dir.path().join(f).display().to_string())
+        .collect();
+    assert!(!files.is_empty());
+    let (mut rows, mut size) = (0, 0);
+    for file in &files {
+        size += std::fs::metadata(file).unwrap().len() as usize;
+        let reader = SerializedFileReader::new(std::fs::File::open(file).unwrap()).unwrap();
+        for group in reader.metadata().row_groups() {
+            rows += group.num_rows() as usize;
+            for chunk in group.columns() {
+                let name = chunk.column_path().string();
+                let delta = chunk
+                    .encodings()
+                    .any(|e| e == Encoding::DELTA_BINARY_PACKED);
+                match name.as_str() {
+                    // Sorted positions: deltas, no dictionary of values seen once.
+                    "pos" => assert!(delta && chunk.dictionary_page_offset().is_none()),
+                    // One path repeated: a dictionary.
+                    "file_path" => assert!(!delta && chunk.dictionary_page_offset().is_some()),
+                    other => panic!("unexpected column {other}"),
+                }
+            }
+        }
+    }
+    assert_eq!(rows, deleted);
+    // Runs of deleted positions cost next to nothing: far below the 8 bytes of a plain position.
+    assert!(size < deleted, "{size} bytes for {deleted} positions");
+    // Read back (the delete file names its one data file, so its paths are not decoded).
+    let want = (100_000 - deleted).to_string();
+    assert_eq!(
+        common::rows(&s, "SELECT count(*) FROM ns.t").await,
+        vec![want.clone()]
+    );
+    let kept = (0..100_000i64)
+        .filter(|i| !(i % 7 == 2 || (500..=40_000).contains(i)))
+        .sum::<i64>()
+        .to_string();
+    assert_eq!(
+        common::rows(&s, "SELECT sum(id) FROM ns.t WHERE id % 7 <> 2").await,
+        vec![kept]
+    );
+}

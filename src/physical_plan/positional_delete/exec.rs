@@ -90,6 +90,10 @@ pub struct PositionDeleteFile {
     pub rows: u64,
     /// When the file is a Puffin file: the deletion vector to read from it.
     pub deletion_vector: Option<DeletionVectorRef>,
+    /// The one data file (as recorded) that every delete in the file names, when its manifest
+    /// entry says so: its `file_path` column need not be read.
+    #[serde(default)]
+    pub referenced_data_file: Option<String>,
 }
 
 impl PositionDeleteFile {
@@ -100,6 +104,7 @@ impl PositionDeleteFile {
             location,
             size: d.size,
             rows: d.record_count,
+            referenced_data_file: d.referenced_data_file.clone(),
             deletion_vector: d.deletion_vector.map(|b| DeletionVectorRef {
                 data_file: data_file.to_string(),
                 offset: b.offset,
@@ -517,11 +522,11 @@ struct Bitmaps {
 /// One data file's deleted positions, sorted and distinct. Positions of a data file fit in 32
 /// bits (a partition with a larger one takes the anti-join route).
 #[derive(Debug, Clone, Default)]
-struct Deleted(Arc<[u32]>);
+struct Deleted(Arc<Vec<u32>>);
 
 impl Deleted {
-    fn from_sorted(positions: &[u32]) -> Self {
-        Self(positions.into())
+    fn from_sorted(positions: Vec<u32>) -> Self {
+        Self(Arc::new(positions))
     }
 
     fn positions(&self) -> &[u32] {
@@ -577,7 +582,7 @@ impl Gathered {
             self.positions.sort_unstable();
             self.positions.dedup();
         }
-        Deleted::from_sorted(&self.positions)
+        Deleted::from_sorted(self.positions)
     }
 }
 
@@ -1392,9 +1397,20 @@ trait PositionSink {
     /// Adds a run of non-negative positions of the data file at `location`; `false` when the
     /// sink cannot hold them (the reading stops).
     fn add(&mut self, location: &str, run: &[i64]) -> bool;
+
+    /// Makes room for `rows` more positions of the data file at `location`.
+    fn reserve(&mut self, _location: &str, _rows: usize) {}
 }
 
 impl PositionSink for HashMap<String, Gathered> {
+    fn reserve(&mut self, location: &str, rows: usize) {
+        let list = match self.get_mut(location) {
+            Some(g) => g,
+            None => self.entry(location.to_string()).or_default(),
+        };
+        list.positions.reserve(rows);
+    }
+
     fn add(&mut self, location: &str, run: &[i64]) -> bool {
         let list = match self.get_mut(location) {
             Some(g) => g,
@@ -1501,26 +1517,63 @@ async fn read_position_deletes(
         .columns()
         .iter()
         .position(|c| c.path().parts() == [schema.field(path_col).name().as_str()]);
-    let row_groups: Vec<usize> = builder
-        .metadata()
-        .row_groups()
-        .iter()
-        .enumerate()
-        .filter(|(_, rg)| {
-            let Some(leaf) = path_leaf else { return true };
-            match rg.column(leaf).statistics() {
-                Some(ParquetStatistics::ByteArray(s)) => match (s.min_opt(), s.max_opt()) {
-                    (Some(min), Some(max)) => wanted
-                        .keys()
-                        .any(|p| p.as_bytes() >= min.data() && p.as_bytes() <= max.data()),
-                    _ => true,
-                },
-                _ => true,
+    // Row groups whose `file_path` bounds exclude every wanted path are not read. When the file
+    // names one data file only (its manifest entry's `referenced_data_file`, or bounds of every
+    // group read that meet), `file_path` is not decoded.
+    let mut row_groups = vec![];
+    let mut rows = 0usize;
+    let mut single: Option<Option<&[u8]>> = None;
+    for (i, rg) in builder.metadata().row_groups().iter().enumerate() {
+        let stats = path_leaf.and_then(|leaf| rg.column(leaf).statistics());
+        let bounds = match stats {
+            Some(ParquetStatistics::ByteArray(s)) => s.min_opt().zip(s.max_opt()),
+            _ => None,
+        }
+        .map(|(min, max)| (min.data(), max.data()));
+        if let Some((min, max)) = bounds {
+            if !wanted
+                .keys()
+                .any(|p| p.as_bytes() >= min && p.as_bytes() <= max)
+            {
+                continue;
             }
-        })
-        .map(|(i, _)| i)
-        .collect();
+        }
+        row_groups.push(i);
+        rows += rg.num_rows().max(0) as usize;
+        // Bounds that meet hold one value, whether or not the writer truncated them.
+        let one = bounds
+            .filter(|(min, max)| min == max && stats.and_then(|s| s.null_count_opt()) == Some(0))
+            .map(|(min, _)| min);
+        single = match (single, one) {
+            (None, Some(p)) => Some(Some(p)),
+            (Some(Some(a)), Some(p)) if a == p => Some(Some(a)),
+            _ => Some(None),
+        };
+    }
     if row_groups.is_empty() {
+        return Ok(true);
+    }
+    let single = match &file.referenced_data_file {
+        Some(referenced) => wanted.get(referenced),
+        None => single
+            .flatten()
+            .and_then(|p| std::str::from_utf8(p).ok())
+            .and_then(|p| wanted.get(p)),
+    };
+    if let Some(location) = single {
+        gathered.reserve(location, rows);
+        let mask = ProjectionMask::roots(descr, [pos_col]);
+        let mut stream = builder
+            .with_projection(mask)
+            .with_row_groups(row_groups)
+            .build()?;
+        while let Some(batch) = stream.next().await {
+            let pos = arrow::compute::cast(batch?.column(0), &DataType::Int64)?;
+            let pos = pos.as_primitive::<Int64Type>();
+            if !gather_run(gathered, location, pos, &file.location)? {
+                return Ok(false);
+            }
+        }
         return Ok(true);
     }
     let mask = ProjectionMask::roots(descr, [path_col, pos_col]);
@@ -1564,14 +1617,8 @@ async fn read_position_deletes(
                 }
             };
             if let Some(location) = target {
-                let run = &pos.values()[run_start..i];
-                if let Some(negative) = run.iter().find(|p| **p < 0) {
-                    return Err(DataFusionError::Execution(format!(
-                        "position delete file {} deletes negative position {negative}",
-                        file.location
-                    )));
-                }
-                if !gathered.add(location, run) {
+                let run = pos.slice(run_start, i - run_start);
+                if !gather_run(gathered, location, &run, &file.location)? {
                     return Ok(false);
                 }
             }
@@ -1579,6 +1626,27 @@ async fn read_position_deletes(
         }
     }
     Ok(true)
+}
+
+/// Adds `run`, positions of the data file at `location` read from the delete file `file`, to
+/// `gathered`; an error for a NULL or negative position, `false` when `gathered` cannot hold them.
+fn gather_run(
+    gathered: &mut impl PositionSink,
+    location: &str,
+    run: &arrow::array::Int64Array,
+    file: &str,
+) -> Result<bool> {
+    if run.null_count() > 0 {
+        return Err(DataFusionError::Execution(format!(
+            "position delete file {file} has a NULL pos"
+        )));
+    }
+    if let Some(negative) = run.values().iter().find(|p| **p < 0) {
+        return Err(DataFusionError::Execution(format!(
+            "position delete file {file} deletes negative position {negative}"
+        )));
+    }
+    Ok(gathered.add(location, run.values()))
 }
 
 #[cfg(test)]
@@ -1602,7 +1670,7 @@ mod tests {
 
     #[test]
     fn live_positions_skip_deleted_ones() {
-        let deleted = Deleted::from_sorted(&[0, 3, 4, 9]);
+        let deleted = Deleted::from_sorted(vec![0, 3, 4, 9]);
         let all = vec![(0, u64::MAX)];
         let mut live = ReadPositions::new(all.clone(), deleted.clone(), "f".into());
         let take = |live: &mut ReadPositions, n| live.live(n).unwrap().values().to_vec();
@@ -1657,7 +1725,7 @@ mod tests {
     #[test]
     fn dense_deletes_drop_rows_after_decoding() {
         // Row groups of 4, 3 and 5 rows: positions 0..4, 4..7, 7..12.
-        let deleted = Deleted::from_sorted(&[1, 2, 4, 5, 6, 11, 40]);
+        let deleted = Deleted::from_sorted(vec![1, 2, 4, 5, 6, 11, 40]);
         let per_group = deleted_per_group(&[4, 3, 5], deleted.positions());
         assert_eq!(per_group, [2, 3, 1]);
         // The second group is all deleted: skipped, the others read whole.

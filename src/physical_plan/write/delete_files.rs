@@ -20,7 +20,7 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 
 use super::locations::FileLocations;
-use super::writer::{parquet_writers, WriteSchema};
+use super::writer::{parquet_writers, position_delete_writers, WriteSchema};
 use crate::arrow58::RecordBatch58;
 use crate::error::IcebergResultExt;
 use crate::snapshot::NewFile;
@@ -162,7 +162,7 @@ async fn write_positions(
     let key = partition_key(table, spec_id, partition)?;
     let metadata = table.metadata();
     let rolling = RollingFileWriterBuilder::new(
-        parquet_writers(metadata, Arc::clone(&schema), None, &[])?,
+        position_delete_writers(metadata, Arc::clone(&schema))?,
         NO_ROLLING,
         table.file_io().clone(),
         FileLocations::new(metadata)?,

@@ -25,7 +25,7 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use parquet::basic::{Compression, GzipLevel, ZstdLevel};
+use parquet::basic::{Compression, Encoding, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
@@ -430,7 +430,6 @@ pub(super) fn parquet_writers(
     pool: Option<Arc<dyn MemoryPool>>,
     plain: &[i32],
 ) -> Result<ParquetFileWriterBuilder> {
-    let arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema)?);
     let mut props = writer_properties(metadata)?;
     let plain: Vec<ColumnPath> = schema
         .as_struct()
@@ -446,6 +445,35 @@ pub(super) fn parquet_writers(
         }
         props = builder.build();
     }
+    writers_of(metadata, schema, pool, props)
+}
+
+/// The parquet writers of position delete files (`schema`: `file_path`, `pos`) for a table: its
+/// `write.parquet.*` properties, with `pos` delta-encoded instead of dictionary-encoded. Positions
+/// are sorted and distinct within a data file, so their deltas pack into a few bits each, where a
+/// dictionary holds every value once more (often until it overflows) and reading it back
+/// decompresses eight bytes a position.
+pub(super) fn position_delete_writers(
+    metadata: &TableMetadata,
+    schema: Arc<iceberg::spec::Schema>,
+) -> Result<ParquetFileWriterBuilder> {
+    let pos = ColumnPath::new(vec!["pos".to_string()]);
+    let props = writer_properties(metadata)?
+        .into_builder()
+        .set_column_dictionary_enabled(pos.clone(), false)
+        .set_column_encoding(pos, Encoding::DELTA_BINARY_PACKED)
+        .build();
+    writers_of(metadata, schema, None, props)
+}
+
+/// Writers of `schema` with `props`, row groups closed at the table's size.
+fn writers_of(
+    metadata: &TableMetadata,
+    schema: Arc<iceberg::spec::Schema>,
+    pool: Option<Arc<dyn MemoryPool>>,
+    props: WriterProperties,
+) -> Result<ParquetFileWriterBuilder> {
+    let arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema)?);
     Ok(ParquetFileWriterBuilder::new(
         props,
         schema,
