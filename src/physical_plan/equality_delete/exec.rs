@@ -50,7 +50,8 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc::Sender;
 
 use super::table::{
-    partition_of, signed_row_hash_16, signed_row_hash_4, signed_row_hash_8, table_hash, KeyTable,
+    partition_of, signed_row_hash_16, signed_row_hash_4, signed_row_hash_8, table_hash, KeyBits,
+    KeyTable,
 };
 use crate::physical_plan::spill::SpillWriter;
 
@@ -635,29 +636,52 @@ impl ProbeKeys {
     }
 }
 
+/// Which values of `values` the range holds, 64 rows per word (bit `j` of word `w`: row
+/// `64 w + j`). A run of 64 consecutive values (ids as data files usually hold them) takes its
+/// bits from the range's words at once instead of one lookup per row.
+fn held_words<T: arrow::datatypes::ArrowNativeType + Into<i64>>(
+    range: KeyBits<'_>,
+    values: &[T],
+) -> Vec<u64> {
+    values
+        .chunks(64)
+        .map(|chunk| {
+            let first: i64 = chunk[0].into();
+            // Branch-free, so the check vectorizes; wrapping runs are not taken (`run`).
+            let consecutive = chunk.iter().enumerate().fold(0i64, |differ, (j, v)| {
+                differ | ((*v).into() ^ first.wrapping_add(j as i64))
+            }) == 0;
+            if let Some(word) = consecutive.then(|| range.run(first, chunk.len())).flatten() {
+                return word;
+            }
+            let mut word = 0u64;
+            for (j, v) in chunk.iter().enumerate() {
+                word |= u64::from(range.holds((*v).into())) << j;
+            }
+            word
+        })
+        .collect()
+}
+
+/// [`held_words`] of a single integer key column of `width` bytes.
+fn held_of(range: KeyBits<'_>, data: &arrow::array::ArrayData, width: usize) -> Vec<u64> {
+    match width {
+        4 => held_words(range, &data.buffer::<i32>(0)[..data.len()]),
+        _ => held_words(range, &data.buffer::<i64>(0)[..data.len()]),
+    }
+}
+
 /// The rows of a single integer key column whose key `range` holds (NULL rows when it holds
 /// NULL), in order.
-fn range_candidates(
-    range: &super::table::KeyRange,
-    data: &arrow::array::ArrayData,
-    width: usize,
-) -> Vec<u32> {
-    fn scan<T: arrow::datatypes::ArrowNativeType + Into<i64>>(
-        range: &super::table::KeyRange,
-        values: &[T],
-    ) -> Vec<u32> {
-        let mut out = vec![];
-        for (i, v) in values.iter().enumerate() {
-            if range.holds((*v).into()) {
-                out.push(i as u32);
-            }
+fn range_candidates(range: KeyBits<'_>, data: &arrow::array::ArrayData, width: usize) -> Vec<u32> {
+    let held = held_of(range, data, width);
+    let mut out = vec![];
+    for (w, mut word) in held.into_iter().enumerate() {
+        while word != 0 {
+            out.push((w * 64) as u32 + word.trailing_zeros());
+            word &= word - 1;
         }
-        out
     }
-    let mut out = match width {
-        4 => scan(range, &data.buffer::<i32>(0)[..data.len()]),
-        _ => scan(range, &data.buffer::<i64>(0)[..data.len()]),
-    };
     if let Some(nulls) = data.nulls() {
         // A NULL row's value slot holds anything.
         out.retain(|&i| nulls.is_valid(i as usize));
@@ -676,32 +700,13 @@ fn range_candidates(
 }
 
 /// Which rows of a single integer key column to keep when every row whose key `range` holds
-/// is deleted (set: kept): 64 rows per word, without branches.
-fn range_keep(
-    range: &super::table::KeyRange,
-    data: &arrow::array::ArrayData,
-    width: usize,
-) -> BooleanBuffer {
-    fn scan<T: arrow::datatypes::ArrowNativeType + Into<i64>>(
-        range: &super::table::KeyRange,
-        values: &[T],
-    ) -> BooleanBuffer {
-        let words: Vec<u64> = values
-            .chunks(64)
-            .map(|chunk| {
-                let mut word = 0u64;
-                for (j, v) in chunk.iter().enumerate() {
-                    word |= u64::from(!range.holds((*v).into())) << j;
-                }
-                word
-            })
-            .collect();
-        BooleanBuffer::new(words.into(), 0, values.len())
-    }
-    let keep = match width {
-        4 => scan(range, &data.buffer::<i32>(0)[..data.len()]),
-        _ => scan(range, &data.buffer::<i64>(0)[..data.len()]),
-    };
+/// is deleted (set: kept).
+fn range_keep(range: KeyBits<'_>, data: &arrow::array::ArrayData, width: usize) -> BooleanBuffer {
+    let words: Vec<u64> = held_of(range, data, width)
+        .into_iter()
+        .map(|w| !w)
+        .collect();
+    let keep = BooleanBuffer::new(words.into(), 0, data.len());
     // A NULL row's value slot holds anything: it is deleted iff a NULL key is.
     match data.nulls() {
         None => keep,
@@ -957,26 +962,26 @@ impl Joiner {
             (Some(range), Gates::Const(g)) => range.settles(g.scope, g.data_seq),
             _ => None,
         };
-        if settled == Some(false) {
+        if let Some(None) = settled {
             return self.keep_rows(batch, live, live_count);
         }
         let keys = self.probe_keys_of(&batch)?;
+        if let (Some(Some(range)), ProbeKeys::Signed { data, width }) = (settled, &keys) {
+            // Settled: a row is deleted iff the keys `settles` gave hold its key.
+            self.key_range_rows.add(n);
+            let keep = range_keep(range, data, *width);
+            let keep = match &live {
+                Some(live) => &keep & live,
+                None => keep,
+            };
+            return self.keep_rows(batch, Some(keep), live_count);
+        }
         // First the cheap check of every row, in a tight loop, then the gate of the few
         // candidates it leaves.
         let (candidates, hashes) = match (table.range(), &keys) {
-            (Some(range), ProbeKeys::Signed { data, width }) if settled == Some(true) => {
-                // Settled: a row is deleted iff the range holds its key.
-                self.key_range_rows.add(n);
-                let keep = range_keep(range, data, *width);
-                let keep = match &live {
-                    Some(live) => &keep & live,
-                    None => keep,
-                };
-                return self.keep_rows(batch, Some(keep), live_count);
-            }
             (Some(range), ProbeKeys::Signed { data, width }) => {
                 self.key_range_rows.add(n);
-                (range_candidates(range, data, *width), None)
+                (range_candidates(range.all(), data, *width), None)
             }
             _ => {
                 // Hash every key and check the filter for all of them: without dependent

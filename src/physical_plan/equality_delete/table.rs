@@ -164,7 +164,7 @@ pub struct KeyTable {
     filter: Vec<u64>,
     /// Exact membership of integer keys over their range, built by [`KeyTable::seal`] instead
     /// of the filter when it is small enough.
-    range: Option<KeyRange>,
+    range: Option<Box<KeyRange>>,
 }
 
 /// Exact membership of the keys of one signed integer column: one bit per value from the
@@ -172,6 +172,11 @@ pub struct KeyTable {
 /// deleted, and one whose bit is set certainly has a deleted key (its sequence number and scope
 /// are still to check), so the probe needs neither a hash of every row nor a Bloom filter. Data
 /// files usually hold runs of increasing ids, which walk this array in order.
+///
+/// When every key is deleted in one scope by a few distinct sequence numbers (deletes committed
+/// in a few waves), the range also keeps, for each of those numbers, the bits of the keys deleted
+/// at or above it: a file of any data sequence number is then settled by one of them, without a
+/// lookup per row ([`KeyRange::settles`]).
 #[derive(Debug)]
 pub struct KeyRange {
     min: i64,
@@ -184,6 +189,29 @@ pub struct KeyRange {
     /// number (a row of that scope or any, by [`KeyRange::settles`], older than it is deleted
     /// iff its key is held, without looking the key up).
     uniform: Option<(i32, i64)>,
+    /// With `uniform`, when they fit: for each higher distinct delete sequence number, in
+    /// ascending order, the keys deleted at or above it. `None`: not built.
+    tiers: Option<Vec<Tier>>,
+}
+
+/// The keys deleted at or above one sequence number (see [`KeyRange`]).
+#[derive(Debug)]
+struct Tier {
+    from_seq: i64,
+    bits: Vec<u64>,
+    null: bool,
+}
+
+/// At most this many distinct delete sequence numbers get bits of their own.
+const MAX_TIERS: usize = 8;
+
+/// One set of keys of a [`KeyRange`]: the rows whose key it holds are deleted.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyBits<'a> {
+    min: i64,
+    span: u64,
+    bits: &'a [u64],
+    null: bool,
 }
 
 impl KeyRange {
@@ -193,6 +221,7 @@ impl KeyRange {
         let (mut min, mut max, mut null) = (i64::MAX, i64::MIN, false);
         let mut uniform: Option<(i32, i64)> = None;
         let mut scopes_differ = false;
+        let mut seqs: Vec<i64> = vec![];
         for (key, scope, seq) in table.iter() {
             match decode_signed(key, width)? {
                 Some(v) => (min, max) = (min.min(v), max.max(v)),
@@ -205,58 +234,151 @@ impl KeyRange {
                     *q = (*q).min(seq);
                 }
             }
+            if seqs.len() <= MAX_TIERS && !seqs.contains(&seq) {
+                seqs.push(seq);
+            }
         }
         let uniform = uniform.filter(|_| !scopes_differ);
-        if min > max {
+        let (span, words) = match min <= max {
+            true => {
+                let span = (i128::from(max) - i128::from(min) + 1) as u128;
+                (span as u64, span.div_ceil(64))
+            }
             // Only NULL keys (or none).
-            return Some(Self {
-                min: 0,
-                span: 0,
-                bits: vec![],
-                null,
-                uniform,
-            });
-        }
-        let span = (i128::from(max) - i128::from(min) + 1) as u128;
-        let words = span.div_ceil(64);
+            false => (0, 0),
+        };
         if words * 8 > max_bytes as u128 {
             return None;
         }
-        let mut bits = vec![0u64; words as usize];
+        let words = words as usize;
+        let min = if span == 0 { 0 } else { min };
+        let set = |bits: &mut [u64], v: i64| {
+            let off = v.wrapping_sub(min) as u64;
+            bits[(off >> 6) as usize] |= 1 << (off & 63);
+        };
+        let mut bits = vec![0u64; words];
         for (key, _, _) in table.iter() {
             if let Some(Some(v)) = decode_signed(key, width) {
-                let off = v.wrapping_sub(min) as u64;
-                bits[(off >> 6) as usize] |= 1 << (off & 63);
+                set(&mut bits, v);
             }
         }
+        // One scope: a key has one entry, at the highest sequence number that deletes it.
+        seqs.sort_unstable();
+        let tiers =
+            (uniform.is_some() && seqs.len() <= MAX_TIERS && (words * seqs.len()) * 8 <= max_bytes)
+                .then(|| {
+                    let mut tiers: Vec<Tier> = seqs
+                        .iter()
+                        .skip(1)
+                        .map(|&from_seq| Tier {
+                            from_seq,
+                            bits: vec![0u64; words],
+                            null: false,
+                        })
+                        .collect();
+                    for (key, _, seq) in table.iter() {
+                        let key = decode_signed(key, width).flatten();
+                        for tier in tiers.iter_mut().take_while(|t| t.from_seq <= seq) {
+                            match key {
+                                Some(v) => set(&mut tier.bits, v),
+                                None => tier.null = true,
+                            }
+                        }
+                    }
+                    tiers
+                });
         Some(Self {
             min,
-            span: span as u64,
+            span,
             bits,
             null,
             uniform,
+            tiers,
         })
     }
 
-    /// For rows of one scope and data sequence number: `Some(true)` when every row whose key
-    /// the range holds is deleted, `Some(false)` when no row is, `None` when each must be
-    /// looked up.
-    pub fn settles(&self, scope: i32, data_seq: i64) -> Option<bool> {
-        let (s, min_seq) = self.uniform?;
-        if s != GLOBAL_SCOPE && s != scope {
-            return Some(false);
-        }
-        (min_seq > data_seq).then_some(true)
+    /// Words of bits held.
+    fn words(&self) -> usize {
+        self.bits.capacity()
+            + self
+                .tiers
+                .iter()
+                .flatten()
+                .map(|t| t.bits.capacity())
+                .sum::<usize>()
     }
 
-    /// Whether the non-NULL key `v` is deleted somewhere (by some sequence number and scope).
+    /// Every key held, whatever deletes it.
+    pub fn all(&self) -> KeyBits<'_> {
+        KeyBits {
+            min: self.min,
+            span: self.span,
+            bits: &self.bits,
+            null: self.null,
+        }
+    }
+
+    /// For rows of one scope and data sequence number: `Some(Some(keys))` when a row is deleted
+    /// iff `keys` holds its key, `Some(None)` when no row is, `None` when each must be looked up.
+    pub fn settles(&self, scope: i32, data_seq: i64) -> Option<Option<KeyBits<'_>>> {
+        let (s, min_seq) = self.uniform?;
+        if s != GLOBAL_SCOPE && s != scope {
+            return Some(None);
+        }
+        if min_seq > data_seq {
+            return Some(Some(self.all()));
+        }
+        let tiers = self.tiers.as_ref()?;
+        Some(
+            tiers
+                .iter()
+                .find(|t| t.from_seq > data_seq)
+                .map(|t| KeyBits {
+                    bits: &t.bits,
+                    null: t.null,
+                    ..self.all()
+                }),
+        )
+    }
+}
+
+impl KeyBits<'_> {
+    /// Whether the non-NULL key `v` is held.
     #[inline]
     pub fn holds(&self, v: i64) -> bool {
         let off = v.wrapping_sub(self.min) as u64;
         off < self.span && (self.bits[(off >> 6) as usize] >> (off & 63)) & 1 == 1
     }
 
-    /// Whether the NULL key is deleted somewhere.
+    /// Which of the `n` (at most 64) consecutive values from `first` are held, as the low bits
+    /// of a word, when they all lie inside the range or all outside it (`None` when the run
+    /// straddles an end, or would pass `i64::MAX`).
+    #[inline]
+    pub fn run(&self, first: i64, n: usize) -> Option<u64> {
+        debug_assert!((1..=64).contains(&n));
+        let last = first.checked_add(n as i64 - 1)?;
+        let off = i128::from(first) - i128::from(self.min);
+        let end = i128::from(last) - i128::from(self.min);
+        if end < 0 || off >= i128::from(self.span) {
+            return Some(0);
+        }
+        if off < 0 || end >= i128::from(self.span) {
+            return None;
+        }
+        let (w, b) = ((off >> 6) as usize, (off & 63) as u32);
+        let lo = self.bits[w] >> b;
+        let hi = match b {
+            0 => 0,
+            _ => self.bits.get(w + 1).map_or(0, |x| x << (64 - b)),
+        };
+        let word = lo | hi;
+        Some(match n {
+            64 => word,
+            _ => word & ((1u64 << n) - 1),
+        })
+    }
+
+    /// Whether the NULL key is held.
     pub fn holds_null(&self) -> bool {
         self.null
     }
@@ -309,7 +431,7 @@ impl KeyTable {
 
     /// Bytes the table holds now.
     pub fn size(&self) -> usize {
-        self.range.as_ref().map_or(0, |r| r.bits.capacity()) * size_of::<u64>()
+        self.range.as_deref().map_or(0, KeyRange::words) * size_of::<u64>()
             + self.filter.capacity() * size_of::<u64>()
             + self.bytes.capacity()
             + self.entries.capacity() * size_of::<Entry>()
@@ -358,7 +480,7 @@ impl KeyTable {
         self.unseal();
         if let Some(w) = width {
             // Other widths: `build` finds keys of another form and declines.
-            self.range = KeyRange::build(self, w, self.size().max(RANGE_MIN_BYTES));
+            self.range = KeyRange::build(self, w, self.size().max(RANGE_MIN_BYTES)).map(Box::new);
             if self.range.is_some() {
                 return;
             }
@@ -386,7 +508,7 @@ impl KeyTable {
 
     /// The exact integer key range, when [`KeyTable::seal`] built one.
     pub fn range(&self) -> Option<&KeyRange> {
-        self.range.as_ref()
+        self.range.as_deref()
     }
 
     /// Whether no row of data sequence number `data_seq` or above can be deleted.
@@ -553,6 +675,11 @@ mod tests {
     }
 
     /// The row format of a nullable signed integer of `width` bytes.
+    /// What `settles` answered, with the keys it gave as the values they hold in -100..6000.
+    fn held(settled: Option<Option<KeyBits<'_>>>) -> Option<Vec<i64>> {
+        settled.map(|keys| keys.map_or(vec![], |k| (-100..6000).filter(|&v| k.holds(v)).collect()))
+    }
+
     fn signed_key(v: Option<i64>, width: usize) -> Vec<u8> {
         match (v, width) {
             (None, _) => vec![0; width + 1],
@@ -580,18 +707,41 @@ mod tests {
             t.insert(&signed_key(None, width), 3, 2);
             t.seal(Some(width));
             let range = t.range().expect("a range of 5071 values fits");
-            assert!(range.holds_null());
+            assert!(range.all().holds_null());
             for v in -200..6000 {
-                assert_eq!(range.holds(v), keys.contains(&v), "{v} (width {width})");
+                assert_eq!(
+                    range.all().holds(v),
+                    keys.contains(&v),
+                    "{v} (width {width})"
+                );
             }
-            assert!(!range.holds(i64::MIN) && !range.holds(i64::MAX));
+            assert!(!range.all().holds(i64::MIN) && !range.all().holds(i64::MAX));
+            // Runs of consecutive values: the bits `holds` gives them, or `None` across an end.
+            for first in -300..5200i64 {
+                for n in [1usize, 7, 63, 64] {
+                    let last = first + n as i64 - 1;
+                    let want = (0..n).fold(0u64, |w, j| {
+                        w | u64::from(range.all().holds(first + j as i64)) << j
+                    });
+                    match range.all().run(first, n) {
+                        Some(word) => assert_eq!(word, want, "{first}+{n}"),
+                        None => assert!(
+                            (first < -70 && last >= -70) || (first <= 5000 && last > 5000),
+                            "{first}+{n}"
+                        ),
+                    }
+                }
+            }
+            assert_eq!(range.all().run(i64::MAX - 3, 64), None);
+            assert_eq!(range.all().run(i64::MAX - 63, 64), Some(0));
+            assert_eq!(range.all().run(i64::MIN, 64), Some(0));
             // The gate still applies to what the range holds.
             assert!(t.is_deleted(&signed_key(Some(63), width), 9, 1));
             assert!(!t.is_deleted(&signed_key(Some(63), width), 9, 2));
             assert!(t.is_deleted(&signed_key(None, width), 3, 1));
             assert!(!t.is_deleted(&signed_key(None, width), 4, 1));
             // The NULL key's scope (3) differs from the others' (global): never settled.
-            assert_eq!(range.settles(9, 1), None);
+            assert_eq!(held(range.settles(9, 1)), None);
             // Another insert drops the range.
             t.insert(&signed_key(Some(7), width), GLOBAL_SCOPE, 2);
             assert!(t.range().is_none());
@@ -615,7 +765,7 @@ mod tests {
         t.insert(&signed_key(None, 8), GLOBAL_SCOPE, 2);
         t.seal(Some(8));
         let range = t.range().unwrap();
-        assert!(range.holds_null() && !range.holds(0) && !range.holds(i64::MIN));
+        assert!(range.all().holds_null() && !range.all().holds(0) && !range.all().holds(i64::MIN));
         // Every key in one scope: rows older than the oldest delete are settled by the range.
         for (scope, seqs) in [(GLOBAL_SCOPE, [5, 3]), (4, [6, 3])] {
             let mut t = KeyTable::default();
@@ -623,21 +773,66 @@ mod tests {
             t.insert(&signed_key(Some(12), 8), scope, seqs[1]);
             t.seal(Some(8));
             let range = t.range().unwrap();
-            assert_eq!(range.settles(4, 2), Some(true));
-            assert_eq!(range.settles(4, 3), None);
+            assert_eq!(held(range.settles(4, 2)), Some(vec![10, 12]));
+            // Between the two deletes: only the later one's key.
+            let later = if seqs[0] > seqs[1] { 10 } else { 12 };
+            assert_eq!(held(range.settles(4, 3)), Some(vec![later]));
+            assert_eq!(held(range.settles(4, 6)), Some(vec![]));
             let other = if scope == GLOBAL_SCOPE {
-                Some(true)
+                Some(vec![10, 12])
             } else {
-                Some(false)
+                Some(vec![])
             };
-            assert_eq!(range.settles(7, 2), other);
+            assert_eq!(held(range.settles(7, 2)), other);
         }
         // Two scopes: every row is looked up.
         let mut t = KeyTable::default();
         t.insert(&signed_key(Some(10), 8), 1, 5);
         t.insert(&signed_key(Some(12), 8), GLOBAL_SCOPE, 5);
         t.seal(Some(8));
-        assert_eq!(t.range().unwrap().settles(1, 0), None);
+        assert_eq!(held(t.range().unwrap().settles(1, 0)), None);
+        // More distinct sequence numbers than get bits of their own: rows between them are
+        // looked up; rows older than all of them are still settled.
+        let mut t = KeyTable::default();
+        for k in 0..(MAX_TIERS as i64 + 1) {
+            t.insert(&signed_key(Some(k), 8), GLOBAL_SCOPE, 10 + k);
+        }
+        t.seal(Some(8));
+        let range = t.range().unwrap();
+        assert_eq!(
+            held(range.settles(0, 9)).map(|v| v.len()),
+            Some(MAX_TIERS + 1)
+        );
+        assert_eq!(held(range.settles(0, 10)), None);
+        // A few: each data sequence number is settled by the keys deleted above it.
+        let mut t = KeyTable::default();
+        for (k, seq) in [(1, 5), (2, 7), (3, 5), (4, 9), (5, 7)] {
+            t.insert(&signed_key(Some(k), 8), GLOBAL_SCOPE, seq);
+        }
+        t.insert(&signed_key(None, 8), GLOBAL_SCOPE, 7);
+        t.seal(Some(8));
+        let range = t.range().unwrap();
+        for (data_seq, want, null) in [
+            (0, vec![1, 2, 3, 4, 5], true),
+            (4, vec![1, 2, 3, 4, 5], true),
+            (5, vec![2, 4, 5], true),
+            (6, vec![2, 4, 5], true),
+            (7, vec![4], false),
+            (8, vec![4], false),
+        ] {
+            let keys = range.settles(3, data_seq).unwrap().unwrap();
+            assert_eq!(held(Some(Some(keys))), Some(want), "{data_seq}");
+            assert_eq!(keys.holds_null(), null, "{data_seq}");
+            // The same as the table's own answer, row by row.
+            for k in 0..8 {
+                assert_eq!(
+                    keys.holds(k),
+                    t.is_deleted(&signed_key(Some(k), 8), 3, data_seq),
+                    "{k} at {data_seq}"
+                );
+            }
+        }
+        assert!(range.settles(3, 9).unwrap().is_none());
     }
 
     #[test]
