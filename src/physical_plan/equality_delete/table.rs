@@ -674,12 +674,12 @@ mod tests {
         assert!(!(10_000..20_000u32).any(|i| t.is_deleted(&i.to_be_bytes(), 0, 0)));
     }
 
-    /// The row format of a nullable signed integer of `width` bytes.
     /// What `settles` answered, with the keys it gave as the values they hold in -100..6000.
     fn held(settled: Option<Option<KeyBits<'_>>>) -> Option<Vec<i64>> {
         settled.map(|keys| keys.map_or(vec![], |k| (-100..6000).filter(|&v| k.holds(v)).collect()))
     }
 
+    /// The row format of a nullable signed integer of `width` bytes.
     fn signed_key(v: Option<i64>, width: usize) -> Vec<u8> {
         match (v, width) {
             (None, _) => vec![0; width + 1],

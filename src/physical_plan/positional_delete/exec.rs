@@ -1402,21 +1402,26 @@ trait PositionSink {
     fn reserve(&mut self, _location: &str, _rows: usize) {}
 }
 
+/// `f` applied to the positions gathered for the data file at `location` (its key allocated
+/// once, when first seen).
+fn with_gathered<R>(
+    lists: &mut HashMap<String, Gathered>,
+    location: &str,
+    f: impl FnOnce(&mut Gathered) -> R,
+) -> R {
+    match lists.get_mut(location) {
+        Some(g) => f(g),
+        None => f(lists.entry(location.to_string()).or_default()),
+    }
+}
+
 impl PositionSink for HashMap<String, Gathered> {
     fn reserve(&mut self, location: &str, rows: usize) {
-        let list = match self.get_mut(location) {
-            Some(g) => g,
-            None => self.entry(location.to_string()).or_default(),
-        };
-        list.positions.reserve(rows);
+        with_gathered(self, location, |g| g.positions.reserve(rows));
     }
 
     fn add(&mut self, location: &str, run: &[i64]) -> bool {
-        let list = match self.get_mut(location) {
-            Some(g) => g,
-            None => self.entry(location.to_string()).or_default(),
-        };
-        list.extend(run)
+        with_gathered(self, location, |g| g.extend(run))
     }
 }
 
@@ -1517,50 +1522,39 @@ async fn read_position_deletes(
         .columns()
         .iter()
         .position(|c| c.path().parts() == [schema.field(path_col).name().as_str()]);
-    // Row groups whose `file_path` bounds exclude every wanted path are not read. When the file
-    // names one data file only (its manifest entry's `referenced_data_file`, or bounds of every
-    // group read that meet), `file_path` is not decoded.
-    let mut row_groups = vec![];
-    let mut rows = 0usize;
-    let mut single: Option<Option<&[u8]>> = None;
-    for (i, rg) in builder.metadata().row_groups().iter().enumerate() {
-        let stats = path_leaf.and_then(|leaf| rg.column(leaf).statistics());
-        let bounds = match stats {
-            Some(ParquetStatistics::ByteArray(s)) => s.min_opt().zip(s.max_opt()),
-            _ => None,
-        }
-        .map(|(min, max)| (min.data(), max.data()));
-        if let Some((min, max)) = bounds {
-            if !wanted
-                .keys()
-                .any(|p| p.as_bytes() >= min && p.as_bytes() <= max)
-            {
-                continue;
+    // Row groups whose `file_path` bounds exclude every wanted path are not read.
+    let row_groups: Vec<usize> = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .enumerate()
+        .filter(|(_, rg)| {
+            let Some(leaf) = path_leaf else { return true };
+            match rg.column(leaf).statistics() {
+                Some(ParquetStatistics::ByteArray(s)) => match (s.min_opt(), s.max_opt()) {
+                    (Some(min), Some(max)) => wanted
+                        .keys()
+                        .any(|p| p.as_bytes() >= min.data() && p.as_bytes() <= max.data()),
+                    _ => true,
+                },
+                _ => true,
             }
-        }
-        row_groups.push(i);
-        rows += rg.num_rows().max(0) as usize;
-        // Bounds that meet hold one value, whether or not the writer truncated them.
-        let one = bounds
-            .filter(|(min, max)| min == max && stats.and_then(|s| s.null_count_opt()) == Some(0))
-            .map(|(min, _)| min);
-        single = match (single, one) {
-            (None, Some(p)) => Some(Some(p)),
-            (Some(Some(a)), Some(p)) if a == p => Some(Some(a)),
-            _ => Some(None),
-        };
-    }
+        })
+        .map(|(i, _)| i)
+        .collect();
     if row_groups.is_empty() {
         return Ok(true);
     }
-    let single = match &file.referenced_data_file {
-        Some(referenced) => wanted.get(referenced),
-        None => single
-            .flatten()
-            .and_then(|p| std::str::from_utf8(p).ok())
-            .and_then(|p| wanted.get(p)),
-    };
+    // A file whose manifest entry names its one data file: `file_path` is not decoded.
+    let single = file
+        .referenced_data_file
+        .as_ref()
+        .and_then(|referenced| wanted.get(referenced));
     if let Some(location) = single {
+        let rows = row_groups
+            .iter()
+            .map(|&i| builder.metadata().row_group(i).num_rows().max(0) as usize)
+            .sum();
         gathered.reserve(location, rows);
         let mask = ProjectionMask::roots(descr, [pos_col]);
         let mut stream = builder
