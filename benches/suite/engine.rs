@@ -7,11 +7,11 @@
 //!     [--format-version 2|3]
 //! bench-engine generate-planning --warehouse DIR --delete-files N
 //! bench-engine generate-orphans --warehouse DIR --listed N --orphans M
-//! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE]..
+//! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE].. [--repeat N]
 //!     [--workers URL,URL..]                 (feature distributed: run over these workers)
 //! bench-engine worker CATALOG [--listen ADDR] (feature distributed: prints {"listening": URL},
 //!     then serves until killed)
-//! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M]
+//! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M] [--repeat N]
 //!     [--catalog-prop KEY=VALUE].. [--store s3://BUCKET].. [--cold]
 //! ```
 //!
@@ -489,10 +489,24 @@ async fn sql(args: &Args) -> Result<Value> {
     let physical = started.elapsed().as_secs_f64();
     let answer = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await?;
     let seconds = started.elapsed().as_secs_f64();
+    // `--repeat N`: N - 1 more timed runs of the same (read-only) statement in this process,
+    // warm: what an embedding engine sees on its second query.
+    let mut warm = vec![];
+    for _ in 1..args.num("--repeat", 1)? {
+        let started = Instant::now();
+        let again = s.sql(args.need("--sql")?).await?.collect().await?;
+        warm.push(started.elapsed().as_secs_f64());
+        if rows(&again)? != rows(&answer)? {
+            return Err(DataFusionError::Execution(
+                "--repeat: a repeated run answered differently".into(),
+            ));
+        }
+    }
     let reserved = ctx.runtime_env().memory_pool.reserved();
     let all = rows(&answer)?;
     Ok(json!({
         "seconds": seconds,
+        "warm_s": warm,
         "phases_s": {"logical": logical, "physical": physical - logical, "execute": seconds - physical},
         "answer": all.first(),
         "rows": all,
@@ -569,9 +583,22 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
     };
     let answer = run(&ctx, args.need("--sql")?).await?;
     let seconds = started.elapsed().as_secs_f64();
+    // `--repeat N`: as for `sql`.
+    let mut warm = vec![];
+    for _ in 1..args.num("--repeat", 1)? {
+        let started = Instant::now();
+        let again = run(&ctx, args.need("--sql")?).await?;
+        warm.push(started.elapsed().as_secs_f64());
+        if rows(&again)? != rows(&answer)? {
+            return Err(DataFusionError::Execution(
+                "--repeat: a repeated run answered differently".into(),
+            ));
+        }
+    }
     let all = rows(&answer)?;
     Ok(json!({
         "seconds": seconds,
+        "warm_s": warm,
         "answer": all.first(),
         "rows": all,
     }))

@@ -19,11 +19,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanArray, BooleanBufferBuilder,
-    Int32Array, Int64Array, RecordBatch, UInt32Array,
+    Array, ArrayRef, AsArray, BinaryArray, BinaryBuilder, BooleanBufferBuilder, Int32Array,
+    Int64Array, RecordBatch, UInt32Array,
 };
 use arrow::buffer::BooleanBuffer;
-use arrow::compute::{cast, filter_record_batch, take_record_batch};
+use arrow::compute::{cast, take_record_batch};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef, UInt32Type};
 use arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -53,6 +53,7 @@ use super::table::{
     partition_of, signed_row_hash_16, signed_row_hash_4, signed_row_hash_8, table_hash, KeyBits,
     KeyTable,
 };
+use crate::physical_plan::keep_rows::keep_rows;
 use crate::physical_plan::spill::SpillWriter;
 
 /// Deepest Grace re-partitioning before giving up.
@@ -941,7 +942,7 @@ impl Joiner {
         let Some(keep) = keep.filter(|k| k.count_set_bits() < k.len()) else {
             return Ok(batch);
         };
-        let kept = filter_record_batch(&batch, &BooleanArray::new(keep, None))?;
+        let kept = keep_rows(batch, &keep)?;
         self.deleted.add(live - kept.num_rows());
         Ok(kept)
     }
@@ -974,6 +975,8 @@ impl Joiner {
                 Some(live) => &keep & live,
                 None => keep,
             };
+            // The batch's columns held once again: dropping rows compacts them in place.
+            drop(keys);
             return self.keep_rows(batch, Some(keep), live_count);
         }
         // First the cheap check of every row, in a tight loop, then the gate of the few
@@ -1009,6 +1012,7 @@ impl Joiner {
                 any = true;
             }
         }
+        drop(keys);
         self.keep_rows(batch, any.then(|| keep.finish()), live_count)
     }
 
@@ -1110,7 +1114,7 @@ impl Joiner {
 mod tests {
     use std::collections::HashMap;
 
-    use arrow::array::{Array, StringArray};
+    use arrow::array::{Array, BooleanArray, StringArray};
     use datafusion::datasource::memory::MemorySourceConfig;
     use datafusion::execution::memory_pool::FairSpillPool;
     use datafusion::execution::runtime_env::RuntimeEnvBuilder;

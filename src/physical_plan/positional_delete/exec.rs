@@ -31,9 +31,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::physical_plan::keep_rows::keep_rows;
 use arrow::array::RecordBatch;
 use arrow::array::{Array, AsArray};
-use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -994,7 +994,7 @@ impl FileOpener {
             let filtered = stream.map(move |batch| {
                 let batch = batch?;
                 match dense.mask(batch.num_rows())? {
-                    Some(keep) => Ok(filter_record_batch(&batch, &keep)?),
+                    Some(keep) => keep_rows(batch, keep.values()),
                     None => Ok(batch),
                 }
             });

@@ -11,8 +11,8 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array};
-use arrow::compute::filter_record_batch;
+use arrow::array::{Array, AsArray, Int64Array, RecordBatch, UInt32Array};
+use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema, UInt32Type};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
@@ -214,7 +214,7 @@ pub(crate) async fn filter_batch(
     if hits == 0 {
         return Ok(batch);
     }
-    Ok(filter_record_batch(&batch, &BooleanArray::from(keep))?)
+    crate::physical_plan::keep_rows::keep_rows(batch, &BooleanBuffer::from(keep))
 }
 
 /// The index of a path in a sorted list of paths (NULL when it is not there).

@@ -1,0 +1,301 @@
+//! Dropping the deleted rows of a batch.
+//!
+//! Deletes usually leave most rows of a batch and take scattered ones (every tenth row, say),
+//! so the kept rows form many short runs. Arrow's filter lists those runs bit by bit, then copies
+//! each into a newly allocated buffer. [`keep_rows`] finds the runs a 64-bit word of the mask at
+//! a time and compacts each fixed-width column of which the batch holds the only reference in
+//! place: no allocation, and the column's memory is still in cache from its decoding. Other
+//! columns (strings, nested, shared buffers) go through arrow's filter.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    downcast_primitive, Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray,
+    BooleanBufferBuilder, PrimitiveArray, RecordBatch, RecordBatchOptions,
+};
+use arrow::buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
+use arrow::compute::{FilterBuilder, FilterPredicate};
+use datafusion::error::Result;
+
+/// The rows of `batch` whose bit in `keep` is set (`keep.len()` is the batch's row count).
+pub(crate) fn keep_rows(batch: RecordBatch, keep: &BooleanBuffer) -> Result<RecordBatch> {
+    let n = batch.num_rows();
+    debug_assert_eq!(keep.len(), n);
+    let kept = keep.count_set_bits();
+    if kept == n {
+        return Ok(batch);
+    }
+    if kept == 0 {
+        return Ok(batch.slice(0, 0));
+    }
+    let runs = runs_of(keep);
+    let (schema, columns, _) = batch.into_parts();
+    let mut predicate: Option<FilterPredicate> = None;
+    let columns = columns
+        .into_iter()
+        .map(|column| {
+            let data_type = column.data_type().clone();
+            macro_rules! compact {
+                ($t:ty, $column:expr) => {
+                    Ok(compact_primitive::<$t>($column, &runs, kept))
+                };
+            }
+            downcast_primitive! {
+                &data_type => (compact, column),
+                _ => {
+                    let predicate = predicate.get_or_insert_with(|| {
+                        FilterBuilder::new(&BooleanArray::new(keep.clone(), None))
+                            .optimize()
+                            .build()
+                    });
+                    Ok(predicate.filter(&column)?)
+                }
+            }
+        })
+        .collect::<Result<Vec<ArrayRef>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        schema,
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(kept)),
+    )?)
+}
+
+/// The maximal runs of set bits of `keep`, as `start..end` row ranges, found a word at a time.
+fn runs_of(keep: &BooleanBuffer) -> Vec<(u32, u32)> {
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    let mut push = |start: usize, end: usize| match runs.last_mut() {
+        // A run that crosses a word boundary continues the last one.
+        Some(last) if last.1 as usize == start => last.1 = end as u32,
+        _ => runs.push((start as u32, end as u32)),
+    };
+    let mut word = |mut bits: u64, base: usize| {
+        while bits != 0 {
+            let start = bits.trailing_zeros() as usize;
+            // The ones from `start` up: the trailing zeros of the complement.
+            let ones = (!(bits >> start)).trailing_zeros() as usize;
+            push(base + start, base + start + ones);
+            if start + ones >= 64 {
+                break;
+            }
+            bits &= u64::MAX << (start + ones);
+        }
+    };
+    let chunks = keep.bit_chunks();
+    let mut base = 0;
+    for bits in chunks.iter() {
+        word(bits, base);
+        base += 64;
+    }
+    let rest = chunks.remainder_len();
+    if rest > 0 {
+        word(chunks.remainder_bits() & (u64::MAX >> (64 - rest)), base);
+    }
+    runs
+}
+
+/// `column` (a `PrimitiveArray<T>`) cut down to `runs`, which hold `kept` rows: in place when
+/// nothing else holds its values, else copied run by run.
+fn compact_primitive<T: ArrowPrimitiveType>(
+    column: ArrayRef,
+    runs: &[(u32, u32)],
+    kept: usize,
+) -> ArrayRef {
+    let array: PrimitiveArray<T> = column.as_primitive::<T>().clone();
+    // The batch's reference gone, the clone may be the only one.
+    drop(column);
+    let (data_type, values, nulls) = array.into_parts();
+    let len = values.len();
+    let values = match values.into_inner().into_vec::<T::Native>() {
+        // Allocated as a `Vec` (as the parquet reader does).
+        Ok(mut owned) => {
+            compact_in_place(&mut owned, runs);
+            owned.truncate(kept);
+            ScalarBuffer::from(owned)
+        }
+        Err(buffer) => match buffer.into_mutable() {
+            // Allocated by arrow's builders.
+            Ok(mut owned) => {
+                compact_in_place(owned.typed_data_mut::<T::Native>(), runs);
+                owned.truncate(kept * std::mem::size_of::<T::Native>());
+                ScalarBuffer::new(owned.into(), 0, kept)
+            }
+            Err(shared) => copy_runs(&ScalarBuffer::<T::Native>::new(shared, 0, len), runs, kept),
+        },
+    };
+    let nulls = nulls.filter(|n| n.null_count() > 0).map(|nulls| {
+        let mut bits = BooleanBufferBuilder::new(kept);
+        for &(start, end) in runs {
+            let offset = nulls.offset();
+            bits.append_packed_range(
+                offset + start as usize..offset + end as usize,
+                nulls.validity(),
+            );
+        }
+        NullBuffer::new(bits.finish())
+    });
+    Arc::new(PrimitiveArray::<T>::new(values, nulls).with_data_type(data_type))
+}
+
+/// Moves the values of `runs` to the front of `values`, in order.
+fn compact_in_place<V: Copy>(values: &mut [V], runs: &[(u32, u32)]) {
+    let mut at = 0;
+    for &(start, end) in runs {
+        let (start, end) = (start as usize, end as usize);
+        if start != at {
+            values.copy_within(start..end, at);
+        }
+        at += end - start;
+    }
+}
+
+/// The values of `runs` (which hold `kept` rows) copied into a new buffer.
+fn copy_runs<V: arrow::datatypes::ArrowNativeType>(
+    values: &[V],
+    runs: &[(u32, u32)],
+    kept: usize,
+) -> ScalarBuffer<V> {
+    let mut out = Vec::with_capacity(kept);
+    for &(start, end) in runs {
+        out.extend_from_slice(&values[start as usize..end as usize]);
+    }
+    ScalarBuffer::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{
+        Decimal128Array, Int32Array, Int64Array, StringArray, StringViewArray,
+        TimestampMicrosecondArray,
+    };
+    use arrow::compute::filter_record_batch;
+    use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+    use rand::{Rng, SeedableRng};
+
+    fn batch(n: usize, rng: &mut rand::rngs::StdRng) -> RecordBatch {
+        let ids: Int64Array = (0..n as i64).map(Some).collect();
+        let nullable: Int32Array = (0..n as i32)
+            .map(|v| rng.random_bool(0.8).then_some(v))
+            .collect();
+        let names: StringArray = (0..n).map(|v| Some(format!("name {v}"))).collect();
+        let views: StringViewArray = (0..n)
+            .map(|v| (v % 3 != 0).then(|| format!("a longer string value {v}")))
+            .collect();
+        let decimals = Decimal128Array::from((0..n as i128).map(|v| v * 7).collect::<Vec<_>>())
+            .with_precision_and_scale(20, 2)
+            .unwrap();
+        let times =
+            TimestampMicrosecondArray::from((0..n as i64).collect::<Vec<_>>()).with_timezone("UTC");
+        let schema = Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("n", DataType::Int32, true),
+            Field::new("s", DataType::Utf8, false),
+            Field::new("v", DataType::Utf8View, true),
+            Field::new("d", DataType::Decimal128(20, 2), false),
+            Field::new(
+                "t",
+                DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+                false,
+            ),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(ids),
+                Arc::new(nullable),
+                Arc::new(names),
+                Arc::new(views),
+                Arc::new(decimals),
+                Arc::new(times),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// Masks of every shape (scattered, clustered, across word ends, all or none kept) against
+    /// arrow's filter, on batches held uniquely (compacted in place) and shared (copied), whole
+    /// and sliced at an offset.
+    #[test]
+    fn keeps_the_rows_arrows_filter_keeps() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for n in [1usize, 63, 64, 65, 127, 128, 1000, 8192] {
+            for shape in 0..7 {
+                let mask: Vec<bool> = (0..n)
+                    .map(|i| match shape {
+                        0 => i % 10 != 3,
+                        1 => rng.random_bool(0.9),
+                        2 => rng.random_bool(0.1),
+                        3 => (i / 100) % 3 != 0,
+                        4 => i % 64 != 63 && i % 64 != 0,
+                        5 => true,
+                        _ => false,
+                    })
+                    .collect();
+                let keep = BooleanBuffer::from(mask);
+                let original = batch(n, &mut rng);
+                let expected =
+                    filter_record_batch(&original, &BooleanArray::new(keep.clone(), None)).unwrap();
+                // Shared: `original` still holds every column.
+                let shared = keep_rows(original.clone(), &keep).unwrap();
+                assert_eq!(shared, expected, "shared, n {n}, shape {shape}");
+                // Unique: the only reference, compacted in place.
+                let unique = keep_rows(original, &keep).unwrap();
+                assert_eq!(unique, expected, "unique, n {n}, shape {shape}");
+                // A slice at an offset, with a mask that starts mid-byte.
+                if n > 10 {
+                    let whole = batch(n, &mut rng);
+                    let part = whole.slice(3, n - 5);
+                    let keep = keep.slice(3, n - 5);
+                    let expected =
+                        filter_record_batch(&part, &BooleanArray::new(keep.clone(), None)).unwrap();
+                    drop(whole);
+                    assert_eq!(keep_rows(part, &keep).unwrap(), expected);
+                }
+            }
+        }
+    }
+
+    /// A column the batch holds alone keeps its memory (whether a `Vec` or an arrow builder
+    /// allocated it); one held elsewhere too is copied and left as it was.
+    #[test]
+    fn compacts_a_column_it_holds_alone_in_place() {
+        let keep = BooleanBuffer::from((0..1000).map(|i| i % 10 != 3).collect::<Vec<_>>());
+        let expected: Vec<i64> = (0..1000).filter(|i| i % 10 != 3).collect();
+        let from_vec = Int64Array::new((0..1000i64).collect::<Vec<_>>().into(), None);
+        let from_builder: Int64Array = (0..1000i64).map(Some).collect();
+        for column in [from_vec, from_builder] {
+            let before = column.values().as_ptr();
+            let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+            let batch = RecordBatch::try_new(schema, vec![Arc::new(column)]).unwrap();
+            let kept = keep_rows(batch, &keep).unwrap();
+            let values = kept.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+            assert_eq!(values.values().as_ref(), &expected[..]);
+            assert_eq!(values.values().as_ptr(), before, "compacted in place");
+        }
+        let shared = Int64Array::new((0..1000i64).collect::<Vec<_>>().into(), None);
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(shared.clone())]).unwrap();
+        let kept = keep_rows(batch, &keep).unwrap();
+        let values = kept.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+        assert_eq!(values.values().as_ref(), &expected[..]);
+        assert_ne!(values.values().as_ptr(), shared.values().as_ptr());
+        assert_eq!(
+            shared.values().as_ref(),
+            &(0..1000).collect::<Vec<i64>>()[..]
+        );
+    }
+
+    #[test]
+    fn runs_are_maximal_and_cross_words() {
+        let mut mask = vec![true; 200];
+        mask[5] = false;
+        mask[130] = false;
+        assert_eq!(
+            runs_of(&BooleanBuffer::from(mask)),
+            vec![(0, 5), (6, 130), (131, 200)]
+        );
+        assert_eq!(runs_of(&BooleanBuffer::from(vec![false; 70])), vec![]);
+        let keep = BooleanBuffer::from(vec![true; 70]).slice(1, 66);
+        assert_eq!(runs_of(&keep), vec![(0, 66)]);
+    }
+}
