@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::array::{Array, BooleanArray, RecordBatch};
-use arrow::compute::kernels::boolean::not;
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::{filter_record_batch, prep_null_mask_filter};
 use arrow::datatypes::DataType;
@@ -23,6 +22,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use crate::physical_plan::keep_rows::keep_rows;
 use crate::physical_plan::single_child;
 
 /// Rows seen and rows selected by a [`ChangeRowsExec`], over all its partitions.
@@ -244,7 +244,7 @@ impl ExecutionPlan for ChangeRowsExec {
                 .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
             counts.selected.fetch_add(n as u64, Ordering::Relaxed);
             match &change {
-                RowChange::Delete => Ok(filter_record_batch(&batch, &not(&selected)?)?),
+                RowChange::Delete => keep_rows(batch, &!selected.values()),
                 RowChange::Update(assignments) => {
                     let mut columns = batch.columns().to_vec();
                     if n > 0 {

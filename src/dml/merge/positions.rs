@@ -9,10 +9,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::BooleanArray;
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
 use arrow::buffer::BooleanBuffer;
-use arrow::compute::filter_record_batch;
 use arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
@@ -30,6 +28,7 @@ use roaring::RoaringTreemap;
 
 use super::rows::Change;
 use crate::dml::core::FileKeys;
+use crate::physical_plan::keep_rows::keep_rows;
 use crate::physical_plan::single_child;
 
 /// Positions of one batch, grouped by file.
@@ -505,11 +504,10 @@ impl ExecutionPlan for DropPositionsExec {
             counts.read.fetch_add(n as u64, Ordering::Relaxed);
             counts.dropped.fetch_add(gone as u64, Ordering::Relaxed);
             dropped.add(gone);
-            let kept = filter_record_batch(&batch, &BooleanArray::new(!&drop, None))?;
-            Ok(RecordBatch::try_new(
-                Arc::clone(&schema),
-                kept.columns()[..columns].to_vec(),
-            )?)
+            // Without the file and position columns, the batch holds its columns alone.
+            let (_, mut kept, _) = batch.into_parts();
+            kept.truncate(columns);
+            keep_rows(RecordBatch::try_new(Arc::clone(&schema), kept)?, &!&drop)
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(out_schema, stream)))
     }

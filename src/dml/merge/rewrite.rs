@@ -38,6 +38,7 @@ use futures::{SinkExt, StreamExt};
 
 use super::positions::{positions_in, DropCounts, PositionMap};
 use crate::dml::core::FileKeys;
+use crate::physical_plan::keep_rows::keep_rows;
 
 /// The receiving ends of the channels, one per partition, each taken once.
 type Receivers = Arc<Mutex<Vec<Option<mpsc::Receiver<Result<RecordBatch>>>>>>;
@@ -289,11 +290,9 @@ impl ExecutionPlan for RewriteExec {
                     counts
                         .read
                         .fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-                    let kept = filter_record_batch(&batch, &kept)?;
-                    Ok(RecordBatch::try_new(
-                        schema,
-                        kept.columns()[..columns].to_vec(),
-                    )?)
+                    let (_, mut data, _) = batch.into_parts();
+                    data.truncate(columns);
+                    keep_rows(RecordBatch::try_new(schema, data)?, kept.values())
                 }
             })
             // The last batch read, the channel closes and the join's probe side ends.
