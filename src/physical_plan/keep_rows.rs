@@ -11,10 +11,15 @@ use std::sync::Arc;
 
 use arrow::array::{
     downcast_primitive, Array, ArrayRef, ArrowPrimitiveType, AsArray, BooleanArray,
-    BooleanBufferBuilder, PrimitiveArray, RecordBatch, RecordBatchOptions,
+    BooleanBufferBuilder, GenericByteArray, GenericByteViewArray, OffsetSizeTrait, PrimitiveArray,
+    RecordBatch, RecordBatchOptions,
 };
-use arrow::buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::compute::{FilterBuilder, FilterPredicate};
+use arrow::datatypes::{
+    ArrowNativeType, BinaryType, BinaryViewType, ByteArrayType, ByteViewType, DataType,
+    LargeBinaryType, LargeUtf8Type, StringViewType, Utf8Type,
+};
 use datafusion::error::Result;
 
 /// The rows of `batch` whose bit in `keep` is set (`keep.len()` is the batch's row count).
@@ -42,6 +47,12 @@ pub(crate) fn keep_rows(batch: RecordBatch, keep: &BooleanBuffer) -> Result<Reco
             }
             downcast_primitive! {
                 &data_type => (compact, column),
+                DataType::Utf8 => Ok(compact_bytes::<Utf8Type>(column, &runs, kept)),
+                DataType::LargeUtf8 => Ok(compact_bytes::<LargeUtf8Type>(column, &runs, kept)),
+                DataType::Binary => Ok(compact_bytes::<BinaryType>(column, &runs, kept)),
+                DataType::LargeBinary => Ok(compact_bytes::<LargeBinaryType>(column, &runs, kept)),
+                DataType::Utf8View => Ok(compact_views::<StringViewType>(column, &runs, kept)),
+                DataType::BinaryView => Ok(compact_views::<BinaryViewType>(column, &runs, kept)),
                 _ => {
                     let predicate = predicate.get_or_insert_with(|| {
                         FilterBuilder::new(&BooleanArray::new(keep.clone(), None))
@@ -104,8 +115,105 @@ fn compact_primitive<T: ArrowPrimitiveType>(
     // The batch's reference gone, the clone may be the only one.
     drop(column);
     let (data_type, values, nulls) = array.into_parts();
+    Arc::new(
+        PrimitiveArray::<T>::new(
+            compact_values(values, runs, kept),
+            compact_nulls(nulls, runs, kept),
+        )
+        .with_data_type(data_type),
+    )
+}
+
+/// `column` (a string or binary view array) cut down to `runs`: its views like a primitive
+/// column's values, its data buffers kept whole (as arrow's filter does).
+fn compact_views<T: ByteViewType>(column: ArrayRef, runs: &[(u32, u32)], kept: usize) -> ArrayRef {
+    let array = column.as_byte_view::<T>().clone();
+    drop(column);
+    let (views, buffers, nulls) = array.into_parts();
+    let views = compact_values(views, runs, kept);
+    let nulls = compact_nulls(nulls, runs, kept);
+    // SAFETY: every view is one of a valid array's, unchanged, over the same buffers.
+    Arc::new(unsafe { GenericByteViewArray::<T>::new_unchecked(views, buffers, nulls) })
+}
+
+/// `column` (a string or binary array) cut down to `runs`: the bytes of each run moved to the
+/// front in place when nothing else holds them (else copied), the offsets shifted to match.
+fn compact_bytes<T: ByteArrayType>(column: ArrayRef, runs: &[(u32, u32)], kept: usize) -> ArrayRef {
+    let array = column.as_bytes::<T>().clone();
+    drop(column);
+    let (offsets, values, nulls) = array.into_parts();
+    let rows = offsets.len() - 1;
+    let mut offsets = match offsets.into_inner().into_inner().into_vec::<T::Offset>() {
+        Ok(owned) => owned,
+        Err(shared) => ScalarBuffer::<T::Offset>::new(shared, 0, rows + 1).to_vec(),
+    };
+    let values: Buffer = match values.into_vec::<u8>() {
+        Ok(mut owned) => {
+            let len = shift_runs(&mut offsets, runs, |from, to| {
+                owned.copy_within(from, to);
+            });
+            owned.truncate(len);
+            owned.into()
+        }
+        Err(values) => match values.into_mutable() {
+            Ok(mut owned) => {
+                let len = shift_runs(&mut offsets, runs, |from, to| {
+                    owned.as_slice_mut().copy_within(from, to);
+                });
+                owned.truncate(len);
+                owned.into()
+            }
+            Err(shared) => {
+                let mut out: Vec<u8> = Vec::new();
+                shift_runs(&mut offsets, runs, |from, _| {
+                    out.extend_from_slice(&shared[from]);
+                });
+                out.into()
+            }
+        },
+    };
+    offsets.truncate(kept + 1);
+    // SAFETY: the offsets rise from 0 to the bytes kept, and each value is the whole bytes of
+    // one value of a valid array (valid UTF-8 for strings), moved.
+    let offsets = unsafe { OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)) };
+    let nulls = compact_nulls(nulls, runs, kept);
+    Arc::new(unsafe { GenericByteArray::<T>::new_unchecked(offsets, values, nulls) })
+}
+
+/// Rewrites `offsets` (of rows, with one more entry) for the rows of `runs` placed one after
+/// another from byte 0, calling `bytes(from, to)` for each run's byte range `from` and the
+/// position `to` its bytes go to, in order (`to` never past `from`). Answers the bytes kept.
+fn shift_runs<O: OffsetSizeTrait>(
+    offsets: &mut [O],
+    runs: &[(u32, u32)],
+    mut bytes: impl FnMut(std::ops::Range<usize>, usize),
+) -> usize {
+    let (mut row, mut at) = (0usize, 0usize);
+    for &(start, end) in runs {
+        let (start, end) = (start as usize, end as usize);
+        let (from, to) = (offsets[start].as_usize(), offsets[end].as_usize());
+        bytes(from..to, at);
+        // Rows before `start` are written at indexes up to `row`, which never passes `start`:
+        // each offset is read before its index is written.
+        for k in 1..=end - start {
+            offsets[row + k] = O::usize_as(offsets[start + k].as_usize() - from + at);
+        }
+        row += end - start;
+        at += to - from;
+    }
+    offsets[0] = O::usize_as(0);
+    at
+}
+
+/// `values` cut down to `runs` (which hold `kept` rows): in place when nothing else holds them,
+/// else copied.
+fn compact_values<V: ArrowNativeType>(
+    values: ScalarBuffer<V>,
+    runs: &[(u32, u32)],
+    kept: usize,
+) -> ScalarBuffer<V> {
     let len = values.len();
-    let values = match values.into_inner().into_vec::<T::Native>() {
+    match values.into_inner().into_vec::<V>() {
         // Allocated as a `Vec` (as the parquet reader does).
         Ok(mut owned) => {
             compact_in_place(&mut owned, runs);
@@ -115,25 +223,32 @@ fn compact_primitive<T: ArrowPrimitiveType>(
         Err(buffer) => match buffer.into_mutable() {
             // Allocated by arrow's builders.
             Ok(mut owned) => {
-                compact_in_place(owned.typed_data_mut::<T::Native>(), runs);
-                owned.truncate(kept * std::mem::size_of::<T::Native>());
+                compact_in_place(owned.typed_data_mut::<V>(), runs);
+                owned.truncate(kept * std::mem::size_of::<V>());
                 ScalarBuffer::new(owned.into(), 0, kept)
             }
-            Err(shared) => copy_runs(&ScalarBuffer::<T::Native>::new(shared, 0, len), runs, kept),
+            Err(shared) => copy_runs(&ScalarBuffer::<V>::new(shared, 0, len), runs, kept),
         },
-    };
-    let nulls = nulls.filter(|n| n.null_count() > 0).map(|nulls| {
+    }
+}
+
+/// The validity of the rows of `runs` (`None` when none of them is NULL-able).
+fn compact_nulls(
+    nulls: Option<NullBuffer>,
+    runs: &[(u32, u32)],
+    kept: usize,
+) -> Option<NullBuffer> {
+    nulls.filter(|n| n.null_count() > 0).map(|nulls| {
         let mut bits = BooleanBufferBuilder::new(kept);
+        let offset = nulls.offset();
         for &(start, end) in runs {
-            let offset = nulls.offset();
             bits.append_packed_range(
                 offset + start as usize..offset + end as usize,
                 nulls.validity(),
             );
         }
         NullBuffer::new(bits.finish())
-    });
-    Arc::new(PrimitiveArray::<T>::new(values, nulls).with_data_type(data_type))
+    })
 }
 
 /// Moves the values of `runs` to the front of `values`, in order.
@@ -149,7 +264,7 @@ fn compact_in_place<V: Copy>(values: &mut [V], runs: &[(u32, u32)]) {
 }
 
 /// The values of `runs` (which hold `kept` rows) copied into a new buffer.
-fn copy_runs<V: arrow::datatypes::ArrowNativeType>(
+fn copy_runs<V: ArrowNativeType>(
     values: &[V],
     runs: &[(u32, u32)],
     kept: usize,
@@ -165,7 +280,7 @@ fn copy_runs<V: arrow::datatypes::ArrowNativeType>(
 mod tests {
     use super::*;
     use arrow::array::{
-        Decimal128Array, Int32Array, Int64Array, StringArray, StringViewArray,
+        Decimal128Array, Int32Array, Int64Array, LargeBinaryArray, StringArray, StringViewArray,
         TimestampMicrosecondArray,
     };
     use arrow::compute::filter_record_batch;
@@ -186,6 +301,9 @@ mod tests {
             .unwrap();
         let times =
             TimestampMicrosecondArray::from((0..n as i64).collect::<Vec<_>>()).with_timezone("UTC");
+        let blobs: LargeBinaryArray = (0..n)
+            .map(|v| (v % 5 != 1).then(|| vec![v as u8; v % 7]))
+            .collect();
         let schema = Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("n", DataType::Int32, true),
@@ -197,6 +315,7 @@ mod tests {
                 DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
                 false,
             ),
+            Field::new("b", DataType::LargeBinary, true),
         ]);
         RecordBatch::try_new(
             Arc::new(schema),
@@ -207,6 +326,7 @@ mod tests {
                 Arc::new(views),
                 Arc::new(decimals),
                 Arc::new(times),
+                Arc::new(blobs),
             ],
         )
         .unwrap()
@@ -239,8 +359,16 @@ mod tests {
                 let shared = keep_rows(original.clone(), &keep).unwrap();
                 assert_eq!(shared, expected, "shared, n {n}, shape {shape}");
                 // Unique: the only reference, compacted in place.
+                let strings = original.column(2).as_string::<i32>().values().as_ptr();
                 let unique = keep_rows(original, &keep).unwrap();
                 assert_eq!(unique, expected, "unique, n {n}, shape {shape}");
+                for column in unique.columns() {
+                    column.to_data().validate_full().unwrap();
+                }
+                if unique.num_rows() > 0 {
+                    let moved = unique.column(2).as_string::<i32>().values().as_ptr();
+                    assert_eq!(moved, strings, "strings compacted in place");
+                }
                 // A slice at an offset, with a mask that starts mid-byte.
                 if n > 10 {
                     let whole = batch(n, &mut rng);
