@@ -329,7 +329,7 @@ impl ExecutionPlan for EqualityDeleteExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, Arc::clone(&context))?;
+        let input = read_ahead(self.input.execute(partition, Arc::clone(&context))?);
         let schema = self.schema();
         let build_schema = self.build.schema();
         let k = self.columns.keys.len();
@@ -409,6 +409,24 @@ impl ExecutionPlan for EqualityDeleteExec {
     ) -> Result<Arc<Statistics>> {
         Ok(Arc::new(Statistics::new_unknown(&self.schema())))
     }
+}
+
+/// `input` driven from now on, a batch or two ahead of its reader: what it does before its
+/// first batch (a positional delete below loads its delete files) overlaps the build of the
+/// keys instead of following it.
+fn read_ahead(input: SendableRecordBatchStream) -> SendableRecordBatchStream {
+    let mut ahead = RecordBatchReceiverStream::builder(input.schema(), 1);
+    let tx = ahead.tx();
+    ahead.spawn(async move {
+        let mut input = input;
+        while let Some(batch) = input.next().await {
+            if tx.send(batch).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    ahead.build()
 }
 
 /// Sends `batch` downstream; false once nobody listens any more.
