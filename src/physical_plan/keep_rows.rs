@@ -3,9 +3,10 @@
 //! Deletes usually leave most rows of a batch and take scattered ones (every tenth row, say),
 //! so the kept rows form many short runs. Arrow's filter lists those runs bit by bit, then copies
 //! each into a newly allocated buffer. [`keep_rows`] finds the runs a 64-bit word of the mask at
-//! a time and compacts each fixed-width column of which the batch holds the only reference in
-//! place: no allocation, and the column's memory is still in cache from its decoding. Other
-//! columns (strings, nested, shared buffers) go through arrow's filter.
+//! a time and compacts in place each column whose buffers the batch holds alone: primitive
+//! values, string and binary bytes (their offsets shifted), the views of view arrays. No
+//! allocation, and the column's memory is still in cache from its decoding. Shared buffers are
+//! copied run by run; other types (booleans, dictionaries, nested) go through arrow's filter.
 
 use std::sync::Arc;
 
