@@ -489,19 +489,10 @@ async fn sql(args: &Args) -> Result<Value> {
     let physical = started.elapsed().as_secs_f64();
     let answer = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await?;
     let seconds = started.elapsed().as_secs_f64();
-    // `--repeat N`: N - 1 more timed runs of the same (read-only) statement in this process,
-    // warm: what an embedding engine sees on its second query.
-    let mut warm = vec![];
-    for _ in 1..args.num("--repeat", 1)? {
-        let started = Instant::now();
-        let again = s.sql(args.need("--sql")?).await?.collect().await?;
-        warm.push(started.elapsed().as_secs_f64());
-        if rows(&again)? != rows(&answer)? {
-            return Err(DataFusionError::Execution(
-                "--repeat: a repeated run answered differently".into(),
-            ));
-        }
-    }
+    let warm = warm_runs(args, &answer, || async {
+        s.sql(args.need("--sql")?).await?.collect().await
+    })
+    .await?;
     let reserved = ctx.runtime_env().memory_pool.reserved();
     let all = rows(&answer)?;
     Ok(json!({
@@ -512,6 +503,28 @@ async fn sql(args: &Args) -> Result<Value> {
         "rows": all,
         "reserved_after": reserved,
     }))
+}
+
+/// `--repeat N`: the seconds of N - 1 more runs of the same (read-only) statement in this
+/// process, warm (what an embedding engine sees on its second query); each must answer as the
+/// first did.
+async fn warm_runs<F, Fut>(args: &Args, answer: &[RecordBatch], mut again: F) -> Result<Vec<f64>>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<RecordBatch>>>,
+{
+    let mut warm = vec![];
+    for _ in 1..args.num("--repeat", 1)? {
+        let started = Instant::now();
+        let batches = again().await?;
+        warm.push(started.elapsed().as_secs_f64());
+        if rows(&batches)? != rows(answer)? {
+            return Err(DataFusionError::Execution(
+                "--repeat: a repeated run answered differently".into(),
+            ));
+        }
+    }
+    Ok(warm)
 }
 
 /// `worker`: a worker of distributed queries over `CATALOG`'s storage; prints its URL as JSON,
@@ -583,18 +596,8 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
     };
     let answer = run(&ctx, args.need("--sql")?).await?;
     let seconds = started.elapsed().as_secs_f64();
-    // `--repeat N`: as for `sql`.
-    let mut warm = vec![];
-    for _ in 1..args.num("--repeat", 1)? {
-        let started = Instant::now();
-        let again = run(&ctx, args.need("--sql")?).await?;
-        warm.push(started.elapsed().as_secs_f64());
-        if rows(&again)? != rows(&answer)? {
-            return Err(DataFusionError::Execution(
-                "--repeat: a repeated run answered differently".into(),
-            ));
-        }
-    }
+    let sql = args.need("--sql")?;
+    let warm = warm_runs(args, &answer, || run(&ctx, sql)).await?;
     let all = rows(&answer)?;
     Ok(json!({
         "seconds": seconds,

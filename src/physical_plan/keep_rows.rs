@@ -15,7 +15,7 @@ use arrow::array::{
     BooleanBufferBuilder, GenericByteArray, GenericByteViewArray, OffsetSizeTrait, PrimitiveArray,
     RecordBatch, RecordBatchOptions,
 };
-use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow::compute::{FilterBuilder, FilterPredicate};
 use arrow::datatypes::{
     ArrowNativeType, BinaryType, BinaryViewType, ByteArrayType, ByteViewType, DataType,
@@ -144,39 +144,34 @@ fn compact_bytes<T: ByteArrayType>(column: ArrayRef, runs: &[(u32, u32)], kept: 
     drop(column);
     let (offsets, values, nulls) = array.into_parts();
     let rows = offsets.len() - 1;
-    let mut offsets = match offsets.into_inner().into_inner().into_vec::<T::Offset>() {
+    let mut offsets = match owned::<T::Offset>(offsets.into_inner().into_inner()) {
         Ok(owned) => owned,
-        Err(shared) => ScalarBuffer::<T::Offset>::new(shared, 0, rows + 1).to_vec(),
+        Err(shared) => ScalarBuffer::<T::Offset>::new(shared, 0, rows + 1)
+            .to_vec()
+            .into(),
     };
-    let values: Buffer = match values.into_vec::<u8>() {
+    let offsets_mut = offsets.typed_data_mut::<T::Offset>();
+    let values: Buffer = match owned::<u8>(values) {
         Ok(mut owned) => {
-            let len = shift_runs(&mut offsets, runs, |from, to| {
-                owned.copy_within(from, to);
+            let len = shift_runs(offsets_mut, runs, |from, to| {
+                owned.as_slice_mut().copy_within(from, to);
             });
             owned.truncate(len);
             owned.into()
         }
-        Err(values) => match values.into_mutable() {
-            Ok(mut owned) => {
-                let len = shift_runs(&mut offsets, runs, |from, to| {
-                    owned.as_slice_mut().copy_within(from, to);
-                });
-                owned.truncate(len);
-                owned.into()
-            }
-            Err(shared) => {
-                let mut out: Vec<u8> = Vec::new();
-                shift_runs(&mut offsets, runs, |from, _| {
-                    out.extend_from_slice(&shared[from]);
-                });
-                out.into()
-            }
-        },
+        Err(shared) => {
+            let mut out: Vec<u8> = Vec::new();
+            shift_runs(offsets_mut, runs, |from, _| {
+                out.extend_from_slice(&shared[from]);
+            });
+            out.into()
+        }
     };
-    offsets.truncate(kept + 1);
+    offsets.truncate((kept + 1) * std::mem::size_of::<T::Offset>());
     // SAFETY: the offsets rise from 0 to the bytes kept, and each value is the whole bytes of
     // one value of a valid array (valid UTF-8 for strings), moved.
-    let offsets = unsafe { OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)) };
+    let offsets =
+        unsafe { OffsetBuffer::new_unchecked(ScalarBuffer::new(offsets.into(), 0, kept + 1)) };
     let nulls = compact_nulls(nulls, runs, kept);
     Arc::new(unsafe { GenericByteArray::<T>::new_unchecked(offsets, values, nulls) })
 }
@@ -214,23 +209,23 @@ fn compact_values<V: ArrowNativeType>(
     kept: usize,
 ) -> ScalarBuffer<V> {
     let len = values.len();
-    match values.into_inner().into_vec::<V>() {
-        // Allocated as a `Vec` (as the parquet reader does).
+    match owned::<V>(values.into_inner()) {
         Ok(mut owned) => {
-            compact_in_place(&mut owned, runs);
-            owned.truncate(kept);
-            ScalarBuffer::from(owned)
+            compact_in_place(owned.typed_data_mut::<V>(), runs);
+            owned.truncate(kept * std::mem::size_of::<V>());
+            ScalarBuffer::new(owned.into(), 0, kept)
         }
-        Err(buffer) => match buffer.into_mutable() {
-            // Allocated by arrow's builders.
-            Ok(mut owned) => {
-                compact_in_place(owned.typed_data_mut::<V>(), runs);
-                owned.truncate(kept * std::mem::size_of::<V>());
-                ScalarBuffer::new(owned.into(), 0, kept)
-            }
-            Err(shared) => copy_runs(&ScalarBuffer::<V>::new(shared, 0, len), runs, kept),
-        },
+        Err(shared) => copy_runs(&ScalarBuffer::<V>::new(shared, 0, len), runs, kept),
     }
+}
+
+/// `buffer`'s memory to mutate, when nothing else holds it: allocated as a `Vec<V>` (as the
+/// parquet reader does) or by arrow's builders.
+fn owned<V: ArrowNativeType>(buffer: Buffer) -> std::result::Result<MutableBuffer, Buffer> {
+    buffer
+        .into_vec::<V>()
+        .map(MutableBuffer::from)
+        .or_else(Buffer::into_mutable)
 }
 
 /// The validity of the rows of `runs` (`None` when none of them is NULL-able).
