@@ -36,7 +36,7 @@ const AVRO_MAGIC: &[u8] = b"Obj\x01";
 const INITIAL_SEQUENCE_NUMBER: i64 = 0;
 
 /// Reads and decodes `manifest` of a table described by `table`; the error names it.
-pub(crate) async fn load_manifest(
+async fn load_manifest(
     manifest: &ManifestFile,
     table: &TableMetadata,
     file_io: &FileIO,
@@ -80,9 +80,10 @@ fn parse_with_iceberg(
     Ok((metadata, entries))
 }
 
-/// The entries of `manifest` for planning, with the spec's inheritance applied: through this
-/// crate's decoder ([`super::avro_manifest`]) when it reads the file, else as
-/// [`load_manifest`]. (Commits, which write entries back, read through [`load_manifest`].)
+/// The entries of `manifest`, with the spec's inheritance applied: through this crate's decoder
+/// ([`super::avro_manifest`]) when it reads the file, else as [`load_manifest`]. Planning reads
+/// through it, and so do commits, which write the entries back: the decoder gives every field
+/// the iceberg crate gives (its tests compare the two on other writers' manifests).
 pub(crate) async fn load_entries(
     manifest: &ManifestFile,
     table: &TableMetadata,

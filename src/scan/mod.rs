@@ -15,7 +15,7 @@ pub use cache::{
 };
 pub use deletes::{BlobRange, DataFileRef, DeleteFileRef, DeleteIndex};
 pub use field_ids::FieldIdAdapterFactory;
-pub(crate) use manifest::{load_entries, load_manifest};
+pub(crate) use manifest::load_entries;
 pub use predicate::{prunable_filters, to_predicate, unprunable_columns};
 
 use std::collections::HashSet;

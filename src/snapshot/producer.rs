@@ -515,8 +515,8 @@ impl SnapshotProducer {
                 continue;
             }
             replaced += 1;
-            let loaded = crate::scan::load_manifest(manifest, metadata, base.file_io()).await?;
-            for entry in loaded.entries() {
+            let loaded = crate::scan::load_entries(manifest, metadata, base.file_io()).await?;
+            for entry in &loaded {
                 if !entry.is_alive() {
                     continue;
                 }
@@ -565,9 +565,8 @@ impl SnapshotProducer {
         summary: &mut SnapshotSummaryCollector,
         found: &mut HashSet<String>,
     ) -> Result<Option<ManifestFile>> {
-        let loaded = crate::scan::load_manifest(manifest, base.metadata(), base.file_io()).await?;
+        let loaded = crate::scan::load_entries(manifest, base.metadata(), base.file_io()).await?;
         let hits = loaded
-            .entries()
             .iter()
             .any(|e| e.is_alive() && self.removes(e.data_file()));
         if !hits {
@@ -596,7 +595,7 @@ impl SnapshotProducer {
             manifest.partition_spec_id,
             deletes,
         )?;
-        for entry in loaded.entries() {
+        for entry in &loaded {
             if !entry.is_alive() {
                 continue;
             }
@@ -674,8 +673,8 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
                 continue;
             }
             let loaded =
-                crate::scan::load_manifest(manifest, base.metadata(), base.file_io()).await?;
-            for entry in loaded.entries() {
+                crate::scan::load_entries(manifest, base.metadata(), base.file_io()).await?;
+            for entry in &loaded {
                 let file = entry.data_file();
                 if entry.status() == ManifestStatus::Deleted
                     && validation.read_files.contains(file.file_path())

@@ -199,17 +199,19 @@ struct EncoderSize {
 /// The row group in progress: one encoding task per leaf column.
 struct RowGroup {
     senders: Vec<mpsc::Sender<ArrowLeafColumn>>,
-    tasks: Vec<SpawnedTask<parquet::errors::Result<ArrowColumnWriter>>>,
+    tasks: Vec<SpawnedTask<parquet::errors::Result<ArrowColumnChunk>>>,
     sizes: Arc<[EncoderSize]>,
     rows: usize,
 }
 
+/// Encodes the leaves of one column until its channel closes, then closes the chunk (its last
+/// page flushed and compressed) in the same task, beside the other columns.
 async fn encode_column(
     mut leaves: mpsc::Receiver<ArrowLeafColumn>,
     mut writer: ArrowColumnWriter,
     sizes: Arc<[EncoderSize]>,
     column: usize,
-) -> parquet::errors::Result<ArrowColumnWriter> {
+) -> parquet::errors::Result<ArrowColumnChunk> {
     while let Some(leaf) = leaves.recv().await {
         writer.write(&leaf)?;
         sizes[column]
@@ -219,7 +221,7 @@ async fn encode_column(
             .encoded
             .store(writer.get_estimated_total_bytes(), Ordering::Relaxed);
     }
-    Ok(writer)
+    writer.close()
 }
 
 impl RowGroup {
@@ -281,16 +283,17 @@ impl RowGroup {
         Ok(true)
     }
 
-    /// Waits for every encoder and closes its column chunk, in column order.
+    /// Ends every encoder's input and takes the chunks they close (all at once), in column
+    /// order.
     async fn finish(self) -> Result<Vec<ArrowColumnChunk>> {
         drop(self.senders);
         let mut chunks = Vec::with_capacity(self.tasks.len());
         for task in self.tasks {
-            let writer = task
-                .join_unwind()
-                .await
-                .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))??;
-            chunks.push(writer.close()?);
+            chunks.push(
+                task.join_unwind()
+                    .await
+                    .map_err(|e| DataFusionError::ExecutionJoin(Box::new(e)))??,
+            );
         }
         Ok(chunks)
     }
