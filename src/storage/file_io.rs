@@ -63,6 +63,7 @@ fn err(what: &str, location: &str, e: impl std::fmt::Display) -> iceberg::Error 
 
 /// Where an operation on a location goes.
 enum Target {
+    /// A local path: a `file:` URL taken to its path, the one form reads and writes share.
     Local(String),
     Remote(Arc<dyn ObjectStore>, ObjectPath),
 }
@@ -83,7 +84,7 @@ impl TableStorage {
             .resolve(location)
             .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()))?;
         if super::remote_scheme(&resolved).is_none() {
-            return Ok(Target::Local(resolved));
+            return Ok(Target::Local(local_path(&resolved)));
         }
         let located = locate(&resolved)
             .map_err(|e| iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()))?;
@@ -149,7 +150,7 @@ impl Storage for TableStorage {
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
         match self.target(path)? {
             Target::Local(p) => {
-                let mut file = LocalWriter::create(&p)?;
+                let mut file = LocalWriter::create(&p, path)?;
                 file.write(bs).await?;
                 file.close().await
             }
@@ -163,7 +164,7 @@ impl Storage for TableStorage {
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
         match self.target(path)? {
-            Target::Local(p) => Ok(Box::new(LocalWriter::create(&p)?)),
+            Target::Local(p) => Ok(Box::new(LocalWriter::create(&p, path)?)),
             Target::Remote(store, key) => Ok(Box::new(ObjectWriter {
                 store,
                 key,
@@ -298,6 +299,19 @@ impl FileWrite for ObjectWriter {
     }
 }
 
+/// The local path of a location: `file:///abs`, `file:/abs` and `file://abs` are `/abs`;
+/// anything else is a path already.
+fn local_path(location: &str) -> String {
+    match location
+        .strip_prefix("file://")
+        .or_else(|| location.strip_prefix("file:"))
+    {
+        Some(rest) if rest.starts_with('/') => rest.to_string(),
+        Some(rest) => format!("/{rest}"),
+        None => location.to_string(),
+    }
+}
+
 /// Bytes written to a local file after which their write-back to the disk is started.
 const WRITE_BACK_BYTES: u64 = 4 << 20;
 
@@ -314,22 +328,15 @@ struct LocalWriter {
 }
 
 impl LocalWriter {
-    /// Creates (or truncates) the file at the local `location` (a path, or a `file:` URL as
-    /// the local reads take it), and its directories.
-    fn create(location: &str) -> iceberg::Result<Self> {
-        let path = match location
-            .strip_prefix("file://")
-            .or_else(|| location.strip_prefix("file:"))
-        {
-            Some(rest) if rest.starts_with('/') => std::path::PathBuf::from(rest),
-            Some(rest) => std::path::PathBuf::from(format!("/{rest}")),
-            None => std::path::PathBuf::from(location),
-        };
+    /// Creates (or truncates) the file at the local `path`, and its directories; errors name
+    /// `location`, as the caller gave it.
+    fn create(path: &str, location: &str) -> iceberg::Result<Self> {
+        let path = std::path::Path::new(path);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| err("cannot create the directory of", location, e))?;
         }
-        let file = std::fs::File::create(&path).map_err(|e| err("cannot create", location, e))?;
+        let file = std::fs::File::create(path).map_err(|e| err("cannot create", location, e))?;
         Ok(Self {
             file: Some(file),
             location: location.to_string(),
