@@ -199,7 +199,8 @@ impl SnapshotChanges {
 /// Builds snapshots for one set of changes, possibly several times (one per commit attempt).
 #[derive(Debug)]
 pub struct SnapshotProducer {
-    changes: SnapshotChanges,
+    /// Shared with the tasks that rewrite manifests side by side.
+    changes: Arc<SnapshotChanges>,
     commit_uuid: Uuid,
     snapshot_id: Option<i64>,
     /// Manifests of added files, written at the first attempt and reused afterwards.
@@ -214,7 +215,7 @@ impl SnapshotProducer {
     /// A producer for `changes`.
     pub fn new(changes: SnapshotChanges) -> Self {
         Self {
-            changes,
+            changes: Arc::new(changes),
             commit_uuid: Uuid::new_v4(),
             snapshot_id: None,
             new_manifests: None,
@@ -286,23 +287,19 @@ impl SnapshotProducer {
             } else {
                 &list
             };
-            for (i, manifest) in carried.iter().cloned().enumerate() {
-                if removes_nothing {
-                    manifests.push(manifest);
-                    continue;
-                }
-                let rewritten = self
-                    .rewrite_manifest(
-                        base,
-                        &manifest,
-                        snapshot_id,
-                        attempt,
-                        i,
-                        &mut summary,
-                        &mut found_removed,
-                    )
-                    .await?;
-                manifests.push(rewritten.unwrap_or(manifest));
+            if removes_nothing {
+                manifests.extend(carried.iter().cloned());
+            } else {
+                self.rewrite_manifests(
+                    base,
+                    carried,
+                    snapshot_id,
+                    attempt,
+                    &mut manifests,
+                    &mut summary,
+                    &mut found_removed,
+                )
+                .await?;
             }
         }
         let wanted = self.changes.removed_files.iter().cloned().chain(
@@ -554,82 +551,71 @@ impl SnapshotProducer {
         Ok((replaced, created, kept))
     }
 
+    /// Carries `carried` (the parent's manifests) into `manifests`, rewriting those that list
+    /// a removed file: several at a time, each read, decoded and written on its own task, and
+    /// taken back in the parent's order. Every task is awaited, so a failed rewrite leaves no
+    /// task writing behind the cleanup.
     #[allow(clippy::too_many_arguments)]
-    async fn rewrite_manifest(
+    async fn rewrite_manifests(
         &mut self,
         base: &Table,
-        manifest: &ManifestFile,
+        carried: &[ManifestFile],
         snapshot_id: i64,
         attempt: u32,
-        index: usize,
+        manifests: &mut Vec<ManifestFile>,
         summary: &mut SnapshotSummaryCollector,
         found: &mut HashSet<String>,
-    ) -> Result<Option<ManifestFile>> {
-        let loaded = crate::scan::load_entries(manifest, base.metadata(), base.file_io()).await?;
-        let hits = loaded
-            .iter()
-            .any(|e| e.is_alive() && self.removes(e.data_file()));
-        if !hits {
-            return Ok(None);
-        }
+    ) -> Result<()> {
+        use futures::StreamExt;
+        let paths: Vec<String> = (0..carried.len())
+            .map(|index| {
+                self.metadata_path(
+                    base.metadata(),
+                    &format!("{}-r{attempt}-{index}.avro", self.commit_uuid),
+                )
+            })
+            .collect();
+        let changes = Arc::clone(&self.changes);
+        let jobs = carried.iter().cloned().zip(paths).map(|(manifest, path)| {
+            let (base, changes) = (base.clone(), Arc::clone(&changes));
+            let written = path.clone();
+            async move {
+                let job = rewrite_manifest(base, changes, manifest.clone(), written, snapshot_id);
+                (manifest, path, crate::io_runtime::spawn(job).await)
+            }
+        });
+        let mut done = futures::stream::iter(jobs).buffered(MANIFEST_REWRITE_CONCURRENCY);
         let metadata = base.metadata();
-        let spec = metadata
-            .partition_spec_by_id(manifest.partition_spec_id)
-            .ok_or_else(|| {
-                DataFusionError::Internal(format!(
-                    "unknown partition spec {}",
-                    manifest.partition_spec_id
-                ))
-            })?
-            .clone();
-        let path = self.metadata_path(
-            metadata,
-            &format!("{}-r{attempt}-{index}.avro", self.commit_uuid),
-        );
-        self.attempt_files.push(path.clone());
-        let deletes = manifest.content == ManifestContentType::Deletes;
-        let mut writer = manifest_writer(
-            base,
-            &path,
-            snapshot_id,
-            manifest.partition_spec_id,
-            deletes,
-        )?;
-        for entry in &loaded {
-            if !entry.is_alive() {
-                continue;
-            }
-            let (seq, file_seq) = sequence_numbers(entry)?;
-            if self.removes(entry.data_file()) {
-                found.insert(removal_name(entry.data_file()));
-                summary.remove_file(
-                    entry.data_file(),
-                    metadata.current_schema().clone(),
-                    spec.clone(),
-                );
-                writer
-                    .add_delete_file(entry.data_file().clone(), seq, file_seq)
-                    .df()?;
-            } else {
-                let sid = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
-                let status_ok = matches!(
-                    entry.status(),
-                    ManifestStatus::Added | ManifestStatus::Existing
-                );
-                debug_assert!(status_ok);
-                writer
-                    .add_existing_file(entry.data_file().clone(), sid, seq, file_seq)
-                    .df()?;
+        let mut first_error = None;
+        while let Some((manifest, path, result)) = done.next().await {
+            match result {
+                Ok(None) => manifests.push(manifest),
+                Ok(Some((rewritten, removed))) => {
+                    self.attempt_files.push(path);
+                    let spec = metadata
+                        .partition_spec_by_id(manifest.partition_spec_id)
+                        .ok_or_else(|| {
+                            DataFusionError::Internal(format!(
+                                "unknown partition spec {}",
+                                manifest.partition_spec_id
+                            ))
+                        })?;
+                    for file in &removed {
+                        found.insert(removal_name(file));
+                        summary.remove_file(file, metadata.current_schema().clone(), spec.clone());
+                    }
+                    manifests.push(rewritten);
+                }
+                Err(e) => {
+                    // A rewrite that failed may have left part of its file behind.
+                    self.attempt_files.push(path);
+                    first_error.get_or_insert(e);
+                }
             }
         }
-        Ok(Some(writer.write_manifest_file().await.df()?))
-    }
-
-    /// Whether this snapshot removes the live entry `file`.
-    fn removes(&self, file: &DataFile) -> bool {
-        match vector_key(file) {
-            Some(key) => self.changes.removed_deletion_vectors.contains(&key),
-            None => self.changes.removed_files.contains(file.file_path()),
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 
@@ -647,6 +633,68 @@ impl SnapshotProducer {
             delete_logged(file_io, &f).await;
         }
         self.new_manifests = None;
+    }
+}
+
+/// How many of the parent's manifests a commit rewrites at a time.
+const MANIFEST_REWRITE_CONCURRENCY: usize = 4;
+
+/// Rewrites `manifest` to `path` without the entries `changes` removes (kept as deleted
+/// entries), when it lists any; returns the new manifest and the files it removed. `None`: the
+/// manifest lists none of them and is carried as it is (nothing is written).
+async fn rewrite_manifest(
+    base: Table,
+    changes: Arc<SnapshotChanges>,
+    manifest: ManifestFile,
+    path: String,
+    snapshot_id: i64,
+) -> Result<Option<(ManifestFile, Vec<DataFile>)>> {
+    let loaded = crate::scan::load_entries(&manifest, base.metadata(), base.file_io()).await?;
+    let hits = loaded
+        .iter()
+        .any(|e| e.is_alive() && removes(&changes, e.data_file()));
+    if !hits {
+        return Ok(None);
+    }
+    let deletes = manifest.content == ManifestContentType::Deletes;
+    let mut writer = manifest_writer(
+        &base,
+        &path,
+        snapshot_id,
+        manifest.partition_spec_id,
+        deletes,
+    )?;
+    let mut removed = vec![];
+    for entry in &loaded {
+        if !entry.is_alive() {
+            continue;
+        }
+        let (seq, file_seq) = sequence_numbers(entry)?;
+        if removes(&changes, entry.data_file()) {
+            removed.push(entry.data_file().clone());
+            writer
+                .add_delete_file(entry.data_file().clone(), seq, file_seq)
+                .df()?;
+        } else {
+            let sid = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
+            let status_ok = matches!(
+                entry.status(),
+                ManifestStatus::Added | ManifestStatus::Existing
+            );
+            debug_assert!(status_ok);
+            writer
+                .add_existing_file(entry.data_file().clone(), sid, seq, file_seq)
+                .df()?;
+        }
+    }
+    Ok(Some((writer.write_manifest_file().await.df()?, removed)))
+}
+
+/// Whether `changes` removes the live entry `file`.
+fn removes(changes: &SnapshotChanges, file: &DataFile) -> bool {
+    match vector_key(file) {
+        Some(key) => changes.removed_deletion_vectors.contains(&key),
+        None => changes.removed_files.contains(file.file_path()),
     }
 }
 
