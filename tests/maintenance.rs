@@ -248,6 +248,20 @@ async fn bad_calls_are_refused_and_change_nothing() {
             "CALL system.rewrite_data_files(table => 'ns.t', strategy => 'sort', sort_order => 'nope')",
             "no column 'nope'",
         ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', strategy => 'sort', sort_order => 'zorder(id, nope)')",
+            "no column 'nope'",
+        ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', strategy => 'sort', sort_order => 'zorder(id', \
+             options => map('min-input-files', '2'))",
+            "write zorder(c1, c2, ...)",
+        ),
+        (
+            "CALL system.rewrite_data_files(table => 'ns.t', strategy => 'sort', sort_order => 'zorder(id)', \
+             options => map('var-length-contribution', '0'))",
+            "'var-length-contribution' must be greater than 0",
+        ),
         ("CALL system.rewrite_data_files()", "'table' is required"),
         ("CALL system.expire_everything(table => 'ns.t')", "no procedure"),
         ("CALL other.rewrite_data_files(table => 'ns.t')", "unknown procedure"),
@@ -340,6 +354,188 @@ async fn sort_strategy_where_filter_and_partial_progress() {
         sorted(rows(&s, "SELECT id, part, v FROM ns.p").await),
         before
     );
+}
+
+#[tokio::test]
+async fn zorder_sort_interleaves_the_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.g (x BIGINT NOT NULL, y BIGINT NOT NULL, v VARCHAR) \
+         STORED AS ICEBERG LOCATION ''",
+    )
+    .await
+    .unwrap();
+    // A 32 x 32 grid in four inserts, rows in neither column's order.
+    for part in 0..4i64 {
+        let values: Vec<String> = (0..256i64)
+            .map(|i| {
+                let n = (i * 97 + part * 256) % 1024;
+                format!("({}, {}, 'v{n}')", n % 32, n / 32)
+            })
+            .collect();
+        sql(
+            &s,
+            &format!("INSERT INTO ns.g VALUES {}", values.join(", ")),
+        )
+        .await
+        .unwrap();
+    }
+    let before = sorted(rows(&s, "SELECT x, y, v FROM ns.g").await);
+    assert_eq!(before.len(), 1024);
+    let out = common::render(
+        &call(
+            &s,
+            "CALL system.rewrite_data_files(table => 'ns.g', strategy => 'sort', \
+             sort_order => 'zorder(x, y)', options => map('min-input-files', '2'))",
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(out[0].starts_with("4|1|"), "{out:?}");
+    let t = table(&s, "g").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap();
+    assert_eq!(files.len(), 1);
+    let got = read_longs(&files[0].path, &["x", "y"]);
+
+    // The oracle: Morton order with x's bit above y's at every level.
+    let morton = |x: i64, y: i64| {
+        (0..5).fold(0u64, |m, k| {
+            m | ((((x >> k) & 1) as u64) << (2 * k + 1)) | ((((y >> k) & 1) as u64) << (2 * k))
+        })
+    };
+    let mut want: Vec<(i64, i64)> = (0..32).flat_map(|x| (0..32).map(move |y| (x, y))).collect();
+    want.sort_by_key(|(x, y)| morton(*x, *y));
+    let got: Vec<(i64, i64)> = got.iter().map(|r| (r[0], r[1])).collect();
+    assert_eq!(got, want);
+    // Each quarter of the file is one quadrant of the grid.
+    for (q, rows) in got.chunks(256).enumerate() {
+        let xs = rows
+            .iter()
+            .map(|r| r.0 / 16)
+            .collect::<std::collections::HashSet<_>>();
+        let ys = rows
+            .iter()
+            .map(|r| r.1 / 16)
+            .collect::<std::collections::HashSet<_>>();
+        assert_eq!((xs.len(), ys.len()), (1, 1), "quarter {q}");
+    }
+    assert_eq!(sorted(rows(&s, "SELECT x, y, v FROM ns.g").await), before);
+}
+
+#[tokio::test]
+async fn zorder_sort_of_more_rows_than_the_pool_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    // About 12 MB of rows as Arrow arrays against a 6 MiB pool: the sort below the writer
+    // cannot hold them and must spill (or fail with the pool exhausted).
+    let s = common::session_with_limit(dir.path(), 6 << 20).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.big (x BIGINT NOT NULL, y BIGINT NOT NULL, v VARCHAR) \
+         STORED AS ICEBERG LOCATION ''",
+    )
+    .await
+    .unwrap();
+    for part in 0..2i64 {
+        sql(
+            &s,
+            &format!(
+                "INSERT INTO ns.big SELECT (value * 7919) % 1024, value % 250, \
+                 concat('value-number-', value) FROM generate_series({}, {})",
+                part * 125_000,
+                part * 125_000 + 124_999
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let oracle = rows(
+        &s,
+        "SELECT count(*), sum(x), sum(y), sum(length(v)), min(v), max(v) FROM ns.big",
+    )
+    .await;
+    let t = table(&s, "big").await;
+    let before = t.metadata().current_snapshot().unwrap().clone();
+    let inputs = iceberg_exec::scan::plan_files(&t, &before)
+        .await
+        .unwrap()
+        .len();
+    assert!(inputs >= 2);
+    let statement = "CALL system.rewrite_data_files(table => 'ns.big', strategy => 'sort', \
+                     sort_order => 'zorder(x, y)', options => map('min-input-files', '2'))";
+    // With no room to spill, the rewrite fails and changes nothing: it needs to spill.
+    let disk = std::sync::Arc::clone(&s.context().runtime_env().disk_manager);
+    let room = disk.max_temp_directory_size();
+    disk.set_max_temp_directory_size(1).unwrap();
+    let e = call(&s, statement).await.unwrap_err().to_string();
+    assert!(e.contains("disk space"), "{e}");
+    assert_eq!(
+        table(&s, "big").await.metadata().current_snapshot_id(),
+        Some(before.snapshot_id())
+    );
+    assert_eq!(s.memory_pool().reserved(), 0);
+    disk.set_max_temp_directory_size(room).unwrap();
+    let out = common::render(&call(&s, statement).await.unwrap());
+    assert!(out[0].starts_with(&format!("{inputs}|")), "{out:?}");
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*), sum(x), sum(y), sum(length(v)), min(v), max(v) FROM ns.big"
+        )
+        .await,
+        oracle
+    );
+    // Every new file is in z-order, and they follow each other in it.
+    let morton = |x: i64, y: i64| {
+        (0..10).fold(0u64, |m, k| {
+            m | ((((x >> k) & 1) as u64) << (2 * k + 1)) | ((((y >> k) & 1) as u64) << (2 * k))
+        })
+    };
+    let t = table(&s, "big").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    let files = iceberg_exec::scan::plan_files(&t, &snapshot).await.unwrap();
+    let mut total = 0;
+    for f in &files {
+        let keys: Vec<u64> = read_longs(&f.path, &["x", "y"])
+            .iter()
+            .map(|r| morton(r[0], r[1]))
+            .collect();
+        assert!(
+            keys.windows(2).all(|w| w[0] <= w[1]),
+            "{} is in z-order",
+            f.path
+        );
+        total += keys.len();
+    }
+    assert_eq!(total, 250_000);
+    assert_eq!(s.memory_pool().reserved(), 0);
+}
+
+/// The named BIGINT columns of the parquet file at `path`, row by row.
+fn read_longs(path: &str, columns: &[&str]) -> Vec<Vec<i64>> {
+    use datafusion::arrow::array::{AsArray, Int64Array};
+    let path = path.strip_prefix("file://").unwrap_or(path);
+    let file = std::fs::File::open(path).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut out = vec![];
+    for b in reader {
+        let b = b.unwrap();
+        let arrays: Vec<&Int64Array> = columns
+            .iter()
+            .map(|c| b.column_by_name(c).unwrap().as_primitive())
+            .collect();
+        for i in 0..b.num_rows() {
+            out.push(arrays.iter().map(|a| a.value(i)).collect());
+        }
+    }
+    out
 }
 
 fn read_ids(path: &str) -> Vec<i64> {

@@ -25,6 +25,7 @@ mod position_deletes;
 mod progress;
 mod rewrite_data_files;
 mod rewrite_manifests;
+mod zorder;
 
 pub use call::{call, is_call};
 pub use expire_snapshots::{ExpireSnapshots, ExpireSnapshotsResult};
@@ -36,6 +37,7 @@ pub use rewrite_data_files::{
     PlannedRewrite, RewriteDataFiles, RewriteDataFilesResult, RewriteStrategy,
 };
 pub use rewrite_manifests::{RewriteManifests, RewriteManifestsResult};
+pub use zorder::ZOrderOptions;
 
 #[cfg(test)]
 mod send_check {

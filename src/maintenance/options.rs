@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::spec::TableMetadata;
 
+use super::zorder::{ZOrderOptions, DEFAULT_MAX_OUTPUT_SIZE, DEFAULT_VAR_LENGTH_CONTRIBUTION};
 use crate::error::IcebergResultExt;
 
 /// Every option `rewrite_data_files` takes, with what it means.
@@ -62,6 +63,14 @@ const KNOWN: &[(&str, &str)] = &[
         "new files keep the data sequence number of the snapshot read, so equality deletes \
          committed meanwhile still apply (default true)",
     ),
+    (
+        "var-length-contribution",
+        "bytes each string or binary value gives a z-order key (default 8)",
+    ),
+    (
+        "max-output-size",
+        "the most bytes of a z-order key (default 2147483647)",
+    ),
 ];
 
 /// How `rewrite_data_files` chooses and writes files.
@@ -93,6 +102,8 @@ pub struct RewriteOptions {
     pub use_starting_sequence_number: bool,
     /// `remove-dangling-deletes`.
     pub remove_dangling_deletes: bool,
+    /// `var-length-contribution` and `max-output-size` (z-order keys).
+    pub zorder: ZOrderOptions,
 }
 
 fn number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T> {
@@ -210,6 +221,16 @@ impl RewriteOptions {
                 .map(|v| boolean("remove-dangling-deletes", v))
                 .transpose()?
                 .unwrap_or(false),
+            zorder: ZOrderOptions {
+                var_length_contribution: match get("var-length-contribution") {
+                    Some(v) => positive("var-length-contribution", v)?,
+                    None => DEFAULT_VAR_LENGTH_CONTRIBUTION,
+                },
+                max_output_size: match get("max-output-size") {
+                    Some(v) => positive("max-output-size", v)?,
+                    None => DEFAULT_MAX_OUTPUT_SIZE,
+                },
+            },
         })
     }
 }

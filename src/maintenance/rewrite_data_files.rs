@@ -46,6 +46,7 @@ use iceberg::TableIdent;
 
 use super::options::RewriteOptions;
 use super::progress::Reporter;
+use super::zorder::{parse_zorder, zorder_requirement, ZOrderOptions};
 use crate::catalog::MetadataStore;
 use crate::dml::core::{commit_or_clean_up, optimized, removed_with_deletes};
 use crate::error::IcebergResultExt;
@@ -71,8 +72,8 @@ pub enum RewriteStrategy {
     /// Combine files as they are, rows in file order (Spark's bin-pack; `Sort` sorts).
     #[default]
     BinPack,
-    /// Sort the rows of each group: by this order (`"c1 DESC NULLS LAST, c2"`), or by the
-    /// table's sort order when `None`.
+    /// Sort the rows of each group: by this order (`"c1 DESC NULLS LAST, c2"`), by a z-order
+    /// of columns (`"zorder(c1, c2)"`), or by the table's sort order when `None`.
     Sort(Option<String>),
 }
 
@@ -195,7 +196,7 @@ impl RewriteDataFiles {
         let filters = coerced;
         // The order files are written in, checked now so a bad one changes nothing.
         let sort_input = arrow_schema(lineage::rows_schema(metadata)?.as_ref())?;
-        let sort = sort_of(&table, &self.strategy, &sort_input)?;
+        let sort = sort_of(&table, &self.strategy, &sort_input, options.zorder)?;
 
         let mut planned = PlannedRewrite {
             store: Arc::clone(&self.store),
@@ -348,6 +349,7 @@ fn sort_of(
     table: &Table,
     strategy: &RewriteStrategy,
     input: &Schema,
+    zorder: ZOrderOptions,
 ) -> Result<Option<LexRequirement>> {
     match strategy {
         // As Spark's bin-pack: files are combined as they are, not sorted.
@@ -359,7 +361,13 @@ fn sort_of(
                 table.identifier()
             ))),
         },
-        RewriteStrategy::Sort(Some(order)) => parse_sort_order(order, input).map(Some),
+        RewriteStrategy::Sort(Some(order)) => match parse_zorder(order)? {
+            Some(columns) => {
+                let key = zorder_requirement(&columns, input, zorder)?;
+                Ok(LexRequirement::new([key]))
+            }
+            None => parse_sort_order(order, input).map(Some),
+        },
     }
 }
 
@@ -367,11 +375,6 @@ fn sort_of(
 /// ascending and last when descending).
 fn parse_sort_order(text: &str, input: &Schema) -> Result<LexRequirement> {
     let bad = |why: String| DataFusionError::Plan(format!("rewrite_data_files sort_order: {why}"));
-    if text.trim_start().to_ascii_lowercase().starts_with("zorder") {
-        return Err(DataFusionError::NotImplemented(
-            "rewrite_data_files: z-order sorting is not supported; give columns to sort by".into(),
-        ));
-    }
     let mut reqs = vec![];
     for item in text.split(',') {
         let words: Vec<String> = item.split_whitespace().map(str::to_string).collect();
@@ -511,6 +514,7 @@ impl PlannedRewrite {
             store: Arc::clone(&self.store),
             table: self.table.clone(),
             strategy: self.strategy.clone(),
+            zorder: self.options.zorder,
             target_file_size: self.options.target_file_size,
             equality_deletes: self.equality_deletes.clone(),
             streamed: self.streamed,
@@ -658,6 +662,7 @@ struct GroupRewriter {
     store: Arc<dyn MetadataStore>,
     table: Table,
     strategy: RewriteStrategy,
+    zorder: ZOrderOptions,
     target_file_size: u64,
     equality_deletes: Vec<Arc<DeleteFileRef>>,
     streamed: bool,
@@ -705,7 +710,7 @@ impl GroupRewriter {
             RowChange::Delete,
             counts,
         )?);
-        let sort = sort_of(&self.table, &self.strategy, &rows.schema())?;
+        let sort = sort_of(&self.table, &self.strategy, &rows.schema(), self.zorder)?;
         // Columns whose dictionaries overflowed in the files read are written plain.
         let plain = plain_columns_of(
             &self.state.task_ctx(),
@@ -811,6 +816,5 @@ mod tests {
         assert!(err("c").contains("no column 'c'"));
         assert!(err("a SIDEWAYS").contains("cannot read 'a SIDEWAYS'"));
         assert!(err("a,").contains("empty item"));
-        assert!(err("zorder(a, b)").contains("z-order"));
     }
 }
