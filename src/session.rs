@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use datafusion::catalog::streaming::StreamingTable;
 use datafusion::dataframe::DataFrame;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
@@ -253,10 +254,15 @@ impl IcebergSession {
         if crate::maintenance::is_call(sql) {
             let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
             let state = self.ctx.state();
-            if let Some(batch) =
-                crate::maintenance::call(&state, store, self.catalog.name(), sql).await?
-            {
-                return self.ctx.read_batch(batch);
+            match crate::maintenance::call(&state, store, self.catalog.name(), sql).await? {
+                Some(crate::maintenance::CallOutput::Rows(batch)) => {
+                    return self.ctx.read_batch(batch)
+                }
+                Some(crate::maintenance::CallOutput::Stream(stream)) => {
+                    let table = StreamingTable::try_new(Arc::clone(stream.schema()), vec![stream])?;
+                    return self.ctx.read_table(Arc::new(table));
+                }
+                None => {}
             }
         }
         let Some(alter) = crate::table::alter::parse(sql) else {

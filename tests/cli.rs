@@ -306,3 +306,49 @@ fn the_demo_tours_deletes_dml_merge_time_travel_and_spilling_plans() {
     );
     assert!(String::from_utf8_lossy(&again.stdout).contains("demo.trips exists"));
 }
+
+/// CSV and JSON rows are printed as they stream: a result of several batches comes out with
+/// one header and every row, in order, empty results with the header alone.
+#[test]
+fn streamed_output_prints_every_batch_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = cli(
+        dir.path(),
+        &[
+            "--format",
+            "csv",
+            "sql",
+            "SELECT value AS n FROM generate_series(1, 20000) ORDER BY value",
+        ],
+    );
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 20_001);
+    assert_eq!(lines[0], "n");
+    let want: Vec<String> = (1..=20_000).map(|i| i.to_string()).collect();
+    assert_eq!(
+        lines[1..],
+        want.iter().map(String::as_str).collect::<Vec<_>>()[..]
+    );
+
+    let o = cli(
+        dir.path(),
+        &["--format", "csv", "sql", "SELECT 1 AS a WHERE false"],
+    );
+    assert_eq!(stdout(&o), "a\n");
+
+    let o = cli(
+        dir.path(),
+        &[
+            "--format",
+            "json",
+            "sql",
+            "SELECT value AS n FROM generate_series(1, 20000) ORDER BY value",
+        ],
+    );
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 20_000);
+    assert_eq!(lines[0], r#"{"n":1}"#);
+    assert_eq!(lines[19_999], r#"{"n":20000}"#);
+}

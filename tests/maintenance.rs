@@ -807,6 +807,110 @@ async fn remove_orphan_files_deletes_only_old_files_nothing_reaches() {
     assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["22"]);
 }
 
+/// Orphans stream out a batch at a time, and a batch is deleted only when it is asked for: a
+/// removal that finds tens of thousands of orphans holds one batch of them, never the list. The
+/// same holds through `CALL`, which runs when its rows are read.
+#[tokio::test]
+async fn orphans_stream_out_and_are_deleted_a_batch_at_a_time() {
+    use futures::StreamExt;
+    use iceberg_exec::maintenance::RemoveOrphanFiles;
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = common::session_with_limit(dir.path(), 4 << 20).await;
+    small_files(&s, "t", 2, "").await;
+    sql(&s, "DELETE FROM ns.t WHERE id % 3 = 0").await.unwrap();
+    let rows_before = sorted(rows(&s, "SELECT id, part, v FROM ns.t").await);
+    let location = table(&s, "t").await.metadata().location().to_string();
+    let local = location
+        .strip_prefix("file://")
+        .unwrap_or(&location)
+        .to_string();
+    // Files of failed writes, spread over directories.
+    let orphans = 20_000;
+    let mut want = Vec::with_capacity(orphans);
+    for i in 0..orphans {
+        let path = format!("{local}/data/failed-{:02}/o-{i:06}.parquet", i % 16);
+        std::fs::create_dir_all(std::path::Path::new(&path).parent().unwrap()).unwrap();
+        std::fs::write(&path, b"x").unwrap();
+        want.push(format!("file://{path}"));
+    }
+    want.sort();
+    let left = |want: &[String]| {
+        want.iter()
+            .filter(|p| std::path::Path::new(p.strip_prefix("file://").unwrap()).exists())
+            .count()
+    };
+    let listed = files_under(std::path::Path::new(&local)).len() as u64;
+    let paths = |batch: &RecordBatch| -> Vec<String> {
+        use datafusion::arrow::array::{Array, AsArray};
+        let column = batch.column(0).as_string::<i32>();
+        (0..column.len())
+            .map(|i| column.value(i).to_string())
+            .collect()
+    };
+
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let mut stream = RemoveOrphanFiles::new(store, ident)
+        .older_than_ms(now_ms() + 60_000)
+        .execute_stream(s.context().task_ctx())
+        .await
+        .unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.schema().field(0).name(), "orphan_file_location");
+    assert!(first.num_rows() > 0 && first.num_rows() < orphans / 2);
+    // Only the batch handed over is gone; the rest waits for the reader.
+    assert_eq!(left(&want), orphans - first.num_rows());
+    assert_eq!(stream.listed_files_count(), listed);
+    let mut got = paths(&first);
+    let mut batches = 1;
+    while let Some(batch) = stream.next().await {
+        got.extend(paths(&batch.unwrap()));
+        batches += 1;
+    }
+    assert!(batches >= 3, "{batches} batches");
+    // In path order, each orphan once, every one deleted.
+    assert_eq!(got, want);
+    assert_eq!(left(&want), 0);
+    assert_eq!(stream.failed_deletes_count(), 0);
+    drop(stream);
+    assert_eq!(s.memory_pool().reserved(), 0);
+    assert!(assert_reachable_files_exist(&s, "t").await > 0);
+    assert_eq!(
+        sorted(rows(&s, "SELECT id, part, v FROM ns.t").await),
+        rows_before
+    );
+
+    // Through CALL: the arguments are checked at once, the files deleted as the rows are read.
+    let strays: Vec<String> = (0..3)
+        .map(|i| format!("{local}/data/failed-00/late-{i}.parquet"))
+        .collect();
+    for p in &strays {
+        std::fs::write(p, b"x").unwrap();
+    }
+    let statement = format!(
+        "CALL system.remove_orphan_files(table => 'ns.t', older_than => {})",
+        now_ms() + 60_000
+    );
+    let err = s
+        .sql(&format!(
+            "{} , location => '/elsewhere')",
+            statement.trim_end_matches(')')
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not inside the location"), "{err}");
+    let mut want: Vec<String> = strays.iter().map(|p| format!("file://{p}")).collect();
+    want.sort();
+    let df = s.sql(&statement).await.unwrap();
+    assert_eq!(left(&want), strays.len());
+    let out = sorted(common::render(&df.collect().await.unwrap()));
+    assert_eq!(out, want);
+    assert_eq!(left(&want), 0);
+    assert_eq!(s.memory_pool().reserved(), 0);
+}
+
 #[tokio::test]
 async fn rewrite_position_delete_files_in_sql() {
     let dir = tempfile::tempdir().unwrap();

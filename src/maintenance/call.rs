@@ -6,18 +6,23 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{
     Expr as SqlExpr, FunctionArg, FunctionArgExpr, FunctionArguments, Statement, Value,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
+use futures::TryStreamExt;
 use iceberg::TableIdent;
 
 use super::expire_snapshots::ExpireSnapshots;
-use super::orphan_files::RemoveOrphanFiles;
+use super::orphan_files::{orphans_schema, RemoveOrphanFiles};
 use super::position_deletes::RewritePositionDeleteFiles;
 use super::rewrite_data_files::{RewriteDataFiles, RewriteStrategy};
 use super::rewrite_manifests::RewriteManifests;
@@ -39,14 +44,26 @@ enum Arg {
     List(Vec<String>),
 }
 
+/// What a `CALL` returns.
+#[derive(Debug)]
+pub enum CallOutput {
+    /// The result rows of a procedure that has run.
+    Rows(RecordBatch),
+    /// The result rows of a procedure that runs as they are read: `remove_orphan_files`, whose
+    /// orphans are deleted a batch at a time as they stream out, so none waits in memory however
+    /// many there are. Its arguments are checked by the time it is returned; each execution
+    /// runs the procedure (a second finds what the first left).
+    Stream(Arc<dyn PartitionStream>),
+}
+
 /// Runs `CALL [catalog.]system.<procedure>(args)` against the tables of `store` (named
-/// `catalog`): its result rows, or `None` when `sql` is not a `CALL`.
+/// `catalog`): its result, or `None` when `sql` is not a `CALL`.
 pub async fn call(
     state: &SessionState,
     store: Arc<dyn MetadataStore>,
     catalog: &str,
     sql: &str,
-) -> Result<Option<RecordBatch>> {
+) -> Result<Option<CallOutput>> {
     if !is_call(sql) {
         return Ok(None);
     }
@@ -104,22 +121,20 @@ pub async fn call(
     };
     let args = arguments(&procedure, params, &function.args)?;
     let default_namespace = state.config().options().catalog.default_schema.clone();
-    match procedure.as_str() {
-        "rewrite_data_files" => rewrite_data_files(state, store, catalog, &default_namespace, args)
-            .await
-            .map(Some),
-        "expire_snapshots" => expire_snapshots(state, store, catalog, &default_namespace, args)
-            .await
-            .map(Some),
+    let rows = match procedure.as_str() {
+        "rewrite_data_files" => {
+            rewrite_data_files(state, store, catalog, &default_namespace, args).await
+        }
+        "expire_snapshots" => {
+            expire_snapshots(state, store, catalog, &default_namespace, args).await
+        }
         "remove_orphan_files" => {
-            remove_orphan_files(state, store, catalog, &default_namespace, args)
+            return remove_orphan_files(store, catalog, &default_namespace, args)
                 .await
-                .map(Some)
+                .map(|s| Some(CallOutput::Stream(s)));
         }
         "rewrite_position_delete_files" => {
-            rewrite_position_delete_files(state, store, catalog, &default_namespace, args)
-                .await
-                .map(Some)
+            rewrite_position_delete_files(state, store, catalog, &default_namespace, args).await
         }
         "rewrite_manifests" => {
             let ident = table_arg("rewrite_manifests", &args, catalog, &default_namespace)?;
@@ -128,12 +143,12 @@ pub async fn call(
                 ("rewritten_manifests_count", r.rewritten_manifests_count),
                 ("added_manifests_count", r.added_manifests_count),
             ])
-            .map(Some)
         }
         other => Err(DataFusionError::Internal(format!(
             "CALL: procedure {other} has parameters but no body"
         ))),
-    }
+    };
+    rows.map(|rows| Some(CallOutput::Rows(rows)))
 }
 
 /// The procedures `CALL` runs.
@@ -568,12 +583,11 @@ async fn expire_snapshots(
 }
 
 async fn remove_orphan_files(
-    state: &SessionState,
     store: Arc<dyn MetadataStore>,
     catalog: &str,
     default_namespace: &str,
     args: BTreeMap<String, Arg>,
-) -> Result<RecordBatch> {
+) -> Result<Arc<dyn PartitionStream>> {
     const P: &str = "remove_orphan_files";
     let ident = table_arg(P, &args, catalog, default_namespace)?;
     let mut remove = RemoveOrphanFiles::new(store, ident);
@@ -589,14 +603,34 @@ async fn remove_orphan_files(
     if let Some(n) = number::<usize>(P, &args, "max_concurrent_deletes")? {
         remove = remove.max_concurrent_deletes(n);
     }
-    let r = remove.execute(state).await?;
-    let schema = Arc::new(Schema::new(vec![Field::new(
-        "orphan_file_location",
-        DataType::Utf8,
-        false,
-    )]));
-    let column: ArrayRef = Arc::new(arrow::array::StringArray::from(r.orphan_file_locations));
-    Ok(RecordBatch::try_new(schema, vec![column])?)
+    remove.validate().await?;
+    Ok(Arc::new(OrphanRemoval {
+        remove,
+        schema: orphans_schema(),
+    }))
+}
+
+/// An orphan removal that runs each time it is executed, its orphans streaming out.
+#[derive(Debug)]
+struct OrphanRemoval {
+    remove: RemoveOrphanFiles,
+    schema: SchemaRef,
+}
+
+impl PartitionStream for OrphanRemoval {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, context: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let remove = self.remove.clone();
+        let orphans = futures::stream::once(async move { remove.execute_stream(context).await })
+            .try_flatten();
+        Box::pin(RecordBatchStreamAdapter::new(
+            Arc::clone(&self.schema),
+            orphans,
+        ))
+    }
 }
 
 async fn rewrite_position_delete_files(

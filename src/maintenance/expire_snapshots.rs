@@ -16,7 +16,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::AsArray;
+use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::UInt8Type;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
@@ -344,39 +344,47 @@ pub(crate) async fn delete_all<R>(
 ) -> Result<()> {
     let stores = Arc::clone(store.object_stores());
     while let Some(batch) = files.next().await {
-        let batch = batch?;
-        let paths = batch.column(0).as_string::<i32>();
-        let kinds = batch.column(1).as_primitive::<UInt8Type>();
-        let jobs: Vec<(String, FileKind)> = (0..batch.num_rows())
-            .map(|i| {
-                (
-                    paths.value(i).to_string(),
-                    FileKind::from_u8(kinds.value(i)),
-                )
-            })
-            .collect();
-        let outcomes: Vec<(String, FileKind, bool)> = futures::stream::iter(jobs)
-            .map(|(path, kind)| {
-                let stores = Arc::clone(&stores);
-                async move {
-                    let deleted = match delete_one(&stores, &path).await {
-                        Ok(()) => true,
-                        Err(e) => {
-                            log::warn!("could not delete {path}: {e}");
-                            false
-                        }
-                    };
-                    (path, kind, deleted)
-                }
-            })
-            .buffer_unordered(concurrency.max(1))
-            .collect()
-            .await;
-        for (path, kind, deleted) in outcomes {
+        for (path, kind, deleted) in delete_batch(&stores, &batch?, concurrency).await {
             tally(&path, kind, deleted, result);
         }
     }
     Ok(())
+}
+
+/// Deletes the files of one (path, kind) batch, `concurrency` at a time: each file with its
+/// kind and whether it is gone (a failure is logged and reported as not deleted).
+pub(crate) async fn delete_batch(
+    stores: &Arc<crate::storage::ObjectStores>,
+    batch: &RecordBatch,
+    concurrency: usize,
+) -> Vec<(String, FileKind, bool)> {
+    let paths = batch.column(0).as_string::<i32>();
+    let kinds = batch.column(1).as_primitive::<UInt8Type>();
+    let jobs: Vec<(String, FileKind)> = (0..batch.num_rows())
+        .map(|i| {
+            (
+                paths.value(i).to_string(),
+                FileKind::from_u8(kinds.value(i)),
+            )
+        })
+        .collect();
+    futures::stream::iter(jobs)
+        .map(|(path, kind)| {
+            let stores = Arc::clone(stores);
+            async move {
+                let deleted = match delete_one(&stores, &path).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        log::warn!("could not delete {path}: {e}");
+                        false
+                    }
+                };
+                (path, kind, deleted)
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await
 }
 
 async fn delete_one(stores: &Arc<crate::storage::ObjectStores>, path: &str) -> Result<()> {

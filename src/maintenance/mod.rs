@@ -27,10 +27,10 @@ mod rewrite_data_files;
 mod rewrite_manifests;
 mod zorder;
 
-pub use call::{call, is_call};
+pub use call::{call, is_call, CallOutput};
 pub use expire_snapshots::{ExpireSnapshots, ExpireSnapshotsResult};
 pub use options::RewriteOptions;
-pub use orphan_files::{RemoveOrphanFiles, RemoveOrphanFilesResult};
+pub use orphan_files::{RemoveOrphanFiles, RemoveOrphanFilesResult, RemoveOrphanFilesStream};
 pub use position_deletes::{RewritePositionDeleteFiles, RewritePositionDeleteFilesResult};
 pub use progress::{MaintenanceProgress, ProgressEvent};
 pub use rewrite_data_files::{

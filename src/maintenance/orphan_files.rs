@@ -6,21 +6,27 @@
 //!  listing of the location (last modified before older_than, default 3 days ago)
 //!     ANTI JOIN  every file any snapshot reaches (all manifest entries, manifests, lists),
 //!                metadata files (current and logged), statistics, version-hint.text
-//!     sorted and merge-joined in bounded memory ─► deleted (or only listed: dry_run)
+//!     sorted and merge-joined in bounded memory ─► deleted (or only listed: dry_run) a batch
+//!                                                  at a time, as the orphans are read
 //! ```
 
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
-use datafusion::execution::TaskContext;
-use datafusion::physical_plan::stream::RecordBatchReceiverStream;
+use datafusion::execution::{RecordBatchStream, TaskContext};
+use datafusion::physical_plan::stream::{RecordBatchReceiverStream, RecordBatchStreamAdapter};
 use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::SendableRecordBatchStream;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use iceberg::TableIdent;
 
+use super::expire_snapshots;
 use super::files::{self, canonical, FileBatcher, FileKind, ReachableFiles};
 use crate::catalog::MetadataStore;
 
@@ -84,27 +90,42 @@ impl RemoveOrphanFiles {
         self
     }
 
-    /// Finds the orphans and, unless a dry run, deletes them.
+    /// Finds the orphans and, unless a dry run, deletes them. The result holds every orphan's
+    /// location: for tables that may have millions, [`Self::execute_stream`] hands them over a
+    /// batch at a time instead.
     pub async fn execute(self, state: &SessionState) -> Result<RemoveOrphanFilesResult> {
+        let mut stream = self.execute_stream(state.task_ctx()).await?;
+        let mut result = RemoveOrphanFilesResult::default();
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let paths = batch.column(0).as_string::<i32>();
+            result
+                .orphan_file_locations
+                .extend((0..paths.len()).map(|i| paths.value(i).to_string()));
+        }
+        result.listed_files_count = stream.listed_files_count();
+        result.failed_deletes_count = stream.failed_deletes_count();
+        Ok(result)
+    }
+
+    /// Checks the call: the table loads and the location is inside its location. Nothing is
+    /// listed or deleted.
+    pub async fn validate(&self) -> Result<()> {
         let table = Arc::clone(&self.store).load(&self.ident).await?;
+        self.location_in(&table).map(|_| ())
+    }
+
+    /// The orphans as a stream of batches of one column, `orphan_file_location`, in path order:
+    /// each batch is deleted (unless a dry run) before it is handed over, and the next is not
+    /// deleted until it is asked for. The anti-join below spills, so memory stays bounded
+    /// however many files the location holds and however many are orphans.
+    pub async fn execute_stream(
+        self,
+        context: Arc<TaskContext>,
+    ) -> Result<RemoveOrphanFilesStream> {
+        let table = Arc::clone(&self.store).load(&self.ident).await?;
+        let location = self.location_in(&table)?;
         let metadata = table.metadata();
-        let table_location = canonical(metadata.location())?;
-        let location = match &self.location {
-            None => table_location.clone(),
-            Some(l) => {
-                let l = canonical(l)?;
-                let inside = l == table_location
-                    || l.starts_with(&format!("{}/", table_location.trim_end_matches('/')));
-                if !inside {
-                    return Err(DataFusionError::Plan(format!(
-                        "remove_orphan_files: location '{l}' is not inside the location of \
-                         table '{}' ({table_location})",
-                        self.ident
-                    )));
-                }
-                l
-            }
-        };
         let older_than = self
             .older_than_ms
             .unwrap_or_else(|| chrono::Utc::now().timestamp_millis() - 3 * 24 * 3600 * 1000);
@@ -130,44 +151,122 @@ impl RemoveOrphanFiles {
             live_only: false,
             extra,
         }))?;
+        let counts = Arc::new(OrphanCounts::default());
         let listing = Listing {
             stores: Arc::clone(self.store.object_stores()),
             location,
             older_than,
-            listed: Arc::default(),
+            counts: Arc::clone(&counts),
         };
-        let listed = Arc::clone(&listing.listed);
         let candidates = files::source(Arc::new(listing))?;
-        let mut orphans = files::unreachable(candidates, reachable, state.task_ctx())?;
+        let orphans = files::unreachable(candidates, reachable, context)?;
 
-        let mut result = RemoveOrphanFilesResult::default();
-        if self.dry_run {
-            while let Some(batch) = orphans.next().await {
-                push_paths(&batch?, &mut result.orphan_file_locations);
+        let stores = Arc::clone(self.store.object_stores());
+        let concurrency = self.max_concurrent_deletes;
+        let dry_run = self.dry_run;
+        let failed = Arc::clone(&counts);
+        let out = orphans.then(move |batch| {
+            let stores = Arc::clone(&stores);
+            let failed = Arc::clone(&failed);
+            async move {
+                let batch = batch?;
+                if !dry_run {
+                    let outcomes =
+                        expire_snapshots::delete_batch(&stores, &batch, concurrency).await;
+                    let failures = outcomes.iter().filter(|(_, _, deleted)| !deleted).count();
+                    failed
+                        .failed_deletes
+                        .fetch_add(failures as u64, Ordering::Relaxed);
+                }
+                RecordBatch::try_new(orphans_schema(), vec![Arc::clone(batch.column(0))])
+                    .map_err(DataFusionError::from)
             }
-        } else {
-            super::expire_snapshots::delete_all(
-                &self.store,
-                orphans,
-                self.max_concurrent_deletes,
-                |path, _, deleted, r: &mut RemoveOrphanFilesResult| {
-                    r.orphan_file_locations.push(path.to_string());
-                    if !deleted {
-                        r.failed_deletes_count += 1
-                    }
-                },
-                &mut result,
-            )
-            .await?;
+        });
+        Ok(RemoveOrphanFilesStream {
+            inner: Box::pin(RecordBatchStreamAdapter::new(orphans_schema(), out)),
+            counts,
+        })
+    }
+
+    /// The canonical location to look under: the table's, or the one given when it is inside.
+    fn location_in(&self, table: &iceberg::table::Table) -> Result<String> {
+        let table_location = canonical(table.metadata().location())?;
+        let Some(l) = &self.location else {
+            return Ok(table_location);
+        };
+        let l = canonical(l)?;
+        let inside = l == table_location
+            || l.starts_with(&format!("{}/", table_location.trim_end_matches('/')));
+        if !inside {
+            return Err(DataFusionError::Plan(format!(
+                "remove_orphan_files: location '{l}' is not inside the location of table \
+                 '{}' ({table_location})",
+                self.ident
+            )));
         }
-        result.listed_files_count = listed.load(std::sync::atomic::Ordering::Relaxed);
-        Ok(result)
+        Ok(l)
     }
 }
 
-fn push_paths(batch: &RecordBatch, out: &mut Vec<String>) {
-    let paths = batch.column(0).as_string::<i32>();
-    out.extend((0..paths.len()).map(|i| paths.value(i).to_string()));
+/// The schema of the orphans an orphan removal hands over: Spark's result column.
+pub(crate) fn orphans_schema() -> SchemaRef {
+    static SCHEMA: std::sync::OnceLock<SchemaRef> = std::sync::OnceLock::new();
+    Arc::clone(SCHEMA.get_or_init(|| {
+        Arc::new(Schema::new(vec![Field::new(
+            "orphan_file_location",
+            DataType::Utf8,
+            false,
+        )]))
+    }))
+}
+
+/// What an orphan removal counted so far.
+#[derive(Debug, Default)]
+struct OrphanCounts {
+    listed: AtomicU64,
+    failed_deletes: AtomicU64,
+}
+
+/// The orphans of [`RemoveOrphanFiles::execute_stream`], a batch at a time, with the counts of
+/// the removal so far.
+pub struct RemoveOrphanFilesStream {
+    inner: SendableRecordBatchStream,
+    counts: Arc<OrphanCounts>,
+}
+
+impl RemoveOrphanFilesStream {
+    /// Files listed under the location so far (before the age filter): all of them once the
+    /// first batch is out (the anti-join sorts the whole listing first).
+    pub fn listed_files_count(&self) -> u64 {
+        self.counts.listed.load(Ordering::Relaxed)
+    }
+
+    /// Orphans handed over so far that could not be deleted (each logged).
+    pub fn failed_deletes_count(&self) -> u64 {
+        self.counts.failed_deletes.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Debug for RemoveOrphanFilesStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoveOrphanFilesStream")
+            .field("counts", &self.counts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stream for RemoveOrphanFilesStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl RecordBatchStream for RemoveOrphanFilesStream {
+    fn schema(&self) -> SchemaRef {
+        orphans_schema()
+    }
 }
 
 /// The files under a location last modified before a time, as a stream of (path, kind) batches.
@@ -177,7 +276,7 @@ struct Listing {
     /// Canonical.
     location: String,
     older_than: i64,
-    listed: Arc<std::sync::atomic::AtomicU64>,
+    counts: Arc<OrphanCounts>,
 }
 
 impl PartitionStream for Listing {
@@ -193,7 +292,7 @@ impl PartitionStream for Listing {
         let stores = Arc::clone(&self.stores);
         let location = self.location.clone();
         let older_than = self.older_than;
-        let listed = Arc::clone(&self.listed);
+        let counts = Arc::clone(&self.counts);
         builder.spawn(async move {
             let located = crate::storage::locate(&location)?;
             let store = stores.store(&located.url)?;
@@ -202,7 +301,7 @@ impl PartitionStream for Listing {
             let mut out = FileBatcher::new();
             while let Some(meta) = listing.next().await {
                 let meta = meta.map_err(|e| DataFusionError::External(Box::new(e)))?;
-                listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                counts.listed.fetch_add(1, Ordering::Relaxed);
                 if meta.last_modified.timestamp_millis() >= older_than {
                     continue;
                 }

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::parser::DFParser;
+use futures::StreamExt;
 use iceberg_exec::{parse_size, IcebergSession, WarehouseConfig};
 
 mod demo;
@@ -274,8 +275,54 @@ async fn run_statements(session: &IcebergSession, sql: &str, format: Format) -> 
             }
         };
         let schema = df.schema().inner().clone();
-        let batches = df.collect().await?;
-        print_batches(&schema, &batches, format)?;
+        match format {
+            // The aligned table needs every row for its widths.
+            Format::Table => {
+                let batches = df.collect().await?;
+                print_batches(&schema, &batches, format)?;
+            }
+            // Rows go out as they come: a long result (the orphans of a removal, a big SELECT)
+            // never waits in memory.
+            Format::Csv | Format::Json => {
+                let mut stream = df.execute_stream().await?;
+                let mut first = true;
+                while let Some(batch) = stream.next().await {
+                    print_batch(&schema, &batch?, format, first)?;
+                    first = false;
+                }
+                if first {
+                    print_batches(&schema, &[], format)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Prints one batch of a streamed result as CSV (with the header when `first`) or JSON lines.
+fn print_batch(
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    batch: &RecordBatch,
+    format: Format,
+    first: bool,
+) -> Result<()> {
+    if schema.fields().is_empty() {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    match format {
+        Format::Csv => {
+            let mut w = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(first)
+                .build(&mut out);
+            w.write(&nested_as_text(batch)?)?;
+        }
+        Format::Json => {
+            let mut w = datafusion::arrow::json::LineDelimitedWriter::new(&mut out);
+            w.write(batch)?;
+            w.finish()?;
+        }
+        Format::Table => print_batches(schema, std::slice::from_ref(batch), format)?,
     }
     Ok(())
 }
