@@ -1067,6 +1067,105 @@ async fn rewrite_manifests_clusters_entries_and_changes_no_file() {
     );
 }
 
+/// A manifest rewrite whose entries outgrow its memory pool: their keys are sorted, the entries
+/// read back a window at a time, and the result is the same as with memory to spare.
+#[tokio::test]
+async fn rewrite_manifests_under_a_small_pool() {
+    use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool};
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    use datafusion::execution::SessionStateBuilder;
+    use datafusion::prelude::SessionConfig;
+    use iceberg_exec::maintenance::RewriteManifests;
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    sql(
+        &s,
+        "CREATE EXTERNAL TABLE ns.p (id BIGINT NOT NULL, part INT NOT NULL, v VARCHAR) \
+         STORED AS ICEBERG LOCATION '' PARTITIONED BY (part) OPTIONS ('format-version' '3', \
+         'commit.manifest.target-size-bytes' '6144')",
+    )
+    .await
+    .unwrap();
+    for round in 0..24 {
+        sql(
+            &s,
+            &format!(
+                "INSERT INTO ns.p SELECT value, CAST(value % 4 AS INT), 'v' || CAST(value AS \
+                 VARCHAR) FROM generate_series({}, {})",
+                round * 8,
+                round * 8 + 7
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let lineage = "SELECT id, part, v, _row_id, _last_updated_sequence_number \
+                   FROM iceberg_scan('ns.p', 'row_lineage', true)";
+    let rows_before = sorted(rows(&s, lineage).await);
+    let files_of = |t: Table| async move {
+        let snapshot = t.metadata().current_snapshot().unwrap().clone();
+        let mut files: Vec<(String, i64, Option<i64>)> =
+            iceberg_exec::scan::plan_files(&t, &snapshot)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|f| (f.path, f.data_seq, f.first_row_id))
+                .collect();
+        files.sort();
+        files
+    };
+    let files_before = files_of(table(&s, "p").await).await;
+    assert_eq!(files_before.len(), 96);
+
+    // A pool of 64 KiB: about a third of what the 96 entries take in memory.
+    let pool: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(64 << 10));
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::clone(&pool))
+        .build_arc()
+        .unwrap();
+    let state = SessionStateBuilder::new()
+        .with_config(SessionConfig::new().with_sort_spill_reservation_bytes(8 << 10))
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .build();
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let ident = TableIdent::from_strs(["ns", "p"]).unwrap();
+    let r = RewriteManifests::new(store, ident)
+        .execute(&state)
+        .await
+        .unwrap();
+    assert_eq!(r.rewritten_manifests_count, 24);
+    // Six entries a manifest (6 KiB of 1 KiB entries), 24 entries a partition.
+    assert_eq!(r.added_manifests_count, 16);
+    assert_eq!(pool.reserved(), 0);
+
+    let t = table(&s, "p").await;
+    let snapshot = t.metadata().current_snapshot().unwrap().clone();
+    assert_eq!(snapshot.summary().operation, Operation::Replace);
+    let list = t.manifest_list_reader(&snapshot).load().await.unwrap();
+    assert_eq!(list.entries().len(), 16);
+    // Each manifest holds one partition.
+    let mut parts = vec![];
+    for m in list.entries() {
+        let entries = m.load_manifest(t.file_io()).await.unwrap();
+        let mut values: Vec<String> = entries
+            .entries()
+            .iter()
+            .map(|e| format!("{:?}", e.data_file().partition()))
+            .collect();
+        values.dedup();
+        assert_eq!(values.len(), 1, "{values:?}");
+        parts.push(values.remove(0));
+    }
+    parts.sort();
+    parts.dedup();
+    assert_eq!(parts.len(), 4);
+    assert_eq!(files_of(t).await, files_before);
+    assert_eq!(sorted(rows(&s, lineage).await), rows_before);
+}
+
 #[tokio::test]
 async fn bin_packing_writes_one_file_per_bin_of_the_target_size() {
     let dir = tempfile::tempdir().unwrap();

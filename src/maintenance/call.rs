@@ -138,7 +138,7 @@ pub async fn call(
         }
         "rewrite_manifests" => {
             let ident = table_arg("rewrite_manifests", &args, catalog, &default_namespace)?;
-            let r = RewriteManifests::new(store, ident).execute().await?;
+            let r = RewriteManifests::new(store, ident).execute(state).await?;
             counts_row(&[
                 ("rewritten_manifests_count", r.rewritten_manifests_count),
                 ("added_manifests_count", r.added_manifests_count),

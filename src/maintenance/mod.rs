@@ -53,6 +53,7 @@ mod send_check {
         assert_send(ExpireSnapshots::new(store.clone(), ident.clone()).execute(state));
         assert_send(RemoveOrphanFiles::new(store.clone(), ident.clone()).execute(state));
         assert_send(RewritePositionDeleteFiles::new(store.clone(), ident.clone()).execute(state));
+        assert_send(RewriteManifests::new(store.clone(), ident.clone()).execute(state));
         assert_send(call(state, store, "c", "CALL x"));
     }
 }

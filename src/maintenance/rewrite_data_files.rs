@@ -637,6 +637,7 @@ impl PlannedRewrite {
             }),
             data_sequence_number: keep_sequence.then_some(self.base_sequence_number),
             rewrite_data_manifests: false,
+            task_context: None,
         };
         commit_or_clean_up(&self.store, &self.table, changes, &written)
             .await

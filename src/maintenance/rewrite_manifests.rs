@@ -4,6 +4,8 @@
 //! ```text
 //!  parent's manifest list ─┬─ data manifests ─► live entries (snapshot ids, sequence numbers
 //!                          │                    and row ids kept) ─► sorted by partition
+//!                          │                    (their keys, spilling; the entries read back a
+//!                          │                    window at a time, see snapshot/cluster.rs)
 //!                          │                    ─► manifests of commit.manifest.target-size-bytes
 //!                          └─ delete manifests ─► carried as they are
 //!  commit  `replace`, no file added or removed; on a concurrent commit it is done again on top
@@ -12,6 +14,7 @@
 use std::sync::Arc;
 
 use datafusion::error::Result;
+use datafusion::execution::context::SessionState;
 use iceberg::spec::{ManifestContentType, Operation};
 use iceberg::TableIdent;
 
@@ -41,8 +44,10 @@ impl RewriteManifests {
         Self { store, ident }
     }
 
-    /// Rewrites and commits (nothing when the snapshot has fewer than two data manifests).
-    pub async fn execute(self) -> Result<RewriteManifestsResult> {
+    /// Rewrites and commits (nothing when the snapshot has fewer than two data manifests). The
+    /// entries are sorted by partition in `state`'s memory pool, spilling, and held a window at
+    /// a time: millions of entries in bounded memory.
+    pub async fn execute(self, state: &SessionState) -> Result<RewriteManifestsResult> {
         let table = Arc::clone(&self.store).load(&self.ident).await?;
         let Some(snapshot) = table.metadata().current_snapshot() else {
             return Ok(RewriteManifestsResult::default());
@@ -58,6 +63,7 @@ impl RewriteManifests {
         let changes = SnapshotChanges {
             operation: Operation::Replace,
             rewrite_data_manifests: true,
+            task_context: Some(state.task_ctx()),
             ..Default::default()
         };
         let outcome = commit(Arc::clone(&self.store), &self.ident, changes).await?;

@@ -1,6 +1,7 @@
 //! Our own snapshot producer and commit path: manifests, manifest lists, snapshot summaries,
 //! sequence numbers and refs, committed by compare-and-swap with retries.
 
+mod cluster;
 mod commit;
 pub(crate) mod metadata_file;
 mod producer;

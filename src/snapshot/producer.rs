@@ -68,6 +68,9 @@ pub struct SnapshotChanges {
     /// Whether the parent's data manifests are rewritten, their live entries clustered by
     /// partition (`rewrite_manifests`; delete manifests are carried as they are).
     pub rewrite_data_manifests: bool,
+    /// Where a rewrite of data manifests sorts their entries and reserves the ones it holds
+    /// (memory pool, spill files); `None`: a context of its own, without a memory limit.
+    pub task_context: Option<Arc<datafusion::execution::TaskContext>>,
 }
 
 /// Delete files a commit removes: position or equality delete files by path, deletion vectors
@@ -501,53 +504,37 @@ impl SnapshotProducer {
         attempt: u32,
         out: &mut Vec<ManifestFile>,
     ) -> Result<(usize, usize, usize)> {
-        type Entry = (String, DataFile, i64, i64, Option<i64>);
         let metadata = base.metadata();
-        let mut by_spec: std::collections::BTreeMap<i32, Vec<Entry>> = Default::default();
         let (mut replaced, mut kept) = (0, 0);
         for manifest in list {
-            if manifest.content != ManifestContentType::Data {
+            if manifest.content == ManifestContentType::Data {
+                replaced += 1;
+            } else {
                 out.push(manifest.clone());
                 kept += 1;
-                continue;
-            }
-            replaced += 1;
-            let loaded = crate::scan::load_entries(manifest, metadata, base.file_io()).await?;
-            for entry in &loaded {
-                if !entry.is_alive() {
-                    continue;
-                }
-                let (seq, file_seq) = sequence_numbers(entry)?;
-                let file = entry.data_file().clone();
-                let key = format!("{:?}", file.partition());
-                let sid = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
-                by_spec
-                    .entry(manifest.partition_spec_id)
-                    .or_default()
-                    .push((key, file, sid, seq, file_seq));
             }
         }
+        let context = self.changes.task_context.clone().unwrap_or_default();
         let per_manifest = manifest_entries_target(metadata)?;
+        let mut clustered = super::cluster::Clustered::start(base, list, per_manifest, context)?;
         let mut created = 0;
-        for (spec_id, mut entries) in by_spec {
-            // Equal partitions side by side, so each manifest covers few of them.
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            for chunk in entries.chunks(per_manifest) {
-                let path = self.metadata_path(
-                    metadata,
-                    &format!("{}-c{attempt}-{created}.avro", self.commit_uuid),
-                );
-                self.attempt_files.push(path.clone());
-                let mut writer = manifest_writer(base, &path, snapshot_id, spec_id, false)?;
-                for (_, file, sid, seq, file_seq) in chunk {
-                    writer
-                        .add_existing_file(file.clone(), *sid, *seq, *file_seq)
-                        .df()?;
-                }
-                out.push(writer.write_manifest_file().await.df()?);
-                created += 1;
+        while let Some((spec_id, entries)) = clustered.next_chunk().await? {
+            let path = self.metadata_path(
+                metadata,
+                &format!("{}-c{attempt}-{created}.avro", self.commit_uuid),
+            );
+            self.attempt_files.push(path.clone());
+            let mut writer = manifest_writer(base, &path, snapshot_id, spec_id, false)?;
+            for (file, sid, seq, file_seq) in entries {
+                writer.add_existing_file(file, sid, seq, file_seq).df()?;
             }
+            out.push(writer.write_manifest_file().await.df()?);
+            created += 1;
         }
+        log::debug!(
+            "rewrite_manifests: {created} manifests written from {} window(s) of entries",
+            clustered.windows
+        );
         Ok((replaced, created, kept))
     }
 

@@ -657,6 +657,7 @@ async fn changes(
         validation: Some(job.validation(&filters, read_files)?),
         data_sequence_number: None,
         rewrite_data_manifests: false,
+        task_context: None,
     };
     Ok(Outcome::Changes(
         Box::new(changes),

@@ -344,6 +344,7 @@ async fn run_once(
         }),
         data_sequence_number: None,
         rewrite_data_manifests: false,
+        task_context: None,
     };
     let files_written = changes.added_data_files.len();
     let delete_files_written = changes.added_delete_files.len();
