@@ -40,7 +40,7 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{LexRequirement, PhysicalSortRequirement};
 use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use futures::{StreamExt, TryStreamExt};
-use iceberg::spec::{DataContentType, Operation, Struct};
+use iceberg::spec::{DataContentType, Operation, Struct, Transform};
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
@@ -363,12 +363,48 @@ fn sort_of(
         },
         RewriteStrategy::Sort(Some(order)) => match parse_zorder(order)? {
             Some(columns) => {
+                let columns = without_identity_partition_columns(table, columns)?;
                 let key = zorder_requirement(&columns, input, zorder)?;
                 Ok(LexRequirement::new([key]))
             }
             None => parse_sort_order(order, input).map(Some),
         },
     }
+}
+
+/// The z-order columns less the table's identity partition columns, as Spark has them: their
+/// value is the same throughout a partition, so they would only take bits from the others. A
+/// z-order of nothing else is an error.
+fn without_identity_partition_columns(table: &Table, columns: Vec<String>) -> Result<Vec<String>> {
+    let metadata = table.metadata();
+    let schema = metadata.current_schema();
+    let identity: Vec<&str> = metadata
+        .default_partition_spec()
+        .fields()
+        .iter()
+        .filter(|f| f.transform == Transform::Identity)
+        .filter_map(|f| schema.name_by_field_id(f.source_id))
+        .collect();
+    let (dropped, kept): (Vec<String>, Vec<String>) = columns
+        .into_iter()
+        .partition(|c| identity.contains(&c.as_str()));
+    if kept.is_empty() {
+        return Err(DataFusionError::Plan(format!(
+            "rewrite_data_files sort_order: cannot z-order table '{}' only by identity partition \
+             columns ({}): their value is the same throughout a partition",
+            table.identifier(),
+            dropped.join(", ")
+        )));
+    }
+    if !dropped.is_empty() {
+        log::warn!(
+            "rewrite_data_files: identity partition columns ({}) of table '{}' left out of the \
+             z-order: their value is the same throughout a partition",
+            dropped.join(", "),
+            table.identifier()
+        );
+    }
+    Ok(kept)
 }
 
 /// `"c1 DESC NULLS LAST, c2"` over `input` (Iceberg's defaults: ASC, nulls first when
