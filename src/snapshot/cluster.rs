@@ -33,6 +33,9 @@ use futures::StreamExt;
 use iceberg::spec::{DataFile, ManifestContentType, ManifestEntry, ManifestFile};
 use iceberg::table::Table;
 
+/// Manifests read at the same time (each decoded whole, then dropped).
+const MANIFESTS_IN_FLIGHT: usize = 4;
+
 /// Sort keys per batch handed to the sort.
 const KEYS_PER_BATCH: usize = 8192;
 
@@ -94,10 +97,21 @@ impl PartitionStream for Keys {
         let manifests = Arc::clone(&self.manifests);
         builder.spawn(async move {
             let mut batch = KeyBatch::default();
-            for (m, manifest) in manifests.iter().enumerate() {
-                let entries =
-                    crate::scan::load_entries(manifest, table.metadata(), table.file_io()).await?;
-                for (e, entry) in entries.iter().enumerate() {
+            let mut loads = futures::stream::iter(0..manifests.len())
+                .map(|m| {
+                    let (table, manifests) = (table.clone(), Arc::clone(&manifests));
+                    async move {
+                        let manifest = &manifests[m];
+                        let entries =
+                            crate::scan::load_entries(manifest, table.metadata(), table.file_io())
+                                .await;
+                        (m, entries)
+                    }
+                })
+                .buffered(MANIFESTS_IN_FLIGHT);
+            while let Some((m, entries)) = loads.next().await {
+                let manifest = &manifests[m];
+                for (e, entry) in entries?.iter().enumerate() {
                     if !entry.is_alive() {
                         continue;
                     }
@@ -333,12 +347,17 @@ impl Clustered {
         let wanted: HashSet<Place> = chunks.iter().flat_map(|(_, p)| p.iter().copied()).collect();
         let needed: BTreeSet<u32> = wanted.iter().map(|(m, _)| *m).collect();
         let mut found: HashMap<Place, Entry> = HashMap::with_capacity(wanted.len());
-        for m in needed {
-            let manifest = &self.manifests[m as usize];
-            let entries =
-                crate::scan::load_entries(manifest, self.table.metadata(), self.table.file_io())
-                    .await?;
-            for (e, entry) in entries.into_iter().enumerate() {
+        let (table, manifests) = (&self.table, &self.manifests);
+        let mut loads = futures::stream::iter(needed)
+            .map(|m| async move {
+                let manifest = &manifests[m as usize];
+                let entries =
+                    crate::scan::load_entries(manifest, table.metadata(), table.file_io()).await;
+                (m, manifest, entries)
+            })
+            .buffered(MANIFESTS_IN_FLIGHT);
+        while let Some((m, manifest, entries)) = loads.next().await {
+            for (e, entry) in entries?.into_iter().enumerate() {
                 let place = (m, e as u32);
                 if wanted.contains(&place) {
                     found.insert(place, written_back(entry, manifest)?);
