@@ -382,12 +382,9 @@ impl Clustered {
 
 /// An entry as it is written back: existing, with its snapshot id and sequence numbers.
 fn written_back(entry: ManifestEntry, manifest: &ManifestFile) -> Result<Entry> {
-    let seq = entry.sequence_number().ok_or_else(|| {
-        DataFusionError::Internal("manifest entry without sequence number".into())
-    })?;
-    let file_seq = entry.file_sequence_number.or(Some(seq));
-    let sid = entry.snapshot_id().unwrap_or(manifest.added_snapshot_id);
-    Ok((entry.data_file().clone(), sid, seq, file_seq))
+    let (seq, file_seq) = super::producer::sequence_numbers(&entry)?;
+    let sid = entry.snapshot_id.unwrap_or(manifest.added_snapshot_id);
+    Ok((entry.data_file, sid, seq, file_seq))
 }
 
 #[cfg(test)]

@@ -579,14 +579,15 @@ impl SnapshotProducer {
                 Ok(None) => manifests.push(manifest),
                 Ok(Some((rewritten, removed))) => {
                     self.attempt_files.push(path);
-                    let spec = metadata
-                        .partition_spec_by_id(manifest.partition_spec_id)
-                        .ok_or_else(|| {
-                            DataFusionError::Internal(format!(
-                                "unknown partition spec {}",
-                                manifest.partition_spec_id
-                            ))
-                        })?;
+                    // An error here still lets the other rewrites finish before it is returned.
+                    let Some(spec) = metadata.partition_spec_by_id(manifest.partition_spec_id)
+                    else {
+                        first_error.get_or_insert(DataFusionError::Internal(format!(
+                            "unknown partition spec {}",
+                            manifest.partition_spec_id
+                        )));
+                        continue;
+                    };
                     for file in &removed {
                         found.insert(removal_name(file));
                         summary.remove_file(file, metadata.current_schema().clone(), spec.clone());
@@ -762,7 +763,7 @@ async fn validate(base: &Table, head: Option<i64>, validation: &Validation) -> R
 
 /// A live entry's data and file sequence numbers (after inheritance), as a rewritten manifest
 /// keeps them.
-fn sequence_numbers(entry: &iceberg::spec::ManifestEntry) -> Result<(i64, Option<i64>)> {
+pub(super) fn sequence_numbers(entry: &iceberg::spec::ManifestEntry) -> Result<(i64, Option<i64>)> {
     let seq = entry.sequence_number().ok_or_else(|| {
         DataFusionError::Internal("manifest entry without sequence number".into())
     })?;

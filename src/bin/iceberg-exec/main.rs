@@ -291,7 +291,12 @@ async fn run_statements(session: &IcebergSession, sql: &str, format: Format) -> 
                     first = false;
                 }
                 if first {
-                    print_batches(&schema, &[], format)?;
+                    print_batch(
+                        &schema,
+                        &RecordBatch::new_empty(schema.clone()),
+                        format,
+                        true,
+                    )?;
                 }
             }
         }
@@ -299,7 +304,31 @@ async fn run_statements(session: &IcebergSession, sql: &str, format: Format) -> 
     Ok(())
 }
 
-/// Prints one batch of a streamed result as CSV (with the header when `first`) or JSON lines.
+/// Prints a whole result: the aligned table, CSV with one header, or JSON lines.
+pub(crate) fn print_batches(
+    schema: &datafusion::arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+    format: Format,
+) -> Result<()> {
+    if batches.is_empty() {
+        return print_batch(
+            schema,
+            &RecordBatch::new_empty(schema.clone()),
+            format,
+            true,
+        );
+    }
+    if format == Format::Table {
+        return print_table(schema, batches);
+    }
+    for (i, batch) in batches.iter().enumerate() {
+        print_batch(schema, batch, format, i == 0)?;
+    }
+    Ok(())
+}
+
+/// Prints one batch of a result: CSV (with the header when `first`), JSON lines, or a table of
+/// its own.
 fn print_batch(
     schema: &datafusion::arrow::datatypes::SchemaRef,
     batch: &RecordBatch,
@@ -307,67 +336,44 @@ fn print_batch(
     first: bool,
 ) -> Result<()> {
     if schema.fields().is_empty() {
-        return Ok(());
+        return Ok(()); // DDL
     }
-    let mut out = std::io::stdout().lock();
     match format {
+        Format::Table => print_table(schema, std::slice::from_ref(batch))?,
         Format::Csv => {
             let mut w = datafusion::arrow::csv::WriterBuilder::new()
                 .with_header(first)
-                .build(&mut out);
+                .build(std::io::stdout().lock());
             w.write(&nested_as_text(batch)?)?;
         }
         Format::Json => {
-            let mut w = datafusion::arrow::json::LineDelimitedWriter::new(&mut out);
+            let mut w = datafusion::arrow::json::LineDelimitedWriter::new(std::io::stdout().lock());
             w.write(batch)?;
             w.finish()?;
         }
-        Format::Table => print_batches(schema, std::slice::from_ref(batch), format)?,
     }
     Ok(())
 }
 
-pub(crate) fn print_batches(
+/// Prints batches as one aligned table, or the columns and "0 rows" when there are none.
+fn print_table(
     schema: &datafusion::arrow::datatypes::SchemaRef,
     batches: &[RecordBatch],
-    format: Format,
 ) -> Result<()> {
     if schema.fields().is_empty() {
         return Ok(()); // DDL
     }
+    let batches = batches
+        .iter()
+        .map(nested_as_text)
+        .collect::<Result<Vec<_>>>()?;
     let mut out = std::io::stdout().lock();
-    match format {
-        Format::Table => {
-            let batches = batches
-                .iter()
-                .map(nested_as_text)
-                .collect::<Result<Vec<_>>>()?;
-            let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)?;
-            if batches.iter().all(|b| b.num_rows() == 0) {
-                let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-                writeln!(out, "({}) 0 rows", header.join(", "))?;
-            } else {
-                writeln!(out, "{text}")?;
-            }
-        }
-        Format::Csv => {
-            let mut w = datafusion::arrow::csv::WriterBuilder::new()
-                .with_header(true)
-                .build(&mut out);
-            if batches.is_empty() {
-                w.write(&nested_as_text(&RecordBatch::new_empty(schema.clone()))?)?;
-            }
-            for b in batches {
-                w.write(&nested_as_text(b)?)?;
-            }
-        }
-        Format::Json => {
-            let mut w = datafusion::arrow::json::LineDelimitedWriter::new(&mut out);
-            for b in batches {
-                w.write(b)?;
-            }
-            w.finish()?;
-        }
+    if batches.iter().all(|b| b.num_rows() == 0) {
+        let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        writeln!(out, "({}) 0 rows", header.join(", "))?;
+    } else {
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)?;
+        writeln!(out, "{text}")?;
     }
     Ok(())
 }
