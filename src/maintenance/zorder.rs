@@ -260,27 +260,40 @@ fn ordered_bytes(array: &ArrayRef, options: ZOrderOptions) -> Result<OrderedColu
                 bytes[i] = if values.value(i) { 0x80 } else { 0 };
             }
         }
-        Utf8 => fill_prefixes(&mut bytes, width, rows, valid, |i| {
-            array.as_string::<i32>().value(i).as_bytes()
-        }),
-        LargeUtf8 => fill_prefixes(&mut bytes, width, rows, valid, |i| {
-            array.as_string::<i64>().value(i).as_bytes()
-        }),
-        Utf8View => fill_prefixes(&mut bytes, width, rows, valid, |i| {
-            array.as_string_view().value(i).as_bytes()
-        }),
-        Binary => fill_prefixes(&mut bytes, width, rows, valid, |i| {
-            array.as_binary::<i32>().value(i)
-        }),
-        LargeBinary => fill_prefixes(&mut bytes, width, rows, valid, |i| {
-            array.as_binary::<i64>().value(i)
-        }),
-        BinaryView => fill_prefixes(&mut bytes, width, rows, valid, |i| {
-            array.as_binary_view().value(i)
-        }),
-        FixedSizeBinary(_) => fill_prefixes(&mut bytes, width, rows, valid, |i| {
-            array.as_fixed_size_binary().value(i)
-        }),
+        Utf8 => {
+            let values = array.as_string::<i32>();
+            fill_prefixes(&mut bytes, width, rows, valid, |i| {
+                values.value(i).as_bytes()
+            })
+        }
+        LargeUtf8 => {
+            let values = array.as_string::<i64>();
+            fill_prefixes(&mut bytes, width, rows, valid, |i| {
+                values.value(i).as_bytes()
+            })
+        }
+        Utf8View => {
+            let values = array.as_string_view();
+            fill_prefixes(&mut bytes, width, rows, valid, |i| {
+                values.value(i).as_bytes()
+            })
+        }
+        Binary => {
+            let values = array.as_binary::<i32>();
+            fill_prefixes(&mut bytes, width, rows, valid, |i| values.value(i))
+        }
+        LargeBinary => {
+            let values = array.as_binary::<i64>();
+            fill_prefixes(&mut bytes, width, rows, valid, |i| values.value(i))
+        }
+        BinaryView => {
+            let values = array.as_binary_view();
+            fill_prefixes(&mut bytes, width, rows, valid, |i| values.value(i))
+        }
+        FixedSizeBinary(_) => {
+            let values = array.as_fixed_size_binary();
+            fill_prefixes(&mut bytes, width, rows, valid, |i| values.value(i))
+        }
         other => {
             return Err(DataFusionError::Plan(format!(
                 "z-order cannot use a column of type {other}"
