@@ -5,6 +5,7 @@
 mod delete_files;
 mod deletion_vectors;
 mod dictionary;
+mod dictionary_chunk;
 mod exec;
 mod locations;
 mod parquet_file;

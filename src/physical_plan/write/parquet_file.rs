@@ -25,9 +25,9 @@ use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{Array, AsArray, BooleanBufferBuilder, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanBufferBuilder, RecordBatch};
 use arrow::buffer::BooleanBuffer;
-use arrow::datatypes::{DataType, Field, Float32Type, Float64Type, SchemaRef};
+use arrow::datatypes::{DataType, Field, FieldRef, Float32Type, Float64Type, SchemaRef};
 use bytes::Bytes;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::error::{DataFusionError, Result};
@@ -46,12 +46,15 @@ use parquet::arrow::arrow_writer::{
     ArrowRowGroupWriterFactory, ArrowWriterOptions,
 };
 use parquet::arrow::ArrowWriter;
+use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::{ParquetMetaData, RowGroupMetaData};
 use parquet::file::properties::WriterProperties;
 use parquet::file::statistics::{Statistics, ValueStatistics};
 use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::types::ColumnDescPtr;
 use tokio::sync::mpsc;
 
+use super::dictionary_chunk::{self, DictionaryChunk};
 use crate::arrow58::{batch_from_58, RecordBatch58};
 use crate::error::IcebergResultExt;
 
@@ -152,6 +155,8 @@ struct OpenFile {
     buffer: SharedBuffer,
     sink: Box<dyn FileWrite>,
     factory: ArrowRowGroupWriterFactory,
+    /// For each leaf column, how [`DictionaryChunk`] would encode it, if it can.
+    own: Vec<Option<(ColumnDescPtr, dictionary_chunk::Codec)>>,
     group: Option<RowGroup>,
     groups: usize,
     /// Bytes handed to storage so far.
@@ -198,22 +203,65 @@ struct EncoderSize {
 
 /// The row group in progress: one encoding task per leaf column.
 struct RowGroup {
-    senders: Vec<mpsc::Sender<ArrowLeafColumn>>,
-    tasks: Vec<SpawnedTask<parquet::errors::Result<ArrowColumnChunk>>>,
+    senders: Vec<mpsc::Sender<Leaf>>,
+    tasks: Vec<SpawnedTask<Result<ColumnChunk>>>,
     sizes: Arc<[EncoderSize]>,
+    /// The leaf columns [`DictionaryChunk`] may encode (top-level byte arrays).
+    whole: Vec<bool>,
     rows: usize,
 }
 
+/// What a column encoder is handed.
+enum Leaf {
+    /// A leaf column as the parquet writer's encoder takes it.
+    Arrow(ArrowLeafColumn),
+    /// A whole top-level column that [`DictionaryChunk`] may take (when it is a dictionary).
+    Whole(FieldRef, ArrayRef),
+}
+
+/// A closed column chunk, by whichever encoder wrote it.
+enum ColumnChunk {
+    Arrow(ArrowColumnChunk),
+    Own(Bytes, ColumnCloseResult),
+}
+
 /// Encodes the leaves of one column until its channel closes, then closes the chunk (its last
-/// page flushed and compressed) in the same task, beside the other columns.
+/// page flushed and compressed) in the same task, beside the other columns. A column `own`
+/// can encode goes to it when its first array is a dictionary, and then stays with it.
 async fn encode_column(
-    mut leaves: mpsc::Receiver<ArrowLeafColumn>,
+    mut leaves: mpsc::Receiver<Leaf>,
     mut writer: ArrowColumnWriter,
+    mut own: Option<DictionaryChunk>,
     sizes: Arc<[EncoderSize]>,
     column: usize,
-) -> parquet::errors::Result<ArrowColumnChunk> {
+) -> Result<ColumnChunk> {
+    let mut arrow_used = false;
     while let Some(leaf) = leaves.recv().await {
-        writer.write(&leaf)?;
+        match leaf {
+            Leaf::Whole(field, array) => match own.as_mut() {
+                Some(chunk)
+                    if !arrow_used
+                        && (!chunk.is_empty()
+                            || dictionary_chunk::is_byte_dictionary(array.as_ref())) =>
+                {
+                    chunk.write(&array)?;
+                    sizes[column]
+                        .memory
+                        .store(chunk.memory_size(), Ordering::Relaxed);
+                    sizes[column]
+                        .encoded
+                        .store(chunk.estimated_size(), Ordering::Relaxed);
+                    continue;
+                }
+                _ => {
+                    for leaf in compute_leaves(&field, &array)? {
+                        writer.write(&leaf)?;
+                    }
+                }
+            },
+            Leaf::Arrow(leaf) => writer.write(&leaf)?,
+        }
+        arrow_used = true;
         sizes[column]
             .memory
             .store(writer.memory_size(), Ordering::Relaxed);
@@ -221,11 +269,23 @@ async fn encode_column(
             .encoded
             .store(writer.get_estimated_total_bytes(), Ordering::Relaxed);
     }
-    writer.close()
+    match own {
+        Some(chunk) if !chunk.is_empty() => {
+            let (bytes, close) = chunk.close()?;
+            Ok(ColumnChunk::Own(bytes, close))
+        }
+        _ => Ok(ColumnChunk::Arrow(writer.close()?)),
+    }
 }
 
 impl RowGroup {
-    fn start(factory: &ArrowRowGroupWriterFactory, index: usize) -> Result<Self> {
+    /// `own`: for each leaf column, how [`DictionaryChunk`] would encode it, if it can.
+    fn start(
+        factory: &ArrowRowGroupWriterFactory,
+        index: usize,
+        own: &[Option<(ColumnDescPtr, dictionary_chunk::Codec)>],
+        props: &Arc<WriterProperties>,
+    ) -> Result<Self> {
         let writers = factory.create_column_writers(index)?;
         let sizes: Arc<[EncoderSize]> = writers.iter().map(|_| EncoderSize::default()).collect();
         let mut senders = Vec::with_capacity(writers.len());
@@ -233,9 +293,15 @@ impl RowGroup {
         for (column, writer) in writers.into_iter().enumerate() {
             let (tx, rx) = mpsc::channel(QUEUED_LEAVES);
             senders.push(tx);
+            let chunk = own
+                .get(column)
+                .cloned()
+                .flatten()
+                .map(|(descr, codec)| DictionaryChunk::new(descr, Arc::clone(props), codec));
             tasks.push(SpawnedTask::spawn(encode_column(
                 rx,
                 writer,
+                chunk,
                 Arc::clone(&sizes),
                 column,
             )));
@@ -244,6 +310,7 @@ impl RowGroup {
             senders,
             tasks,
             sizes,
+            whole: own.iter().map(Option::is_some).collect(),
             rows: 0,
         })
     }
@@ -267,7 +334,15 @@ impl RowGroup {
     async fn send(&mut self, batch: &RecordBatch) -> Result<bool> {
         let mut column = 0;
         for (array, field) in batch.columns().iter().zip(batch.schema().fields()) {
-            for leaf in compute_leaves(field, array)? {
+            let leaves = match self.whole.get(column) {
+                // A top-level byte array: its encoder decides how to take it.
+                Some(true) => vec![Leaf::Whole(Arc::clone(field), Arc::clone(array))],
+                _ => compute_leaves(field, array)?
+                    .into_iter()
+                    .map(Leaf::Arrow)
+                    .collect(),
+            };
+            for leaf in leaves {
                 let Some(sender) = self.senders.get(column) else {
                     return Err(DataFusionError::Internal(
                         "parquet writer: more leaf columns than encoders".into(),
@@ -285,7 +360,7 @@ impl RowGroup {
 
     /// Ends every encoder's input and takes the chunks they close (all at once), in column
     /// order.
-    async fn finish(self) -> Result<Vec<ArrowColumnChunk>> {
+    async fn finish(self) -> Result<Vec<ColumnChunk>> {
         drop(self.senders);
         let mut chunks = Vec::with_capacity(self.tasks.len());
         for task in self.tasks {
@@ -309,12 +384,22 @@ impl OpenFile {
             options,
         )?;
         let (file, factory) = writer.into_serialized_writer()?;
+        let own = file
+            .schema_descr()
+            .columns()
+            .iter()
+            .map(|descr| {
+                dictionary_chunk::supported(descr, &settings.props)
+                    .map(|codec| (Arc::clone(descr), codec))
+            })
+            .collect();
         let sink = output.writer().await.df()?;
         Ok(Self {
             file,
             buffer,
             sink,
             factory,
+            own,
             group: None,
             groups: 0,
             flushed: 0,
@@ -333,7 +418,10 @@ impl OpenFile {
         let chunks = group.finish().await?;
         let mut row_group = self.file.next_row_group()?;
         for chunk in chunks {
-            chunk.append_to_row_group(&mut row_group)?;
+            match chunk {
+                ColumnChunk::Arrow(chunk) => chunk.append_to_row_group(&mut row_group)?,
+                ColumnChunk::Own(bytes, close) => row_group.append_column(&bytes, close)?,
+            }
         }
         row_group.close()?;
         self.groups += 1;
@@ -364,7 +452,12 @@ impl ParquetFileWriter {
         };
         while batch.num_rows() > 0 {
             if open.group.is_none() {
-                open.group = Some(RowGroup::start(&open.factory, open.groups)?);
+                open.group = Some(RowGroup::start(
+                    &open.factory,
+                    open.groups,
+                    &open.own,
+                    &settings.props,
+                )?);
             }
             let Some(group) = open.group.as_mut() else {
                 return Err(DataFusionError::Internal("no row group in progress".into()));
@@ -790,14 +883,17 @@ fn is_float(ty: &PrimitiveType) -> bool {
 mod tests {
     use super::*;
     use arrow::array::{
-        Float32Array, Float64Array, Int64Array, ListArray, StringArray, StructArray,
+        DictionaryArray, Float32Array, Float64Array, Int64Array, ListArray, StringArray,
+        StructArray,
     };
     use arrow::buffer::{NullBuffer, OffsetBuffer};
     use arrow::compute::concat_batches;
+    use arrow::datatypes::Int32Type;
     use datafusion::execution::memory_pool::GreedyMemoryPool;
     use iceberg::io::FileIO;
     use iceberg::spec::{ListType, NestedField, StructType};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::file::metadata::ColumnChunkMetaData;
     use parquet::file::properties::EnabledStatistics;
 
     fn schema() -> Arc<IcebergSchema> {
@@ -1068,5 +1164,289 @@ mod tests {
         let groups = file.split_offsets().map(|s| s.len()).unwrap_or(0);
         assert!(groups > 1, "{groups} row groups");
         assert_eq!(pool.reserved(), 0);
+    }
+
+    /// Writes `batches` through a writer of `schema` with `props` and returns the file's
+    /// description, its footer with page indexes, and its rows.
+    async fn write_file(
+        schema: Arc<IcebergSchema>,
+        props: WriterProperties,
+        batches: &[RecordBatch],
+    ) -> (iceberg::spec::DataFile, Arc<ParquetMetaData>, RecordBatch) {
+        let arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema).unwrap());
+        let builder = ParquetFileWriterBuilder::new(props, schema, arrow, None, 1 << 30);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.parquet");
+        let io = FileIO::new_with_fs();
+        let mut writer = builder
+            .build(io.new_output(path.to_str().unwrap()).unwrap())
+            .await
+            .unwrap();
+        for b in batches {
+            writer.write_batch(b.clone()).await.unwrap();
+        }
+        let mut built = writer.finish().await.unwrap();
+        let file = built.remove(0).partition_spec_id(0).build().unwrap();
+        let options = parquet::arrow::arrow_reader::ArrowReaderOptions::new()
+            .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Required);
+        let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(
+            std::fs::File::open(&path).unwrap(),
+            options,
+        )
+        .unwrap();
+        let footer = Arc::clone(reader.metadata());
+        let read: Vec<RecordBatch> = reader.build().unwrap().map(|b| b.unwrap()).collect();
+        let read = concat_batches(&read[0].schema(), &read).unwrap();
+        (file, footer, read)
+    }
+
+    fn strings_schema() -> Arc<IcebergSchema> {
+        let string = || Type::Primitive(PrimitiveType::String);
+        Arc::new(
+            IcebergSchema::builder()
+                .with_fields([
+                    NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                    NestedField::optional(2, "name", string()).into(),
+                    NestedField::required(3, "code", string()).into(),
+                ])
+                .build()
+                .unwrap(),
+        )
+    }
+
+    /// Batches of `rows` rows: `name` and `code` as dictionaries, each dictionary shared by
+    /// `per_dictionary` batches (as a parquet reader hands out a column chunk), with unused
+    /// and repeated entries, null keys and a null entry; `plain` gives the same rows with
+    /// plain strings.
+    fn dictionary_batches(
+        count: usize,
+        rows: usize,
+        per_dictionary: usize,
+        distinct: usize,
+    ) -> (Vec<RecordBatch>, Vec<RecordBatch>) {
+        use arrow::array::{Int32Array, StringArray};
+        let schema = strings_schema();
+        let plain_arrow = Arc::new(crate::arrow58::iceberg_to_arrow(&schema).unwrap());
+        let dict_type = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let dict_arrow = Arc::new(arrow::datatypes::Schema::new(
+            plain_arrow
+                .fields()
+                .iter()
+                .map(|f| match f.data_type() {
+                    DataType::Utf8 => f.as_ref().clone().with_data_type(dict_type.clone()),
+                    _ => f.as_ref().clone(),
+                })
+                .collect::<Vec<_>>(),
+        ));
+        let mut dicts = Vec::new();
+        let mut plains = Vec::new();
+        let mut values: Option<(ArrayRef, ArrayRef)> = None;
+        for b in 0..count {
+            if b % per_dictionary == 0 {
+                // Each chunk's dictionary: distinct values in a shuffled order, some of them
+                // shared with the previous dictionary; entry 0 of `name`'s is null.
+                let base = b / per_dictionary * distinct / 2;
+                let names = StringArray::from_iter((0..distinct).map(|i| {
+                    (i != 0).then(|| format!("name-{:05}", (base + i * 7919 % distinct) * 3))
+                }));
+                let codes = StringArray::from_iter_values(
+                    (0..distinct).map(|i| format!("c{}", (base + distinct - i) % 97)),
+                );
+                values = Some((Arc::new(names), Arc::new(codes)));
+            }
+            let (names, codes) = values.clone().unwrap();
+            let start = (b * rows) as i64;
+            let ids = Int64Array::from_iter_values(start..start + rows as i64);
+            let name_keys = Int32Array::from_iter((0..rows).map(|r| {
+                let k = (r * 31 + b * 7) % distinct;
+                (r % 11 != 3).then_some(k as i32)
+            }));
+            let code_keys =
+                Int32Array::from_iter_values((0..rows).map(|r| ((r * 13 + b) % distinct) as i32));
+            let name: ArrayRef =
+                Arc::new(DictionaryArray::<Int32Type>::try_new(name_keys, names).unwrap());
+            let code: ArrayRef =
+                Arc::new(DictionaryArray::<Int32Type>::try_new(code_keys, codes).unwrap());
+            let ids: ArrayRef = Arc::new(ids);
+            let dict = RecordBatch::try_new(
+                Arc::clone(&dict_arrow),
+                vec![Arc::clone(&ids), Arc::clone(&name), Arc::clone(&code)],
+            )
+            .unwrap();
+            let plain = RecordBatch::try_new(
+                Arc::clone(&plain_arrow),
+                vec![
+                    ids,
+                    arrow::compute::cast(&name, &DataType::Utf8).unwrap(),
+                    arrow::compute::cast(&code, &DataType::Utf8).unwrap(),
+                ],
+            )
+            .unwrap();
+            dicts.push(dict);
+            plains.push(plain);
+        }
+        (dicts, plains)
+    }
+
+    /// Every page of every chunk of `column` in `footer`: its column index bounds hold the
+    /// lowest and highest value of its rows in `values` (exactly, or as valid truncations), and
+    /// its null count theirs.
+    fn check_page_bounds(footer: &ParquetMetaData, column: usize, values: &StringArray) {
+        use parquet::file::page_index::column_index::ColumnIndexMetaData;
+        let (Some(indexes), Some(offsets)) = (footer.column_index(), footer.offset_index()) else {
+            panic!("no page index");
+        };
+        let mut first_row = 0usize;
+        for (g, group) in footer.row_groups().iter().enumerate() {
+            let ColumnIndexMetaData::BYTE_ARRAY(index) = &indexes[g][column] else {
+                panic!("no byte array column index: {:?}", indexes[g][column]);
+            };
+            let pages = &offsets[g][column].page_locations;
+            assert!(!pages.is_empty());
+            for (p, page) in pages.iter().enumerate() {
+                let start = first_row + page.first_row_index as usize;
+                let end = match pages.get(p + 1) {
+                    Some(next) => first_row + next.first_row_index as usize,
+                    None => first_row + group.num_rows() as usize,
+                };
+                let rows = values.slice(start, end - start);
+                let present: Vec<&str> = rows.iter().flatten().collect();
+                assert_eq!(
+                    index.null_count(p),
+                    Some((rows.len() - present.len()) as i64)
+                );
+                match (present.iter().min(), present.iter().max()) {
+                    (Some(min), Some(max)) => {
+                        let low = index.min_value(p).unwrap();
+                        let high = index.max_value(p).unwrap();
+                        assert!(low <= min.as_bytes() && min.as_bytes().starts_with(low));
+                        assert!(high >= max.as_bytes(), "page {p}");
+                        if max.len() <= 64 {
+                            assert_eq!(high, max.as_bytes());
+                            assert_eq!(low, min.as_bytes());
+                        }
+                    }
+                    _ => assert!(index.is_null_page(p)),
+                }
+            }
+            first_row += group.num_rows() as usize;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dictionary_columns_write_what_the_parquet_writer_would() {
+        use parquet::basic::Compression;
+        use parquet::file::properties::WriterVersion;
+        let (dicts, plains) = dictionary_batches(12, 3_000, 4, 600);
+        let all = concat_batches(&plains[0].schema(), &plains).unwrap();
+        for (compression, dictionary_limit, page_rows) in [
+            (Compression::ZSTD(Default::default()), 1 << 20, 2_000),
+            (Compression::SNAPPY, 1 << 20, 20_000),
+            (Compression::UNCOMPRESSED, 1 << 20, 20_000),
+            // The dictionary outgrows its page: the rest of each chunk goes plain.
+            (Compression::ZSTD(Default::default()), 3_000, 2_000),
+        ] {
+            let props = || {
+                WriterProperties::builder()
+                    .set_compression(compression)
+                    .set_max_row_group_row_count(Some(20_000))
+                    .set_data_page_row_count_limit(page_rows)
+                    .set_dictionary_page_size_limit(dictionary_limit)
+                    .set_statistics_truncate_length(Some(8))
+                    .set_writer_version(WriterVersion::PARQUET_1_0)
+                    .build()
+            };
+            let before = dictionary_chunk::CLOSED.load(Ordering::Relaxed);
+            let (ours, our_footer, our_rows) = write_file(strings_schema(), props(), &dicts).await;
+            // Two string columns in each of two row groups.
+            assert!(dictionary_chunk::CLOSED.load(Ordering::Relaxed) - before >= 4);
+            let (theirs, their_footer, their_rows) =
+                write_file(strings_schema(), props(), &plains).await;
+
+            // The same rows, the same metrics.
+            for (x, y) in all.columns().iter().zip(our_rows.columns()) {
+                assert_eq!(x.to_data(), y.to_data());
+            }
+            assert_eq!(our_rows.num_rows(), their_rows.num_rows());
+            assert_eq!(ours.value_counts(), theirs.value_counts());
+            assert_eq!(ours.null_value_counts(), theirs.null_value_counts());
+            assert_eq!(ours.lower_bounds(), theirs.lower_bounds());
+            assert_eq!(ours.upper_bounds(), theirs.upper_bounds());
+
+            // The same chunk statistics (truncated alike) and encodings as the parquet writer's.
+            assert_eq!(our_footer.num_row_groups(), their_footer.num_row_groups());
+            for (a, b) in our_footer
+                .row_groups()
+                .iter()
+                .zip(their_footer.row_groups())
+            {
+                assert_eq!(a.num_rows(), b.num_rows());
+                for c in 1..3 {
+                    let (a, b) = (a.column(c), b.column(c));
+                    assert_eq!(a.statistics(), b.statistics(), "column {c}");
+                    assert_eq!(a.num_values(), b.num_values());
+                    assert_eq!(a.compression(), b.compression());
+                    assert!(a.dictionary_page_offset().is_some());
+                    assert_eq!(
+                        a.unencoded_byte_array_data_bytes(),
+                        b.unencoded_byte_array_data_bytes()
+                    );
+                    let plain = |m: &ColumnChunkMetaData| {
+                        let data_pages = m.page_encoding_stats_mask().unwrap();
+                        assert!(data_pages.is_set(parquet::basic::Encoding::RLE_DICTIONARY));
+                        data_pages.is_set(parquet::basic::Encoding::PLAIN)
+                    };
+                    // `name` has 600 values of 15 bytes a chunk, `code` 97 short ones.
+                    let overflows = c == 1 && dictionary_limit < (1 << 20);
+                    assert_eq!(plain(a), overflows, "column {c}");
+                    assert_eq!(plain(a), plain(b), "column {c}");
+                }
+            }
+            // Page bounds against the rows of each page.
+            for (c, column) in [(1, all.column(1)), (2, all.column(2))] {
+                check_page_bounds(&our_footer, c, column.as_string::<i32>());
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_chunk_begun_plain_stays_with_the_parquet_writer() {
+        // Plain strings first, then dictionaries, then plain again, in one row group: each
+        // chunk keeps the encoder it began with, and the rows come back as written.
+        let (dicts, plains) = dictionary_batches(6, 1_000, 2, 300);
+        let mixed: Vec<RecordBatch> = (0..6)
+            .map(|i| match i % 3 {
+                1 => dicts[i].clone(),
+                _ => plains[i].clone(),
+            })
+            .collect();
+        let all = concat_batches(&plains[0].schema(), &plains).unwrap();
+        let (_, footer, rows) = write_file(
+            strings_schema(),
+            WriterProperties::builder().build(),
+            &mixed,
+        )
+        .await;
+        for (x, y) in all.columns().iter().zip(rows.columns()) {
+            assert_eq!(x.to_data(), y.to_data());
+        }
+        check_page_bounds(&footer, 1, all.column(1).as_string::<i32>());
+        // Dictionaries first, then plain strings: the dictionary encoder takes the plain ones.
+        let mixed: Vec<RecordBatch> = (0..6)
+            .map(|i| match i % 2 {
+                0 => dicts[i].clone(),
+                _ => plains[i].clone(),
+            })
+            .collect();
+        let (_, footer, rows) = write_file(
+            strings_schema(),
+            WriterProperties::builder().build(),
+            &mixed,
+        )
+        .await;
+        for (x, y) in all.columns().iter().zip(rows.columns()) {
+            assert_eq!(x.to_data(), y.to_data());
+        }
+        check_page_bounds(&footer, 2, all.column(2).as_string::<i32>());
     }
 }
