@@ -54,7 +54,7 @@ use crate::location::LocationMap;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::{
-    arrow_schema, plan_statement_scan, with_plain_strings, ScanRequest,
+    arrow_schema, plan_statement_scan, with_dictionaries, with_plain_strings, ScanRequest,
 };
 use crate::physical_plan::write::{
     decode_data_files, plain_columns_of, sort_requirement, DataFileWriterExec, WrittenFiles,
@@ -718,9 +718,24 @@ impl GroupRewriter {
         let metadata = self.table.metadata();
         let lineage = lineage::has_row_lineage(metadata);
         let read_schema = lineage::rows_schema(metadata)?;
-        // Strings decoded as the writer encodes them (no views to cast).
-        let schema = with_plain_strings(&arrow_schema(&read_schema)?);
         let locations = LocationMap::default();
+        // How the files' columns fared with dictionaries: those that overflowed are written
+        // plain, those that held are read as the files' dictionaries.
+        let dictionaries = plain_columns_of(
+            &self.state.task_ctx(),
+            self.store.object_stores(),
+            &locations,
+            metadata.location(),
+            &group.files,
+        )
+        .await?;
+        // Strings decoded as the writer encodes them: no views to cast, and the columns whose
+        // dictionaries held as dictionaries (see `dictionary_columns`).
+        let schema = with_dictionaries(
+            &with_plain_strings(&arrow_schema(&read_schema)?),
+            &read_schema,
+            &self.dictionary_columns(&dictionaries.kept),
+        );
         let req = ScanRequest {
             table: &self.table,
             read_schema: &read_schema,
@@ -748,22 +763,37 @@ impl GroupRewriter {
             counts,
         )?);
         let sort = sort_of(&self.table, &self.strategy, &rows.schema(), self.zorder)?;
-        // Columns whose dictionaries overflowed in the files read are written plain.
-        let plain = plain_columns_of(
-            &self.state.task_ctx(),
-            self.store.object_stores(),
-            &locations,
-            metadata.location(),
-            &group.files,
-        )
-        .await?;
         // One writer per group: its files fill up to the target size.
         let writer = DataFileWriterExec::try_new(rows, self.table.clone(), sort, written)?
             .with_row_lineage(lineage)?
             .with_target_file_size(self.target_file_size as usize)
-            .with_plain_columns(plain)
+            .with_plain_columns(dictionaries.plain)
             .with_single_writer();
         optimized(&self.state, Arc::new(writer))
+    }
+
+    /// Of the columns (field ids) whose dictionaries held in the files, those a bin-pack reads
+    /// as dictionaries: any but the partition sources (the writer computes partition values
+    /// from them) and equality-delete keys (looked up by value). A sort reads values.
+    fn dictionary_columns(&self, kept: &[i32]) -> Vec<i32> {
+        if !matches!(self.strategy, RewriteStrategy::BinPack) {
+            return vec![];
+        }
+        let metadata = self.table.metadata();
+        let sources: Vec<i32> = metadata
+            .partition_specs_iter()
+            .flat_map(|spec| spec.fields().iter().map(|f| f.source_id))
+            .collect();
+        kept.iter()
+            .copied()
+            .filter(|id| !sources.contains(id))
+            .filter(|id| {
+                !self
+                    .equality_deletes
+                    .iter()
+                    .any(|d| d.equality_ids.contains(id))
+            })
+            .collect()
     }
 
     /// Rewrites one group: the files it wrote and the rows they hold.
@@ -853,5 +883,84 @@ mod tests {
         assert!(err("c").contains("no column 'c'"));
         assert!(err("a SIDEWAYS").contains("cannot read 'a SIDEWAYS'"));
         assert!(err("a,").contains("empty item"));
+    }
+
+    /// A bin-pack reads the string columns whose dictionaries held as dictionaries and writes
+    /// them from the dictionaries (not the partition source, read as values): the rows and
+    /// nulls come out as they went in.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bin_packing_carries_string_dictionaries_through() {
+        use crate::physical_plan::write::chunks_closed;
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::IcebergSession::open(crate::WarehouseConfig::local(dir.path()))
+            .await
+            .unwrap();
+        let run = |q: String| {
+            let s = s.clone();
+            async move { s.sql(&q).await?.collect().await }
+        };
+        run("CREATE SCHEMA ns".into()).await.unwrap();
+        run(
+            "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, dict_probe_v VARCHAR, \
+             dict_probe_k VARCHAR NOT NULL, dict_probe_p VARCHAR NOT NULL) STORED AS ICEBERG \
+             LOCATION '' PARTITIONED BY (dict_probe_p) \
+             OPTIONS ('write.delete.mode' 'merge-on-read')"
+                .into(),
+        )
+        .await
+        .unwrap();
+        for i in 0..4 {
+            run(format!(
+                "INSERT INTO ns.t SELECT value, CASE WHEN value % 9 = 0 THEN NULL ELSE \
+                 'v-' || CAST((value * 7) % 50 AS VARCHAR) END, 'k' || CAST(value % 7 AS VARCHAR), \
+                 'p' || CAST(value % 2 AS VARCHAR) FROM generate_series({}, {})",
+                i * 5000,
+                i * 5000 + 4999
+            ))
+            .await
+            .unwrap();
+        }
+        run("DELETE FROM ns.t WHERE id % 10 = 3".into())
+            .await
+            .unwrap();
+        let query = "SELECT id, dict_probe_v, dict_probe_k, dict_probe_p FROM ns.t ORDER BY id";
+        let before = run(query.into()).await.unwrap();
+        let closed = |c: &str| chunks_closed(&format!("dict_probe_{c}"));
+        let (v, k, p) = (closed("v"), closed("k"), closed("p"));
+        let result = run(
+            "CALL system.rewrite_data_files(table => 'ns.t', options => \
+                          map('rewrite-all', 'true'))"
+                .into(),
+        )
+        .await
+        .unwrap();
+        let rewritten = result[0]
+            .column_by_name("rewritten_data_files_count")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow::array::Int32Array>()
+            .map(|a| a.value(0) as i64)
+            .or_else(|| {
+                result[0]
+                    .column_by_name("rewritten_data_files_count")
+                    .unwrap()
+                    .as_any()
+                    .downcast_ref::<arrow::array::Int64Array>()
+                    .map(|a| a.value(0))
+            })
+            .unwrap();
+        assert_eq!(rewritten, 8);
+        // One file per partition, each with the two columns' chunks from the dictionary
+        // encoder; the partition source is read as values.
+        assert!(closed("v") >= v + 2, "{v} -> {}", closed("v"));
+        assert!(closed("k") >= k + 2, "{k} -> {}", closed("k"));
+        assert_eq!(closed("p"), p);
+        let after = run(query.into()).await.unwrap();
+        let text = |b: &[arrow::array::RecordBatch]| {
+            arrow::util::pretty::pretty_format_batches(b)
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(text(&before), text(&after));
     }
 }

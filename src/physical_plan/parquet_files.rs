@@ -144,6 +144,8 @@ pub(crate) struct RecordedSizeReaderFactory {
     registered: std::sync::atomic::AtomicBool,
     /// Whether footers are read with their page indexes (see [`parquet_exec`]).
     page_index: bool,
+    /// Top-level string and binary columns (field ids) decoded as dictionaries.
+    dictionaries: Arc<[i32]>,
 }
 
 impl RecordedSizeReaderFactory {
@@ -161,7 +163,15 @@ impl RecordedSizeReaderFactory {
             counts,
             registered: std::sync::atomic::AtomicBool::new(false),
             page_index: false,
+            dictionaries: Arc::new([]),
         }
+    }
+
+    /// Readers that decode the top-level string and binary columns of these field ids as
+    /// dictionaries (see [`with_dictionaries`]).
+    pub(crate) fn with_dictionaries(mut self, field_ids: Arc<[i32]>) -> Self {
+        self.dictionaries = field_ids;
+        self
     }
 
     /// Readers that load each footer with its page indexes, from the same read when they fit
@@ -346,6 +356,7 @@ impl ParquetFileReaderFactory for RecordedSizeReaderFactory {
             cache: Arc::clone(&self.cache),
             file: partitioned_file,
             page_index: self.page_index,
+            dictionaries: Arc::clone(&self.dictionaries),
         }))
     }
 }
@@ -357,6 +368,7 @@ struct RecordedSizeReader {
     cache: Arc<FileMetadataCache>,
     file: PartitionedFile,
     page_index: bool,
+    dictionaries: Arc<[i32]>,
 }
 
 impl AsyncFileReader for RecordedSizeReader {
@@ -387,23 +399,100 @@ impl AsyncFileReader for RecordedSizeReader {
                 .inner
                 .get_metadata(with_index.as_ref().or(options))
                 .await;
-            let Err(e) = first else {
-                return first;
+            let footer = match first {
+                Ok(footer) => footer,
+                Err(e) => {
+                    let retry = footer_by_real_size(
+                        self.store.as_ref(),
+                        &self.file.object_meta,
+                        Some(Arc::clone(&self.cache)),
+                        Some(&self.file),
+                    );
+                    match retry.await {
+                        Ok(Some((footer, _))) => footer,
+                        Ok(None) => return Err(e),
+                        Err(retry) => {
+                            return Err(parquet::errors::ParquetError::External(Box::new(retry)))
+                        }
+                    }
+                }
             };
-            let retry = footer_by_real_size(
-                self.store.as_ref(),
-                &self.file.object_meta,
-                Some(Arc::clone(&self.cache)),
-                Some(&self.file),
-            );
-            match retry.await {
-                Ok(Some((footer, _))) => Ok(footer),
-                Ok(None) => Err(e),
-                Err(retry) => Err(parquet::errors::ParquetError::External(Box::new(retry))),
-            }
+            with_dictionaries(footer, &self.dictionaries)
         }
         .boxed()
     }
+}
+
+/// `footer` as the parquet reader should see it to decode the top-level string and binary
+/// columns of `field_ids` as dictionaries: its embedded Arrow schema (`ARROW:schema`, which the
+/// reader takes as the types to decode into) says so for those columns. Each column chunk then
+/// comes out as keys into its own dictionary page, one dictionary shared by every batch of the
+/// chunk, instead of every value copied out. The cached footer is left as it is: only this
+/// scan reads the hint.
+fn with_dictionaries(
+    footer: Arc<ParquetMetaData>,
+    field_ids: &[i32],
+) -> parquet::errors::Result<Arc<ParquetMetaData>> {
+    use arrow::datatypes::{DataType, Schema};
+    use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaDataBuilder};
+    if field_ids.is_empty() {
+        return Ok(footer);
+    }
+    let file = footer.file_metadata();
+    let schema =
+        parquet::arrow::parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())?;
+    let mut changed = false;
+    let fields: Vec<arrow::datatypes::FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let id = f
+                .metadata()
+                .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+                .and_then(|id| id.parse::<i32>().ok());
+            let value = match f.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+                DataType::Binary | DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+                _ => return Arc::clone(f),
+            };
+            if !id.is_some_and(|id| field_ids.contains(&id)) {
+                return Arc::clone(f);
+            }
+            changed = true;
+            let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(value));
+            Arc::new(f.as_ref().clone().with_data_type(dictionary))
+        })
+        .collect();
+    if !changed {
+        return Ok(footer);
+    }
+    let hint = Schema::new_with_metadata(fields, schema.metadata().clone());
+    let mut metadata: Vec<KeyValue> = file
+        .key_value_metadata()
+        .into_iter()
+        .flatten()
+        .filter(|kv| kv.key != parquet::arrow::ARROW_SCHEMA_META_KEY)
+        .cloned()
+        .collect();
+    metadata.push(KeyValue::new(
+        parquet::arrow::ARROW_SCHEMA_META_KEY.to_string(),
+        parquet::arrow::encode_arrow_schema(&hint),
+    ));
+    let file = FileMetaData::new(
+        file.version(),
+        file.num_rows(),
+        file.created_by().map(str::to_string),
+        Some(metadata),
+        file.schema_descr_ptr(),
+        file.column_orders().cloned(),
+    );
+    Ok(Arc::new(
+        ParquetMetaDataBuilder::new(file)
+            .set_row_groups(footer.row_groups().to_vec())
+            .set_column_index(footer.column_index().cloned())
+            .set_offset_index(footer.offset_index().cloned())
+            .build(),
+    ))
 }
 
 /// `source` reading through [`RecordedSizeReaderFactory`] over the store of `url`.
@@ -437,6 +526,17 @@ pub(crate) fn parquet_exec(
     config: FileScanConfig,
     filtered: bool,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    parquet_exec_with_dictionaries(state, config, filtered, Arc::new([]))
+}
+
+/// [`parquet_exec`], decoding the top-level string and binary columns of `dictionaries` (field
+/// ids), which the scan's schema gives as dictionaries, as the files' own dictionaries.
+pub(crate) fn parquet_exec_with_dictionaries(
+    state: &dyn Session,
+    config: FileScanConfig,
+    filtered: bool,
+    dictionaries: Arc<[i32]>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     let source = config
         .file_source()
         .downcast_ref::<ParquetSource>()
@@ -449,12 +549,12 @@ pub(crate) fn parquet_exec(
     if let Some(hint) = hint {
         source = source.with_metadata_size_hint(hint);
     }
-    let source = with_recorded_size_reader_indexed(
-        source,
-        state.runtime_env(),
-        &config.object_store_url,
-        page_index,
-    )?;
+    let store = state.runtime_env().object_store(&config.object_store_url)?;
+    let cache = state.runtime_env().cache_manager.get_file_metadata_cache();
+    let factory = RecordedSizeReaderFactory::new(store, cache)
+        .with_page_index(page_index)
+        .with_dictionaries(dictionaries);
+    let source = source.with_parquet_file_reader_factory(Arc::new(factory));
     let config = FileScanConfigBuilder::from(config)
         .with_source(Arc::new(source))
         .build();

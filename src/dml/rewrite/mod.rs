@@ -482,7 +482,8 @@ impl DmlJob {
             self.table.metadata().location(),
             &scan_files.files,
         )
-        .await?;
+        .await?
+        .plain;
         // Distributed, each task sorts and writes its own rows: the change's counts reach the
         // writer in the same task, and no task's rows all go to one process.
         let plan: Arc<dyn ExecutionPlan> = Arc::new(

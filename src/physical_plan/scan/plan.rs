@@ -40,7 +40,7 @@ use crate::location::{file_at, LocationMap};
 use crate::physical_plan::equality_delete::{
     EqualityDeleteColumns, EqualityDeleteExec, FileGate, GLOBAL_SCOPE, NO_SCOPE,
 };
-use crate::physical_plan::parquet_files::parquet_exec;
+use crate::physical_plan::parquet_files::{parquet_exec, parquet_exec_with_dictionaries};
 use crate::physical_plan::positional_delete::{
     FileDeletes, PositionDeleteFile, PositionalDeleteExec,
 };
@@ -263,7 +263,17 @@ pub(crate) async fn plan_scan(
             // Deletes remove rows after the read: a limit cannot go to the reader then.
             .with_limit(req.limit.filter(|_| !has_deletes))
             .build();
-    let mut plan = parquet_exec(state, config, req.filtered)?;
+    // Columns the scan gives as dictionaries are decoded as the files' own (see
+    // [`with_dictionaries`]).
+    let dictionaries: Arc<[i32]> = req
+        .schema
+        .fields()
+        .iter()
+        .zip(req.read_schema.as_struct().fields())
+        .filter(|(f, _)| matches!(f.data_type(), DataType::Dictionary(..)))
+        .map(|(_, field)| field.id)
+        .collect();
+    let mut plan = parquet_exec_with_dictionaries(state, config, req.filtered, dictionaries)?;
     if !has_deletes && hidden_columns == 0 && !positions {
         return Ok(plan);
     }
@@ -571,6 +581,45 @@ pub(crate) fn with_plain_strings(schema: &SchemaRef) -> SchemaRef {
             DataType::Utf8View => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8)),
             _ => Arc::clone(f),
         })
+        .collect();
+    Arc::new(arrow::datatypes::Schema::new_with_metadata(
+        fields,
+        schema.metadata().clone(),
+    ))
+}
+
+/// `schema` (the Arrow form of `read_schema`) with the top-level strings and binaries of
+/// `field_ids` as dictionaries: a scan whose rows a writer copies into new files reads those
+/// columns as the files' dictionaries, and the writer encodes them from the dictionaries (see
+/// `write::dictionary_chunk`), instead of every value copied out and hashed back in.
+pub(crate) fn with_dictionaries(
+    schema: &SchemaRef,
+    read_schema: &iceberg::spec::Schema,
+    field_ids: &[i32],
+) -> SchemaRef {
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .zip(read_schema.as_struct().fields())
+        .map(|(f, field)| {
+            let value = match f.data_type() {
+                DataType::Utf8 | DataType::Utf8View => DataType::Utf8,
+                DataType::Binary | DataType::BinaryView => DataType::Binary,
+                _ => return Arc::clone(f),
+            };
+            if !field_ids.contains(&field.id) {
+                return Arc::clone(f);
+            }
+            let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(value));
+            Arc::new(f.as_ref().clone().with_data_type(dictionary))
+        })
+        .chain(
+            schema
+                .fields()
+                .iter()
+                .skip(read_schema.as_struct().fields().len())
+                .cloned(),
+        )
         .collect();
     Arc::new(arrow::datatypes::Schema::new_with_metadata(
         fields,

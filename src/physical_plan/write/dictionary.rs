@@ -76,6 +76,18 @@ impl DictionaryUse {
         }
     }
 
+    /// The field ids of the columns whose dictionaries held in most of the rows counted.
+    fn kept_field_ids(&self) -> Vec<i32> {
+        let mut ids: Vec<i32> = self
+            .kept
+            .iter()
+            .filter(|(id, rows)| **rows > self.plain.get(id).copied().unwrap_or(0))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
     /// The field ids of the columns to write plain: plain in most of the rows counted.
     fn plain_field_ids(&self) -> Vec<i32> {
         let mut ids: Vec<i32> = self
@@ -100,15 +112,25 @@ fn overflowed(chunk: &ColumnChunkMetaData) -> Option<bool> {
     )
 }
 
-/// The top-level columns (field ids) to write plain when rewriting the data files `files` of the
-/// table at `table_location` (see [`plain_columns`]).
+/// How the top-level columns of the files a rewrite reads fared with dictionary encoding, by
+/// field id.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct ColumnDictionaries {
+    /// Columns to write plain: their dictionaries overflowed in most of the rows.
+    pub plain: Vec<i32>,
+    /// Columns whose dictionaries held in most of the rows: worth reading as dictionaries.
+    pub kept: Vec<i32>,
+}
+
+/// How the top-level columns of the data files `files` of the table at `table_location` fared
+/// with dictionary encoding (see [`plain_columns`]).
 pub(crate) async fn plain_columns_of(
     context: &TaskContext,
     stores: &ObjectStores,
     locations: &LocationMap,
     table_location: &str,
     files: &[PlannedFile],
-) -> Result<Vec<i32>> {
+) -> Result<ColumnDictionaries> {
     let url = locations.store_url(table_location)?;
     let store = stores.store(&url)?;
     let inputs = files
@@ -128,7 +150,7 @@ async fn plain_columns(
     context: &TaskContext,
     store: &Arc<dyn ObjectStore>,
     mut files: Vec<ObjectMeta>,
-) -> Result<Vec<i32>> {
+) -> Result<ColumnDictionaries> {
     files.sort_by_key(|f| std::cmp::Reverse(f.size));
     files.truncate(SAMPLED_FILES);
     let cache = context
@@ -157,7 +179,10 @@ async fn plain_columns(
     for footer in &footers {
         uses.add(footer);
     }
-    Ok(uses.plain_field_ids())
+    Ok(ColumnDictionaries {
+        plain: uses.plain_field_ids(),
+        kept: uses.kept_field_ids(),
+    })
 }
 
 #[cfg(test)]
@@ -212,7 +237,24 @@ mod tests {
         for f in files {
             uses.add(f);
         }
+        // A column is kept or plain, never both.
+        let kept = uses.kept_field_ids();
+        assert!(kept.iter().all(|id| !uses.plain_field_ids().contains(id)));
         uses.plain_field_ids()
+    }
+
+    #[test]
+    fn held_dictionaries_are_kept() {
+        let mut uses = DictionaryUse::default();
+        uses.add(&footer(30_000, false, true));
+        // The parts held their dictionary; the ids did not.
+        assert_eq!(uses.kept_field_ids(), [2]);
+        let mut uses = DictionaryUse::default();
+        uses.add(&footer(40, false, true));
+        assert_eq!(uses.kept_field_ids(), [1, 2]);
+        let mut uses = DictionaryUse::default();
+        uses.add(&footer(30_000, false, false));
+        assert_eq!(uses.kept_field_ids(), Vec::<i32>::new());
     }
 
     #[test]

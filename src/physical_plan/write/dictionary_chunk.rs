@@ -520,7 +520,9 @@ impl DictionaryChunk {
     pub(super) fn close(mut self) -> Result<(Bytes, ColumnCloseResult)> {
         self.flush_page()?;
         #[cfg(test)]
-        CLOSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut closed) = CLOSED.lock() {
+            closed.push(self.descr.path().string());
+        }
         let mut sink = TrackedWrite::new(Vec::with_capacity(
             self.pages_bytes + self.dictionary.len() + 64 * (self.pages.len() + 1),
         ));
@@ -646,9 +648,19 @@ impl DictionaryChunk {
     }
 }
 
-/// Chunks this encoder closed (tests tell by it which encoder wrote a chunk).
+/// The columns of the chunks this encoder closed (tests tell by it which encoder wrote a
+/// chunk).
 #[cfg(test)]
-pub(super) static CLOSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static CLOSED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// How many chunks of columns named `column` this encoder closed so far.
+#[cfg(test)]
+pub(crate) fn chunks_closed(column: &str) -> usize {
+    CLOSED
+        .lock()
+        .map(|c| c.iter().filter(|p| *p == column).count())
+        .unwrap_or(0)
+}
 
 /// The rank of each of a dictionary's `len` values in bytes order (equal values, equal ranks
 /// are not needed: any order among them picks an equal value).

@@ -19,6 +19,8 @@ pub use delete_files::{
 };
 pub use deletion_vectors::{write_deletion_vectors, DeletionVector};
 pub(crate) use dictionary::plain_columns_of;
+#[cfg(test)]
+pub(crate) use dictionary_chunk::chunks_closed;
 pub(crate) use exec::WriterTally;
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;

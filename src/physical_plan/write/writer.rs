@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int32Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::MemoryPool;
 use datafusion::physical_plan::metrics::Count;
@@ -488,6 +488,8 @@ fn writers_of(
 pub(super) struct WriteSchema {
     arrow: SchemaRef,
     arrow58: SchemaRef58,
+    /// The layout with the dictionary columns of the last batch that had some, both versions.
+    dictionaries: std::sync::Mutex<Option<(SchemaRef, SchemaRef58)>>,
 }
 
 impl WriteSchema {
@@ -495,16 +497,44 @@ impl WriteSchema {
     pub(super) fn of(schema: &iceberg::spec::Schema) -> Result<Self> {
         let arrow58 = Arc::new(schema_to_arrow_schema(schema).df()?);
         let arrow = Arc::new(schema_from_58(&arrow58)?);
-        Ok(Self { arrow, arrow58 })
+        Ok(Self {
+            arrow,
+            arrow58,
+            dictionaries: std::sync::Mutex::new(None),
+        })
     }
 
     /// `batch` cast onto the layout (see [`align_batch`]), as the iceberg writers take it.
     pub(super) fn align(&self, batch: &RecordBatch) -> Result<RecordBatch58> {
-        batch_to_58(&align_batch(batch, &self.arrow)?, &self.arrow58)
+        let aligned = align_batch(batch, &self.arrow)?;
+        if Arc::ptr_eq(&aligned.schema(), &self.arrow) {
+            return batch_to_58(&aligned, &self.arrow58);
+        }
+        // Dictionary columns kept: the same layout with their types, converted once.
+        let mut cached = self
+            .dictionaries
+            .lock()
+            .map_err(|_| DataFusionError::Internal("write schema cache poisoned".into()))?;
+        let (schema, schema58) = match cached.as_ref() {
+            Some((schema, schema58)) if **schema == *aligned.schema() => {
+                (Arc::clone(schema), Arc::clone(schema58))
+            }
+            _ => {
+                let schema = aligned.schema();
+                let schema58 = Arc::new(crate::arrow58::schema_to_58(&schema)?);
+                *cached = Some((Arc::clone(&schema), Arc::clone(&schema58)));
+                (schema, schema58)
+            }
+        };
+        drop(cached);
+        let aligned = aligned.with_schema(schema)?;
+        batch_to_58(&aligned, &schema58)
     }
 }
 
-/// Casts `batch` onto the table's Arrow schema (with field ids), checking required columns.
+/// Casts `batch` onto the table's Arrow schema (with field ids), checking required columns. A
+/// dictionary column of the column's own type stays a dictionary (the parquet writer encodes it
+/// from its dictionary); the batch's schema then says so for that column.
 fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
     if batch.num_columns() != target.fields().len() {
         return Err(DataFusionError::Plan(format!(
@@ -519,8 +549,27 @@ fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
         safe: false,
         ..Default::default()
     };
-    for (field, column) in target.fields().iter().zip(batch.columns()) {
+    let mut dictionary_fields: Vec<FieldRef> = vec![];
+    for (i, (field, column)) in target.fields().iter().zip(batch.columns()).enumerate() {
+        let kept = match column.data_type() {
+            DataType::Dictionary(_, value) => {
+                value.as_ref() == field.data_type()
+                    && matches!(field.data_type(), DataType::Utf8 | DataType::Binary)
+            }
+            _ => false,
+        };
         let column = if column.data_type() == field.data_type() {
+            Arc::clone(column)
+        } else if kept {
+            if dictionary_fields.is_empty() {
+                dictionary_fields = target.fields().iter().cloned().collect();
+            }
+            dictionary_fields[i] = Arc::new(
+                field
+                    .as_ref()
+                    .clone()
+                    .with_data_type(column.data_type().clone()),
+            );
             Arc::clone(column)
         } else {
             arrow::compute::cast_with_options(column, field.data_type(), &options)?
@@ -533,7 +582,14 @@ fn align_batch(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
         }
         columns.push(column);
     }
-    Ok(RecordBatch::try_new(Arc::clone(target), columns)?)
+    let schema = match dictionary_fields.is_empty() {
+        true => Arc::clone(target),
+        false => Arc::new(arrow::datatypes::Schema::new_with_metadata(
+            dictionary_fields,
+            target.metadata().clone(),
+        )),
+    };
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// Counters of one writer partition.
