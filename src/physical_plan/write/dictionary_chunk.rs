@@ -146,15 +146,17 @@ impl<'a> Values<'a> {
     }
 }
 
-/// What the encoder keeps of the input dictionary it last saw.
+/// What the encoder keeps of an input dictionary it saw.
 struct InputDictionary {
     /// The dictionary's values (to know when the next array brings the same ones).
     values: ArrayRef,
     /// The chunk's key of each input key, `u32::MAX` until a row refers to it.
     keys: Vec<u32>,
     /// The rank of each value among the dictionary's values (bytes order); empty until the
-    /// dictionary serves a second array or holds no more values than the array has rows.
+    /// dictionary serves a second array (a dictionary per array is compared row by row).
     ranks: Vec<u32>,
+    /// The byte length of each value, beside the ranks.
+    lens: Vec<u32>,
 }
 
 /// The data page in progress.
@@ -193,7 +195,9 @@ pub(super) struct DictionaryChunk {
     dictionary_len: u32,
     /// The dictionary outgrew its limit: pages from here on are plain.
     plain: bool,
-    input: Option<InputDictionary>,
+    /// The input dictionaries last seen, most recent first (inputs read side by side take
+    /// turns).
+    inputs: Vec<InputDictionary>,
     page: PageState,
     pages: Vec<EncodedPage>,
     pages_bytes: usize,
@@ -219,7 +223,7 @@ impl DictionaryChunk {
             dictionary: Vec::new(),
             dictionary_len: 0,
             plain: false,
-            input: None,
+            inputs: Vec::new(),
             page: PageState::default(),
             pages: Vec::new(),
             pages_bytes: 0,
@@ -243,11 +247,11 @@ impl DictionaryChunk {
     /// Memory held: the dictionary (bytes and table), the encoded pages, the page in progress,
     /// what is kept of the input dictionary.
     pub(super) fn memory_size(&self) -> usize {
-        let input = self
-            .input
-            .as_ref()
-            .map(|d| (d.keys.capacity() + d.ranks.capacity()) * 4)
-            .unwrap_or(0);
+        let input: usize = self
+            .inputs
+            .iter()
+            .map(|d| (d.keys.capacity() + d.ranks.capacity() + d.lens.capacity()) * 4)
+            .sum();
         self.dictionary.capacity() * 2
             + self.interned.capacity() * 48
             + self.pages_bytes
@@ -291,6 +295,7 @@ impl DictionaryChunk {
             )?,
         };
         let dictionary: &DictionaryArray<Int32Type> = array.as_dictionary();
+        self.take_input(dictionary)?;
         let batch_size = self.props.write_batch_size().max(1);
         let mut start = 0;
         while start < dictionary.len() {
@@ -311,22 +316,41 @@ impl DictionaryChunk {
         Ok(())
     }
 
-    /// Takes `dictionary`'s values as the input dictionary, keeping what is known of them when
-    /// they are the ones already taken.
-    fn take_input(&mut self, dictionary: &DictionaryArray<Int32Type>) {
+    /// Makes `dictionary`'s values the current input dictionary (the first of `inputs`),
+    /// keeping what is known of them when they were seen before. The values of a dictionary
+    /// that serves a second array are ranked: from then on its rows' bounds are found by rank.
+    fn take_input(&mut self, dictionary: &DictionaryArray<Int32Type>) -> Result<()> {
         let values = dictionary.values();
-        let same = self
-            .input
-            .as_ref()
-            .is_some_and(|d| Arc::ptr_eq(&d.values, values));
-        if same {
-            return;
+        match self
+            .inputs
+            .iter()
+            .position(|d| same_values(&d.values, values))
+        {
+            Some(at) => {
+                let mut input = self.inputs.remove(at);
+                if input.ranks.is_empty() {
+                    let bytes = Values::of(values.as_ref())?;
+                    input.ranks = ranks(&bytes, values.len());
+                    input.lens = (0..values.len())
+                        .map(|k| bytes.get(k).len() as u32)
+                        .collect();
+                }
+                self.inputs.insert(0, input);
+            }
+            None => {
+                self.inputs.truncate(INPUT_DICTIONARIES - 1);
+                self.inputs.insert(
+                    0,
+                    InputDictionary {
+                        values: Arc::clone(values),
+                        keys: vec![u32::MAX; values.len()],
+                        ranks: Vec::new(),
+                        lens: Vec::new(),
+                    },
+                );
+            }
         }
-        self.input = Some(InputDictionary {
-            values: Arc::clone(values),
-            keys: vec![u32::MAX; values.len()],
-            ranks: Vec::new(),
-        });
+        Ok(())
     }
 
     /// Encodes rows `start..start + len` of `dictionary`.
@@ -336,23 +360,55 @@ impl DictionaryChunk {
         start: usize,
         len: usize,
     ) -> Result<()> {
-        let reused = self
-            .input
-            .as_ref()
-            .is_some_and(|d| Arc::ptr_eq(&d.values, dictionary.values()));
-        self.take_input(dictionary);
-        let Some(input) = self.input.as_mut() else {
+        let Some(input) = self.inputs.first_mut() else {
             return Err(DataFusionError::Internal("no input dictionary".into()));
         };
-        let values = Values::of(input.values.as_ref())?;
-        if input.ranks.is_empty() && (reused || input.values.len() <= dictionary.len()) {
-            input.ranks = ranks(&values, input.values.len());
-        }
+        let values = Values::of(dictionary.values().as_ref())?;
         let keys = &dictionary.keys().values()[start..start + len];
         let nulls = dictionary.nulls().map(|n| n.slice(start, len));
         // Rows whose key is valid but whose value is null are nulls too.
-        let value_nulls = input.values.logical_nulls();
+        let value_nulls = dictionary.values().logical_nulls();
         let optional = self.descr.max_def_level() > 0;
+
+        // The common case, a ranked dictionary and no nulls: a lookup, a push and two integer
+        // comparisons a row.
+        if nulls.is_none() && value_nulls.is_none() && !self.plain && !input.ranks.is_empty() {
+            if optional {
+                self.page.levels.resize(self.page.levels.len() + len, 1);
+            }
+            self.page.keys.reserve(len);
+            let (mut low, mut high) = (keys[0] as usize, keys[0] as usize);
+            let (mut low_rank, mut high_rank) = (input.ranks[low], input.ranks[high]);
+            let mut value_bytes = 0i64;
+            for key in keys {
+                let key = *key as usize;
+                let mut out = input.keys[key];
+                if out == u32::MAX {
+                    out = intern(
+                        &mut self.interned,
+                        &mut self.dictionary,
+                        &mut self.dictionary_len,
+                        values.get(key),
+                    );
+                    input.keys[key] = out;
+                }
+                self.page.keys.push(out);
+                let rank = input.ranks[key];
+                if rank < low_rank {
+                    low_rank = rank;
+                    low = key;
+                }
+                if rank > high_rank {
+                    high_rank = rank;
+                    high = key;
+                }
+                value_bytes += input.lens[key] as i64;
+            }
+            self.page.value_bytes += value_bytes;
+            self.page.rows += len;
+            self.page_bounds(values.get(low), values.get(high));
+            return Ok(());
+        }
 
         let mut low: Option<usize> = None;
         let mut high: Option<usize> = None;
@@ -385,18 +441,12 @@ impl DictionaryChunk {
             } else {
                 let mut out = input.keys[key];
                 if out == u32::MAX {
-                    out = match self.interned.get(bytes) {
-                        Some(k) => *k,
-                        None => {
-                            let k = self.dictionary_len;
-                            self.interned.insert(bytes.to_vec(), k);
-                            self.dictionary
-                                .extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-                            self.dictionary.extend_from_slice(bytes);
-                            self.dictionary_len += 1;
-                            k
-                        }
-                    };
+                    out = intern(
+                        &mut self.interned,
+                        &mut self.dictionary,
+                        &mut self.dictionary_len,
+                        bytes,
+                    );
                     input.keys[key] = out;
                 }
                 self.page.keys.push(out);
@@ -422,15 +472,19 @@ impl DictionaryChunk {
         }
         self.page.rows += len;
         if let (Some(low), Some(high)) = (low, high) {
-            let (low, high) = (values.get(low), values.get(high));
-            if self.page.min.as_deref().is_none_or(|m| low < m) {
-                self.page.min = Some(low.to_vec());
-            }
-            if self.page.max.as_deref().is_none_or(|m| high > m) {
-                self.page.max = Some(high.to_vec());
-            }
+            self.page_bounds(values.get(low), values.get(high));
         }
         Ok(())
+    }
+
+    /// Widens the page's bounds to `low` and `high`.
+    fn page_bounds(&mut self, low: &[u8], high: &[u8]) {
+        if self.page.min.as_deref().is_none_or(|m| low < m) {
+            self.page.min = Some(low.to_vec());
+        }
+        if self.page.max.as_deref().is_none_or(|m| high > m) {
+            self.page.max = Some(high.to_vec());
+        }
     }
 
     /// Encodes and compresses the page in progress, and records it in the indexes.
@@ -646,6 +700,35 @@ impl DictionaryChunk {
             },
         ))
     }
+}
+
+/// The key of `bytes` in the chunk's dictionary (`interned`, its page `dictionary` of `len`
+/// values), added when new.
+fn intern(
+    interned: &mut HashMap<Vec<u8>, u32>,
+    dictionary: &mut Vec<u8>,
+    len: &mut u32,
+    bytes: &[u8],
+) -> u32 {
+    if let Some(k) = interned.get(bytes) {
+        return *k;
+    }
+    let k = *len;
+    interned.insert(bytes.to_vec(), k);
+    dictionary.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    dictionary.extend_from_slice(bytes);
+    *len += 1;
+    k
+}
+
+/// Input dictionaries remembered: more than the inputs a writer's scan reads side by side.
+const INPUT_DICTIONARIES: usize = 8;
+
+/// Whether two dictionaries' values are the same: the same array, or arrays over the same
+/// buffers (a batch that crossed the Arrow C data interface holds new arrays over the buffers it
+/// had).
+fn same_values(a: &ArrayRef, b: &ArrayRef) -> bool {
+    Arc::ptr_eq(a, b) || (a.len() == b.len() && a.to_data().ptr_eq(&b.to_data()))
 }
 
 /// The columns of the chunks this encoder closed (tests tell by it which encoder wrote a
