@@ -423,6 +423,32 @@ impl AsyncFileReader for RecordedSizeReader {
     }
 }
 
+/// The field id Iceberg gave an Arrow field (`PARQUET:field_id` metadata).
+pub(crate) fn field_id(field: &arrow::datatypes::Field) -> Option<i32> {
+    field
+        .metadata()
+        .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+        .and_then(|id| id.parse().ok())
+}
+
+/// The dictionary a string or binary column of type `ty` is decoded into when read as its
+/// files' dictionaries (`Dictionary(Int32, Utf8)` or `Dictionary(Int32, Binary)`); `None` for
+/// other types.
+pub(crate) fn byte_dictionary_type(
+    ty: &arrow::datatypes::DataType,
+) -> Option<arrow::datatypes::DataType> {
+    use arrow::datatypes::DataType;
+    let value = match ty {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
+        _ => return None,
+    };
+    Some(DataType::Dictionary(
+        Box::new(DataType::Int32),
+        Box::new(value),
+    ))
+}
+
 /// `footer` as the parquet reader should see it to decode the top-level string and binary
 /// columns of `field_ids` as dictionaries: its embedded Arrow schema (`ARROW:schema`, which the
 /// reader takes as the types to decode into) says so for those columns. Each column chunk then
@@ -433,7 +459,7 @@ fn with_dictionaries(
     footer: Arc<ParquetMetaData>,
     field_ids: &[i32],
 ) -> parquet::errors::Result<Arc<ParquetMetaData>> {
-    use arrow::datatypes::{DataType, Schema};
+    use arrow::datatypes::Schema;
     use parquet::file::metadata::{FileMetaData, KeyValue, ParquetMetaDataBuilder};
     if field_ids.is_empty() {
         return Ok(footer);
@@ -445,22 +471,12 @@ fn with_dictionaries(
     let fields: Vec<arrow::datatypes::FieldRef> = schema
         .fields()
         .iter()
-        .map(|f| {
-            let id = f
-                .metadata()
-                .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
-                .and_then(|id| id.parse::<i32>().ok());
-            let value = match f.data_type() {
-                DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DataType::Utf8,
-                DataType::Binary | DataType::LargeBinary | DataType::BinaryView => DataType::Binary,
-                _ => return Arc::clone(f),
-            };
-            if !id.is_some_and(|id| field_ids.contains(&id)) {
-                return Arc::clone(f);
+        .map(|f| match byte_dictionary_type(f.data_type()) {
+            Some(dictionary) if field_id(f).is_some_and(|id| field_ids.contains(&id)) => {
+                changed = true;
+                Arc::new(f.as_ref().clone().with_data_type(dictionary))
             }
-            changed = true;
-            let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(value));
-            Arc::new(f.as_ref().clone().with_data_type(dictionary))
+            _ => Arc::clone(f),
         })
         .collect();
     if !changed {

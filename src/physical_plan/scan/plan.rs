@@ -40,7 +40,9 @@ use crate::location::{file_at, LocationMap};
 use crate::physical_plan::equality_delete::{
     EqualityDeleteColumns, EqualityDeleteExec, FileGate, GLOBAL_SCOPE, NO_SCOPE,
 };
-use crate::physical_plan::parquet_files::{parquet_exec, parquet_exec_with_dictionaries};
+use crate::physical_plan::parquet_files::{
+    byte_dictionary_type, parquet_exec, parquet_exec_with_dictionaries,
+};
 use crate::physical_plan::positional_delete::{
     FileDeletes, PositionDeleteFile, PositionalDeleteExec,
 };
@@ -601,17 +603,11 @@ pub(crate) fn with_dictionaries(
         .fields()
         .iter()
         .zip(read_schema.as_struct().fields())
-        .map(|(f, field)| {
-            let value = match f.data_type() {
-                DataType::Utf8 | DataType::Utf8View => DataType::Utf8,
-                DataType::Binary | DataType::BinaryView => DataType::Binary,
-                _ => return Arc::clone(f),
-            };
-            if !field_ids.contains(&field.id) {
-                return Arc::clone(f);
+        .map(|(f, field)| match byte_dictionary_type(f.data_type()) {
+            Some(dictionary) if field_ids.contains(&field.id) => {
+                Arc::new(f.as_ref().clone().with_data_type(dictionary))
             }
-            let dictionary = DataType::Dictionary(Box::new(DataType::Int32), Box::new(value));
-            Arc::new(f.as_ref().clone().with_data_type(dictionary))
+            _ => Arc::clone(f),
         })
         .chain(
             schema

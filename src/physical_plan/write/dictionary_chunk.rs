@@ -192,7 +192,6 @@ pub(super) struct DictionaryChunk {
     /// The chunk's dictionary: each value's key, and the values plain-encoded (the page).
     interned: HashMap<Vec<u8>, u32>,
     dictionary: Vec<u8>,
-    dictionary_len: u32,
     /// The dictionary outgrew its limit: pages from here on are plain.
     plain: bool,
     /// The input dictionaries last seen, most recent first (inputs read side by side take
@@ -221,7 +220,6 @@ impl DictionaryChunk {
             codec,
             interned: HashMap::new(),
             dictionary: Vec::new(),
-            dictionary_len: 0,
             plain: false,
             inputs: Vec::new(),
             page: PageState::default(),
@@ -266,7 +264,7 @@ impl DictionaryChunk {
     }
 
     fn bit_width(&self) -> u8 {
-        bits_for(self.dictionary_len.saturating_sub(1))
+        bits_for((self.interned.len() as u32).saturating_sub(1))
     }
 
     /// Encoded bytes of the page in progress (before compression).
@@ -384,12 +382,7 @@ impl DictionaryChunk {
                 let key = *key as usize;
                 let mut out = input.keys[key];
                 if out == u32::MAX {
-                    out = intern(
-                        &mut self.interned,
-                        &mut self.dictionary,
-                        &mut self.dictionary_len,
-                        values.get(key),
-                    );
+                    out = intern(&mut self.interned, &mut self.dictionary, values.get(key));
                     input.keys[key] = out;
                 }
                 self.page.keys.push(out);
@@ -441,12 +434,7 @@ impl DictionaryChunk {
             } else {
                 let mut out = input.keys[key];
                 if out == u32::MAX {
-                    out = intern(
-                        &mut self.interned,
-                        &mut self.dictionary,
-                        &mut self.dictionary_len,
-                        bytes,
-                    );
+                    out = intern(&mut self.interned, &mut self.dictionary, bytes);
                     input.keys[key] = out;
                 }
                 self.page.keys.push(out);
@@ -602,7 +590,7 @@ impl DictionaryChunk {
                 let uncompressed = dictionary.len();
                 let page = Page::DictionaryPage {
                     buf: Bytes::from(self.codec.compress(dictionary)?),
-                    num_values: self.dictionary_len,
+                    num_values: self.interned.len() as u32,
                     encoding: Encoding::PLAIN,
                     is_sorted: false,
                 };
@@ -702,22 +690,16 @@ impl DictionaryChunk {
     }
 }
 
-/// The key of `bytes` in the chunk's dictionary (`interned`, its page `dictionary` of `len`
-/// values), added when new.
-fn intern(
-    interned: &mut HashMap<Vec<u8>, u32>,
-    dictionary: &mut Vec<u8>,
-    len: &mut u32,
-    bytes: &[u8],
-) -> u32 {
+/// The key of `bytes` in the chunk's dictionary (`interned`, and its page `dictionary`), added
+/// when new.
+fn intern(interned: &mut HashMap<Vec<u8>, u32>, dictionary: &mut Vec<u8>, bytes: &[u8]) -> u32 {
     if let Some(k) = interned.get(bytes) {
         return *k;
     }
-    let k = *len;
+    let k = interned.len() as u32;
     interned.insert(bytes.to_vec(), k);
     dictionary.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     dictionary.extend_from_slice(bytes);
-    *len += 1;
     k
 }
 

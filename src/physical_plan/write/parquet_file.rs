@@ -57,6 +57,7 @@ use tokio::sync::mpsc;
 use super::dictionary_chunk::{self, DictionaryChunk};
 use crate::arrow58::{batch_from_58, RecordBatch58};
 use crate::error::IcebergResultExt;
+use crate::physical_plan::parquet_files::field_id;
 
 /// Leaf arrays queued per column encoder: enough to keep both sides busy, little memory.
 const QUEUED_LEAVES: usize = 2;
@@ -579,14 +580,6 @@ impl CurrentFileStatus for ParquetFileWriter {
     fn current_written_size(&self) -> usize {
         self.open.as_ref().map(OpenFile::written_size).unwrap_or(0)
     }
-}
-
-/// The field id Iceberg gave an Arrow field (`PARQUET:field_id` metadata).
-fn field_id(field: &Field) -> Option<i32> {
-    field
-        .metadata()
-        .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
-        .and_then(|id| id.parse().ok())
 }
 
 /// Adds the NaN values of every float column of `batch` (nested ones too) to `counts`. Only
