@@ -265,6 +265,9 @@ impl IcebergSession {
                 None => {}
             }
         }
+        if let Some(dropped) = self.drop_table(sql).await? {
+            return Ok(dropped);
+        }
         let Some(alter) = crate::table::alter::parse(sql) else {
             return self.ctx.sql(sql).await;
         };
@@ -281,6 +284,69 @@ impl IcebergSession {
         let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
         crate::table::alter::apply(store, &ident, &alter.change).await?;
         self.ctx.read_empty()
+    }
+
+    /// `DROP TABLE [IF EXISTS] name` of a table in this session's Iceberg catalog, dropped by
+    /// name: DataFusion loads a table before it drops it, and a table whose metadata cannot be
+    /// read (a crashed writer, a bad copy) must still be droppable. `None` for every other
+    /// statement, and for names of other catalogs or of no table (DataFusion answers those).
+    async fn drop_table(&self, sql: &str) -> Result<Option<DataFrame>> {
+        use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+        use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+        let Ok(mut statements) = DFParser::parse_sql(sql) else {
+            return Ok(None);
+        };
+        if statements.len() != 1 {
+            return Ok(None);
+        }
+        let Some(DFStatement::Statement(statement)) = statements.pop_front() else {
+            return Ok(None);
+        };
+        let Statement::Drop {
+            object_type: ObjectType::Table,
+            names,
+            ..
+        } = statement.as_ref()
+        else {
+            return Ok(None);
+        };
+        let [name] = names.as_slice() else {
+            return Ok(None);
+        };
+        let mut parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|p| p.as_ident())
+            .map(|i| match i.quote_style {
+                Some(_) => i.value.clone(),
+                None => i.value.to_lowercase(),
+            })
+            .collect();
+        if parts.len() != name.0.len() {
+            return Ok(None);
+        }
+        let options = self.ctx.state().config_options().catalog.clone();
+        match parts.len() {
+            1 => parts.insert(0, options.default_schema.clone()),
+            2 if options.default_catalog != self.catalog.name() => return Ok(None),
+            2 => {}
+            _ if parts[0] == self.catalog.name() => {
+                parts.remove(0);
+            }
+            _ => return Ok(None),
+        }
+        let Ok(ident) = iceberg::TableIdent::from_strs(&parts) else {
+            return Ok(None);
+        };
+        match self.catalog.table_exists(&ident).await {
+            Ok(false) => return Ok(None),
+            Ok(true) => {}
+            // A REST catalog answers existence by loading the table: one it lists but cannot
+            // load is dropped by name, and a name it does not know fails the drop below.
+            Err(e) => log::warn!("table '{ident}' cannot be loaded ({e}): dropping it by name"),
+        }
+        self.catalog.drop_table(&ident).await?;
+        Ok(Some(self.ctx.read_empty()?))
     }
 
     /// The Iceberg catalog.

@@ -180,3 +180,74 @@ async fn register_an_existing_table_under_another_name() {
         .await
         .unwrap());
 }
+
+/// A table whose metadata file cannot be read fails alone: the catalog lists it, every other
+/// table reads, reading it names it in one line, and it can be dropped.
+#[tokio::test]
+async fn one_unreadable_table_does_not_take_the_catalog_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap();
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE TABLE ns.good (id BIGINT)",
+        "INSERT INTO ns.good VALUES (1), (2)",
+        "CREATE TABLE ns.broken (id BIGINT)",
+        "INSERT INTO ns.broken VALUES (3)",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    let ident = TableIdent::from_strs(["ns", "broken"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let metadata = table
+        .metadata_location()
+        .unwrap()
+        .trim_start_matches("file://")
+        .to_string();
+    // Another engine crashed mid-write: half a JSON document.
+    let text = std::fs::read_to_string(&metadata).unwrap();
+    std::fs::write(&metadata, &text[..text.len() / 2]).unwrap();
+
+    // A fresh session (no table handles cached) on the same warehouse.
+    let s = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap();
+    let listed = rows(
+        &s,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'ns' ORDER BY 1",
+    )
+    .await;
+    assert_eq!(listed, ["broken", "good"]);
+    let shown = rows(&s, "SHOW TABLES").await;
+    assert!(shown.iter().any(|r| r.contains("|ns|broken|")), "{shown:?}");
+    assert_eq!(rows(&s, "SELECT sum(id) FROM ns.good").await, ["3"]);
+    let e = sql(&s, "SELECT * FROM ns.broken")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ns.broken"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+
+    s.sql("DROP TABLE ns.broken")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let listed = rows(
+        &s,
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'ns' ORDER BY 1",
+    )
+    .await;
+    assert_eq!(listed, ["good"]);
+    // A name that was never a table is DataFusion's to refuse, and IF EXISTS tolerates it.
+    assert!(s.sql("DROP TABLE ns.broken").await.is_err());
+    s.sql("DROP TABLE IF EXISTS ns.broken")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.good").await, ["2"]);
+}

@@ -1179,3 +1179,91 @@ fn expire_and_orphan_removal_keep_what_pyiceberg_says_the_table_references() {
     let duck = tool(&["duckdb-read", "--metadata", &metadata]);
     assert_eq!(tool_rows(&duck), expected, "DuckDB reads the table");
 }
+
+/// A table whose data files do not store their identity partition columns (Hive-style files
+/// brought in by `add_files`) reads the same in pyiceberg, DuckDB and here: the partition values
+/// from the manifest entries, NULL where the partition value is NULL.
+#[tokio::test]
+async fn identity_partition_columns_missing_from_files_read_like_pyiceberg_and_duckdb() {
+    use common::hive_style::{append_hive_style, create_typed_table};
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    {
+        let s = iceberg_exec::IcebergSession::open(iceberg_exec::WarehouseConfig::local(&wh))
+            .await
+            .unwrap();
+        s.sql("CREATE SCHEMA ns")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        // pyiceberg 0.12 refuses a required column a file lacks, partition value or not: the
+        // table it reads has an optional `region`; DuckDB reads the required one as well.
+        create_typed_table(&s, "hive", false, true, false).await;
+        create_typed_table(&s, "oracle", false, false, false).await;
+        append_hive_style(&s, false, "hive", "oracle").await;
+        create_typed_table(&s, "hive_required", false, true, true).await;
+        create_typed_table(&s, "oracle_required", false, false, true).await;
+        append_hive_style(&s, false, "hive_required", "oracle_required").await;
+    }
+    let columns = ["id", "v", "b", "i", "l", "dt", "s", "region"];
+    let select = columns.join(", ");
+    let mine = normalise(as_lists(
+        &ours(&wh, &format!("SELECT {select} FROM ns.hive ORDER BY id")),
+        &columns,
+    ));
+    assert_eq!(mine.len(), 9);
+    // Not NULLs everywhere: the first row's partition values.
+    assert_eq!(mine[0][6], serde_json::json!("x"));
+    assert_eq!(mine[0][7], serde_json::json!("eu"));
+    let whs = wh.display().to_string();
+    let read = tool(&["read", "--warehouse", &whs, "--table", "ns.hive"]);
+    let names: Vec<&str> = read["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let picked = |rows: Vec<Vec<Value>>, names: &[&str]| -> Vec<Vec<Value>> {
+        let at: Vec<usize> = columns
+            .iter()
+            .map(|c| names.iter().position(|n| n == c).unwrap())
+            .collect();
+        let mut out: Vec<Vec<Value>> = rows
+            .into_iter()
+            .map(|r| at.iter().map(|&i| r[i].clone()).collect())
+            .collect();
+        out.sort_by_key(|r| r[0].as_f64().unwrap() as i64);
+        normalise(out)
+    };
+    assert_eq!(picked(tool_rows(&read), &names), mine, "pyiceberg");
+    let metadata = read["metadata_location"].as_str().unwrap().to_string();
+    let duck = tool(&["duckdb-read", "--metadata", &metadata, "--select", &select]);
+    assert_eq!(picked(tool_rows(&duck), &columns), mine, "DuckDB");
+    let required = normalise(as_lists(
+        &ours(
+            &wh,
+            &format!("SELECT {select} FROM ns.hive_required ORDER BY id"),
+        ),
+        &columns,
+    ));
+    assert_eq!(required, mine);
+    let table = s_metadata(&wh, "hive_required").await;
+    let duck = tool(&["duckdb-read", "--metadata", &table, "--select", &select]);
+    assert_eq!(
+        picked(tool_rows(&duck), &columns),
+        mine,
+        "DuckDB, required region"
+    );
+}
+
+/// The metadata location of `ns.<table>` in the warehouse `wh`.
+async fn s_metadata(wh: &Path, table: &str) -> String {
+    let s = iceberg_exec::IcebergSession::open(iceberg_exec::WarehouseConfig::local(wh))
+        .await
+        .unwrap();
+    let ident = iceberg::TableIdent::from_strs(["ns", table]).unwrap();
+    let t = s.catalog().load_table(&ident).await.unwrap();
+    t.metadata_location().unwrap().to_string()
+}

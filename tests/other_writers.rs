@@ -61,7 +61,24 @@ fn write_avro(
     meta: &HashMap<String, Vec<u8>>,
     records: Vec<Value>,
 ) {
-    let mut writer = apache_avro::Writer::new(schema, Vec::new());
+    write_avro_with(
+        path,
+        schema,
+        meta,
+        records,
+        apache_avro::Codec::Deflate(Default::default()),
+    )
+}
+
+/// [`write_avro`] with another codec.
+fn write_avro_with(
+    path: &Path,
+    schema: &apache_avro::Schema,
+    meta: &HashMap<String, Vec<u8>>,
+    records: Vec<Value>,
+    codec: apache_avro::Codec,
+) {
+    let mut writer = apache_avro::Writer::with_codec(schema, Vec::new(), codec);
     for (k, v) in meta {
         writer.add_user_metadata(k.clone(), v).unwrap();
     }
@@ -413,4 +430,674 @@ async fn format_v3_metadata_without_next_row_id() {
         .unwrap();
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(newest).unwrap()).unwrap();
     assert_eq!(json["next-row-id"], 2, "the written metadata is complete");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Identity partition columns that data files do not store (the spec's "Column Projection").
+
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Schema as ArrowSchema};
+use common::hive_style::{
+    append_hive_style, create_typed_table, field_with_id, partition_columns, partition_value,
+};
+use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Struct};
+use iceberg::TableIdent;
+use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
+use iceberg_exec::MetadataStore;
+
+/// Queries whose answers on the Hive-style table must equal the oracle's.
+const PROJECTION_QUERIES: &[&str] = &[
+    "SELECT * FROM ns.{t} ORDER BY id",
+    "SELECT region, count(*), sum(id) FROM ns.{t} GROUP BY region ORDER BY region",
+    "SELECT id, s, region FROM ns.{t} WHERE s = 'x' ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE i = 2 ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE b ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE NOT b ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE l >= 200 ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE f = 2.5 ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE d < -3 ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE dec_s = 123.46 ORDER BY id",
+    "SELECT id, dec_l FROM ns.{t} WHERE dec_l > CAST('1000000000000000000000000' AS DECIMAL(38, 6)) ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE dt = DATE '2022-01-08' ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE tm > arrow_cast(TIME '01:00:00', 'Time64(Microsecond)') ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE ts = TIMESTAMP '2023-11-14 22:13:20.000001' ORDER BY id",
+    "SELECT id, tstz FROM ns.{t} WHERE tstz IS NOT NULL ORDER BY id",
+    "SELECT id FROM ns.{t} WHERE s IS NULL ORDER BY id",
+    "SELECT id, fx, bn FROM ns.{t} WHERE fx IS NOT NULL ORDER BY id",
+    "SELECT count(*) FROM ns.{t} WHERE region = 'zz'",
+    "SELECT count(*) FROM ns.{t} WHERE region IN ('eu', 'us') AND v LIKE 'v1%'",
+    "SELECT region, id FROM ns.{t} WHERE id % 2 = 1 ORDER BY id",
+];
+
+async fn answers(
+    s: &iceberg_exec::IcebergSession,
+    table: &str,
+    queries: &[&str],
+) -> Vec<Vec<String>> {
+    let mut out = vec![];
+    for q in queries {
+        out.push(rows(s, &q.replace("{t}", table)).await);
+    }
+    out
+}
+
+#[tokio::test]
+async fn identity_partition_columns_missing_from_files_read_as_partition_values() {
+    for v3 in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(dir.path()).await;
+        sql(&s, "CREATE SCHEMA ns").await.unwrap();
+        create_typed_table(&s, "hive", v3, true, true).await;
+        create_typed_table(&s, "oracle", v3, false, true).await;
+        append_hive_style(&s, v3, "hive", "oracle").await;
+
+        let hive = answers(&s, "hive", PROJECTION_QUERIES).await;
+        let oracle = answers(&s, "oracle", PROJECTION_QUERIES).await;
+        for ((q, h), o) in PROJECTION_QUERIES.iter().zip(&hive).zip(&oracle) {
+            assert_eq!(h, o, "v3={v3}: {q}");
+        }
+        // The answers are the values committed, not NULLs both ways.
+        assert_eq!(
+            rows(&s, "SELECT id, b, i, s, region, dec_s, dt FROM ns.hive WHERE id IN (1, 12, 23) ORDER BY id").await,
+            [
+                "1|true|1|x|eu|123.45|2022-01-08",
+                "12|false|2|y|us|123.46|2022-01-09",
+                "23||||zz||"
+            ]
+        );
+        assert_eq!(hive[2].len(), 3, "s = 'x' matches one file");
+        // The filter prunes files by the partition values.
+        let explain = rows(&s, "EXPLAIN SELECT id FROM ns.hive WHERE s = 'y'")
+            .await
+            .join("\n");
+        assert!(explain.contains("files=1 of 3"), "{explain}");
+        if v3 {
+            assert_eq!(
+                rows(&s, "SELECT tsn FROM ns.hive WHERE id = 2").await,
+                ["2023-11-14T22:13:20.000000123"]
+            );
+        }
+    }
+}
+
+/// Statements run on both tables, the answers compared after each.
+const DML_ON_HIVE_STYLE: &[&str] = &[
+    "SET iceberg.delete_mode = 'merge-on-read'",
+    "DELETE FROM ns.{t} WHERE b AND id = 1",
+    "SET iceberg.update_mode = 'copy-on-write'",
+    "UPDATE ns.{t} SET v = 'up' WHERE s = 'y' OR region = 'zz'",
+    "SET iceberg.delete_mode = 'copy-on-write'",
+    "DELETE FROM ns.{t} WHERE id = 22",
+    "SET iceberg.update_mode = 'merge-on-read'",
+    "UPDATE ns.{t} SET v = concat(v, '!') WHERE b",
+    "SET iceberg.merge_mode = 'merge-on-read'",
+    "MERGE INTO ns.{t} t USING (SELECT 3 AS id UNION ALL SELECT 40) src ON t.id = src.id \
+     WHEN MATCHED THEN UPDATE SET v = 'merged' \
+     WHEN NOT MATCHED THEN INSERT (id, v, region) VALUES (src.id, 'new', 'eu')",
+    "SET iceberg.merge_mode = 'copy-on-write'",
+    "MERGE INTO ns.{t} t USING (SELECT 21 AS id) src ON t.id = src.id \
+     WHEN MATCHED THEN UPDATE SET v = 'merged-cow'",
+];
+
+#[tokio::test]
+async fn deletes_and_dml_on_tables_whose_files_lack_identity_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    create_typed_table(&s, "hive", false, true, true).await;
+    create_typed_table(&s, "oracle", false, false, true).await;
+    append_hive_style(&s, false, "hive", "oracle").await;
+
+    // Equality deletes keyed on identity partition columns, each scoped to its row's partition
+    // in the Hive-style table: (s, id) of row 2, and `region` of row 13 (all of partition 1).
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    for (filter, key) in [("id = 2", vec!["s", "id"]), ("id = 13", vec!["region"])] {
+        let rows_of = |t: &str| format!("SELECT * FROM ns.{t} WHERE {filter}");
+        let batches = sql(&s, &rows_of("oracle")).await.unwrap();
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        for t in ["hive", "oracle"] {
+            let ident = TableIdent::from_strs(["ns", t]).unwrap();
+            let table = s.catalog().load_table(&ident).await.unwrap();
+            let schema = table.metadata().current_schema().clone();
+            let ids: Vec<i32> = key
+                .iter()
+                .map(|n| schema.field_by_name(n).unwrap().id)
+                .collect();
+            let spec_id = table.metadata().default_partition_spec_id();
+            // The hive table's delete lives in the deleted row's partition.
+            let partition = match t {
+                "hive" => {
+                    let k = if filter == "id = 13" { 1 } else { 0 };
+                    Struct::from_iter(
+                        partition_columns(false)
+                            .iter()
+                            .map(|c| partition_value(c.name, k).map(Literal::Primitive)),
+                    )
+                }
+                _ => Struct::empty(),
+            };
+            let file = iceberg_exec::physical_plan::write::write_equality_delete_file(
+                &table, ids, spec_id, partition, &batches,
+            )
+            .await
+            .unwrap();
+            let changes = SnapshotChanges {
+                operation: iceberg::spec::Operation::Delete,
+                added_delete_files: vec![file],
+                ..Default::default()
+            };
+            commit(Arc::clone(&store), &ident, changes).await.unwrap();
+        }
+    }
+    let hive = answers(&s, "hive", PROJECTION_QUERIES).await;
+    assert_eq!(hive, answers(&s, "oracle", PROJECTION_QUERIES).await);
+    assert_eq!(
+        rows(&s, "SELECT id FROM ns.hive ORDER BY id").await,
+        ["1", "3", "21", "22", "23"]
+    );
+
+    for statement in DML_ON_HIVE_STYLE {
+        for t in ["hive", "oracle"] {
+            let q = statement.replace("{t}", t);
+            sql(&s, &q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+        }
+        let hive = answers(&s, "hive", PROJECTION_QUERIES).await;
+        let oracle = answers(&s, "oracle", PROJECTION_QUERIES).await;
+        for ((q, h), o) in PROJECTION_QUERIES.iter().zip(&hive).zip(&oracle) {
+            assert_eq!(h, o, "after {statement}: {q}");
+        }
+    }
+    assert_eq!(
+        rows(&s, "SELECT id, v, s, region FROM ns.hive ORDER BY id").await,
+        [
+            "3|merged|x|eu",
+            "21|merged-cow||zz",
+            "23|up||zz",
+            "40|new||eu"
+        ]
+    );
+}
+
+/// Rewrites every manifest of an unpartitioned table the way BigQuery writes them: the entries'
+/// `partition` null in every entry, typed as an optional record (or, when `null_type`, as
+/// Avro's `null`), and (when `strip`) no metadata keys, compressed by `codec`.
+fn null_partitions_in_manifests(
+    table_dir: &Path,
+    strip: bool,
+    null_type: bool,
+    codec: apache_avro::Codec,
+) -> usize {
+    let mut rewritten = 0;
+    for path in avro_files(table_dir) {
+        if is_manifest_list(&path) {
+            continue;
+        }
+        let (schema, mut meta, mut records) = read_avro(&path);
+        let mut json: serde_json::Value = serde_json::to_value(&schema).unwrap();
+        let data_file = json["fields"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|f| f["name"] == "data_file")
+            .unwrap();
+        let partition = data_file["type"]["fields"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|f| f["name"] == "partition")
+            .unwrap();
+        let record = partition["type"].take();
+        assert_eq!(record["fields"], serde_json::json!([]), "unpartitioned");
+        partition["type"] = match null_type {
+            true => serde_json::json!("null"),
+            false => serde_json::json!(["null", record]),
+        };
+        let schema = apache_avro::Schema::parse_str(&json.to_string()).unwrap();
+        for r in &mut records {
+            *field_mut(field_mut(r, "data_file"), "partition") = match null_type {
+                true => Value::Null,
+                false => Value::Union(0, Box::new(Value::Null)),
+            };
+        }
+        if strip {
+            for k in MANIFEST_KEYS.iter().chain(&["schema-id"]) {
+                meta.remove(*k);
+            }
+        }
+        write_avro_with(&path, &schema, &meta, records, codec);
+        rewritten += 1;
+    }
+    rewritten
+}
+
+#[tokio::test]
+async fn null_partitions_of_an_unpartitioned_spec_read_as_the_empty_tuple() {
+    no_manifest_cache();
+    use apache_avro::Codec;
+    for (strip, null_type, codec) in [
+        (false, false, Codec::Deflate(Default::default())),
+        (true, false, Codec::Snappy),
+        (false, true, Codec::Zstandard(Default::default())),
+        (true, true, Codec::Null),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(dir.path()).await;
+        for q in [
+            "CREATE SCHEMA ns",
+            "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, region VARCHAR, v INT) STORED AS ICEBERG \
+             LOCATION '' OPTIONS ('format-version' '2', 'write.delete.mode' 'merge-on-read')",
+            "INSERT INTO ns.t VALUES (1, 'eu', 10), (2, 'eu', 20), (3, 'us', 30), (4, 'us', 40), (5, 'ap', 50)",
+            "INSERT INTO ns.t VALUES (6, 'eu', 60), (7, 'ap', 70)",
+            "DELETE FROM ns.t WHERE v IN (20, 70)",
+        ] {
+            sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+        }
+        let table_dir = dir.path().join("ns/t");
+        assert!(null_partitions_in_manifests(&table_dir, strip, null_type, codec) >= 3);
+        assert_eq!(
+            rows(&s, ALL).await,
+            LIVE,
+            "strip={strip} null_type={null_type}"
+        );
+        // Commits read the parent's manifests and write them on.
+        sql(&s, "SET iceberg.delete_mode = 'copy-on-write'")
+            .await
+            .unwrap();
+        assert_eq!(rows(&s, "DELETE FROM ns.t WHERE id = 3").await, ["1"]);
+        sql(&s, "INSERT INTO ns.t VALUES (8, 'us', 80)")
+            .await
+            .unwrap();
+        assert_eq!(
+            rows(&s, ALL).await,
+            ["1|eu|10", "4|us|40", "5|ap|50", "6|eu|60", "8|us|80"]
+        );
+        let compacted = s
+            .sql("CALL system.rewrite_data_files(table => 'ns.t')")
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(compacted.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        assert_eq!(rows(&s, "SELECT sum(v) FROM ns.t").await, ["240"]);
+    }
+}
+
+#[tokio::test]
+async fn position_delete_rows_whose_file_path_or_pos_is_null_are_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, v INT) STORED AS ICEBERG LOCATION '' \
+         OPTIONS ('format-version' '2')",
+        "INSERT INTO ns.t VALUES (0, 0), (1, 10), (2, 20), (3, 30), (4, 40)",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let table = s.catalog().load_table(&ident).await.unwrap();
+    let snapshot = table.metadata().current_snapshot().unwrap().clone();
+    let data = iceberg_exec::scan::plan_files(&table, &snapshot)
+        .await
+        .unwrap();
+    assert_eq!(data.len(), 1);
+    let data_path = data[0].path.clone();
+    // Impala's rows: a NULL file_path (with and without a pos) and a NULL pos among real
+    // deletes of positions 1 and 3.
+    let paths: Vec<Option<&str>> = vec![
+        Some(&data_path),
+        None,
+        Some(&data_path),
+        None,
+        Some(&data_path),
+    ];
+    let positions: Vec<Option<i64>> = vec![Some(1), Some(2), None, None, Some(3)];
+    let batch = RecordBatch::try_new(
+        Arc::new(ArrowSchema::new(vec![
+            field_with_id("file_path", DataType::Utf8, true, 2147483546),
+            field_with_id("pos", DataType::Int64, true, 2147483545),
+        ])),
+        vec![
+            Arc::new(StringArray::from(paths)),
+            Arc::new(Int64Array::from(positions)),
+        ],
+    )
+    .unwrap();
+    let path = dir.path().join("ns/t/data/impala-deletes.parquet");
+    let mut writer = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let file = DataFileBuilder::default()
+        .content(DataContentType::PositionDeletes)
+        .file_path(path.display().to_string())
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::empty())
+        .partition_spec_id(0)
+        .record_count(5)
+        .file_size_in_bytes(std::fs::metadata(&path).unwrap().len())
+        .build()
+        .unwrap();
+    let changes = SnapshotChanges {
+        operation: iceberg::spec::Operation::Delete,
+        added_delete_files: vec![NewFile { spec_id: 0, file }],
+        ..Default::default()
+    };
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    commit(store, &ident, changes).await.unwrap();
+    // Both routes: position bitmaps, and the sorted anti-join.
+    for threshold in ["20000000", "0"] {
+        sql(
+            &s,
+            &format!("SET iceberg.position_delete_join_threshold = {threshold}"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            rows(&s, "SELECT id FROM ns.t ORDER BY id").await,
+            ["0", "2", "4"],
+            "threshold {threshold}"
+        );
+    }
+    // Statements read the table as queries do.
+    assert_eq!(rows(&s, "DELETE FROM ns.t WHERE id = 4").await, ["1"]);
+    assert_eq!(rows(&s, "SELECT sum(v) FROM ns.t").await, ["20"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `initial-default` values of fields a file lacks, nested at any depth.
+
+/// A v3 table whose fields (nested in structs, list elements and map values, and top-level)
+/// were added with defaults after its one data file was written: the file stores `id`, `s.x`,
+/// `l.element.a` and `m.value.c` only.
+async fn table_with_nested_defaults(s: &iceberg_exec::IcebergSession) {
+    use iceberg::spec::{
+        FormatVersion, ListType, MapType, NestedField, PrimitiveLiteral, PrimitiveType,
+        Schema as IcebergSchema, StructType, Type,
+    };
+    use iceberg::{NamespaceIdent, TableCreation};
+    let p = |t: PrimitiveType| Type::Primitive(t);
+    let d = |v: PrimitiveLiteral| Literal::Primitive(v);
+    let inner = Type::Struct(StructType::new(vec![NestedField::optional(
+        10,
+        "q",
+        p(PrimitiveType::String),
+    )
+    .with_initial_default(d(PrimitiveLiteral::String("q".into())))
+    .into()]));
+    let s_type = Type::Struct(StructType::new(vec![
+        NestedField::optional(3, "x", p(PrimitiveType::Int)).into(),
+        NestedField::optional(4, "z", p(PrimitiveType::Int))
+            .with_initial_default(d(PrimitiveLiteral::Int(7)))
+            .into(),
+        NestedField::optional(5, "str", p(PrimitiveType::String))
+            .with_initial_default(d(PrimitiveLiteral::String("dflt".into())))
+            .into(),
+        NestedField::optional(
+            6,
+            "dec",
+            p(PrimitiveType::Decimal {
+                precision: 9,
+                scale: 2,
+            }),
+        )
+        .with_initial_default(d(PrimitiveLiteral::Int128(150)))
+        .into(),
+        NestedField::optional(7, "bin", p(PrimitiveType::Binary))
+            .with_initial_default(d(PrimitiveLiteral::Binary(vec![0xca, 0xfe])))
+            .into(),
+        NestedField::optional(8, "ts", p(PrimitiveType::Timestamp))
+            .with_initial_default(d(PrimitiveLiteral::Long(1_700_000_000_000_000)))
+            .into(),
+        NestedField::optional(24, "u", p(PrimitiveType::Uuid))
+            .with_initial_default(d(PrimitiveLiteral::UInt128(0xff)))
+            .into(),
+        NestedField::optional(9, "inner", inner)
+            .with_initial_default(Literal::Struct(Struct::from_iter([None])))
+            .into(),
+    ]));
+    let element = Type::Struct(StructType::new(vec![
+        NestedField::optional(13, "a", p(PrimitiveType::Int)).into(),
+        NestedField::optional(14, "b", p(PrimitiveType::String))
+            .with_initial_default(d(PrimitiveLiteral::String("lb".into())))
+            .into(),
+    ]));
+    let value = Type::Struct(StructType::new(vec![
+        NestedField::optional(18, "c", p(PrimitiveType::Int)).into(),
+        NestedField::optional(19, "d", p(PrimitiveType::Long))
+            .with_initial_default(d(PrimitiveLiteral::Long(9)))
+            .into(),
+    ]));
+    let t_type = Type::Struct(StructType::new(vec![
+        NestedField::optional(21, "p", p(PrimitiveType::Int))
+            .with_initial_default(d(PrimitiveLiteral::Int(1)))
+            .into(),
+        NestedField::optional(22, "r", p(PrimitiveType::String)).into(),
+    ]));
+    let schema = IcebergSchema::builder()
+        .with_fields(vec![
+            NestedField::required(1, "id", p(PrimitiveType::Long)).into(),
+            NestedField::optional(2, "s", s_type).into(),
+            NestedField::optional(
+                11,
+                "l",
+                Type::List(ListType::new(
+                    NestedField::list_element(12, element, false).into(),
+                )),
+            )
+            .into(),
+            NestedField::optional(
+                15,
+                "m",
+                Type::Map(MapType::new(
+                    NestedField::map_key_element(16, p(PrimitiveType::String)).into(),
+                    NestedField::map_value_element(17, value, false).into(),
+                )),
+            )
+            .into(),
+            NestedField::optional(20, "t", t_type)
+                .with_initial_default(Literal::Struct(Struct::from_iter([None, None])))
+                .into(),
+            NestedField::optional(23, "top", p(PrimitiveType::Int))
+                .with_initial_default(d(PrimitiveLiteral::Int(42)))
+                .into(),
+        ])
+        .build()
+        .unwrap();
+    let creation = TableCreation::builder()
+        .name("defaults".to_string())
+        .schema(schema)
+        .format_version(FormatVersion::V3)
+        .build();
+    let table = s
+        .catalog()
+        .create_table(&NamespaceIdent::new("ns".into()), creation)
+        .await
+        .unwrap();
+
+    // The old file: rows 1 (everything set), 2 (NULL struct, list and map), 3 (an empty list,
+    // a NULL map value). Field ids as the catalog assigned them.
+    let created = table.metadata().current_schema().clone();
+    let id = |name: &str| created.field_by_name(name).unwrap().id;
+    use arrow::array::{Array, ArrayRef, Int32Array, ListArray, MapArray, StructArray};
+    use arrow::buffer::{NullBuffer, OffsetBuffer};
+    use arrow::datatypes::{Field, Fields};
+    let s_fields = Fields::from(vec![field_with_id("x", DataType::Int32, true, id("s.x"))]);
+    let s_array = StructArray::new(
+        s_fields.clone(),
+        vec![Arc::new(Int32Array::from(vec![Some(1), None, Some(3)])) as ArrayRef],
+        Some(NullBuffer::from(vec![true, false, true])),
+    );
+    let element_fields = Fields::from(vec![field_with_id(
+        "a",
+        DataType::Int32,
+        true,
+        id("l.element.a"),
+    )]);
+    let element_field = Arc::new(field_with_id(
+        "element",
+        DataType::Struct(element_fields.clone()),
+        true,
+        id("l.element"),
+    ));
+    let elements = StructArray::new(
+        element_fields,
+        vec![Arc::new(Int32Array::from(vec![1, 2])) as ArrayRef],
+        None,
+    );
+    let l_array = ListArray::new(
+        Arc::clone(&element_field),
+        OffsetBuffer::new(vec![0, 2, 2, 2].into()),
+        Arc::new(elements),
+        Some(NullBuffer::from(vec![true, false, true])),
+    );
+    let value_fields = Fields::from(vec![field_with_id(
+        "c",
+        DataType::Int32,
+        true,
+        id("m.value.c"),
+    )]);
+    let entry_fields = Fields::from(vec![
+        field_with_id("key", DataType::Utf8, false, id("m.key")),
+        field_with_id(
+            "value",
+            DataType::Struct(value_fields.clone()),
+            true,
+            id("m.value"),
+        ),
+    ]);
+    let entries = StructArray::new(
+        entry_fields.clone(),
+        vec![
+            Arc::new(StringArray::from(vec!["k1", "k3"])) as ArrayRef,
+            Arc::new(StructArray::new(
+                value_fields,
+                vec![Arc::new(Int32Array::from(vec![Some(1), None])) as ArrayRef],
+                Some(NullBuffer::from(vec![true, false])),
+            )),
+        ],
+        None,
+    );
+    let m_array = MapArray::new(
+        Arc::new(Field::new(
+            "key_value",
+            DataType::Struct(entry_fields),
+            false,
+        )),
+        OffsetBuffer::new(vec![0, 1, 1, 2].into()),
+        entries,
+        Some(NullBuffer::from(vec![true, false, true])),
+        false,
+    );
+    let batch = RecordBatch::try_new(
+        Arc::new(ArrowSchema::new(vec![
+            field_with_id("id", DataType::Int64, false, id("id")),
+            field_with_id("s", s_array.data_type().clone(), true, id("s")),
+            field_with_id("l", l_array.data_type().clone(), true, id("l")),
+            field_with_id("m", m_array.data_type().clone(), true, id("m")),
+        ])),
+        vec![
+            Arc::new(Int64Array::from(vec![1, 2, 3])),
+            Arc::new(s_array),
+            Arc::new(l_array),
+            Arc::new(m_array),
+        ],
+    )
+    .unwrap();
+    let location = table.metadata().location().trim_start_matches("file://");
+    let data_dir = PathBuf::from(location).join("data");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let path = data_dir.join("old.parquet");
+    let mut writer = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let file = DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_path(path.display().to_string())
+        .file_format(DataFileFormat::Parquet)
+        .partition(Struct::empty())
+        .partition_spec_id(0)
+        .record_count(3)
+        .file_size_in_bytes(std::fs::metadata(&path).unwrap().len())
+        .build()
+        .unwrap();
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    let ident = TableIdent::from_strs(["ns", "defaults"]).unwrap();
+    commit(
+        store,
+        &ident,
+        SnapshotChanges::append(vec![NewFile { spec_id: 0, file }]),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn nested_fields_a_file_lacks_read_as_their_initial_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    table_with_nested_defaults(&s).await;
+    let q = |select: &str| format!("SELECT {select} FROM ns.defaults ORDER BY id");
+    assert_eq!(
+        rows(
+            &s,
+            &q("id, s['x'], s['z'], s['str'], s['dec'], s['bin'], s['ts'], s['inner']['q']")
+        )
+        .await,
+        [
+            "1|1|7|dflt|1.50|cafe|2023-11-14T22:13:20|q",
+            "2|||||||",
+            "3|3|7|dflt|1.50|cafe|2023-11-14T22:13:20|q",
+        ]
+    );
+    // Inside list elements and map values; a NULL map value stays NULL.
+    assert_eq!(
+        rows(
+            &s,
+            &q("id, l[1]['a'], l[1]['b'], l[2]['b'], cardinality(l), m['k1']['d'], m['k3']")
+        )
+        .await,
+        ["1|1|lb|lb|2|9|", "2||||||", "3||||0||"]
+    );
+    // Columns the file lacks entirely: `{}` is a struct of its fields' defaults.
+    assert_eq!(
+        rows(&s, &q("id, t['p'], t['r'], t IS NULL, \"top\"")).await,
+        ["1|1||false|42", "2|1||false|42", "3|1||false|42"]
+    );
+    // Whole structs carry the defaults too, and filters see them.
+    let whole = rows(&s, &q("s, l")).await;
+    assert!(
+        whole[0].contains("z: 7") && whole[0].contains("b: lb"),
+        "{whole:?}"
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id FROM ns.defaults WHERE s['z'] = 7 AND \"top\" = 42 ORDER BY id"
+        )
+        .await,
+        ["1", "3"]
+    );
+    // The UUID default, as the column is read.
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*) FROM ns.defaults WHERE s['u'] IS NOT NULL"
+        )
+        .await,
+        ["2"]
+    );
 }

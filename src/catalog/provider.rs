@@ -208,6 +208,26 @@ impl SchemaProvider for IcebergSchemaProvider {
         }
     }
 
+    /// Listing a namespace's tables (`SHOW TABLES`, `information_schema.tables`) asks each
+    /// table's type: every table of an Iceberg catalog is a base table, answered from the
+    /// catalog's listing without loading metadata, so one table whose metadata cannot be read
+    /// does not take the listing down.
+    async fn table_type(&self, name: &str) -> Result<Option<datafusion::datasource::TableType>> {
+        let exists = match self.catalog.table_exists(&self.ident(name)).await {
+            Ok(exists) => exists,
+            Err(e) => {
+                // A REST catalog answers existence by loading: the name was listed, so the
+                // table is there, and reading it will name the failure.
+                log::warn!(
+                    "table '{}.{name}' cannot be loaded: {e}",
+                    self.namespace.to_url_string()
+                );
+                true
+            }
+        };
+        Ok(exists.then_some(datafusion::datasource::TableType::Base))
+    }
+
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         let Some(table) = self.catalog.try_load_table(&self.ident(name)).await? else {
             return Ok(None);

@@ -11,7 +11,7 @@
 //! optional fields a writer leaves out, and format v1's extra fields do not matter.
 //!
 //! It answers `None` (and the iceberg crate decodes the file) for anything it does not know:
-//! a codec other than `null` and `deflate`, a header without the Iceberg keys, a partition or
+//! a codec other than `null`, `deflate`, `snappy` and `zstandard`, a header without the Iceberg keys, a partition or
 //! bound type outside what it converts. Errors in the file itself are errors.
 
 use std::collections::HashMap;
@@ -427,7 +427,7 @@ pub(crate) fn decode(bytes: &[u8], spec: &PartitionSpec) -> Result<Option<Vec<Ma
     let sync = c.take(16)?;
     let text = |k: &str| header.get(k).and_then(|v| std::str::from_utf8(v).ok());
     let codec = text("avro.codec").unwrap_or("null");
-    if !matches!(codec, "null" | "deflate") {
+    if !matches!(codec, "null" | "deflate" | "snappy" | "zstandard") {
         return Ok(None);
     }
     let (Some(avro), Some(schema)) = (
@@ -488,6 +488,15 @@ pub(crate) fn decode(bytes: &[u8], spec: &PartitionSpec) -> Result<Option<Vec<Ma
                 inflated = out;
                 inflated.as_slice()
             }
+            "snappy" => {
+                inflated = snappy_block(block)?;
+                inflated.as_slice()
+            }
+            "zstandard" => {
+                inflated = zstd::stream::decode_all(block)
+                    .map_err(|e| bad(format!("a zstandard block does not inflate: {e}")))?;
+                inflated.as_slice()
+            }
             _ => block,
         };
         let mut d = Cursor::new(data);
@@ -509,6 +518,22 @@ pub(crate) fn decode(bytes: &[u8], spec: &PartitionSpec) -> Result<Option<Vec<Ma
         }
     }
     Ok(Some(entries))
+}
+
+/// An Avro block of the `snappy` codec: raw snappy, then the big-endian CRC-32 of the
+/// uncompressed bytes.
+fn snappy_block(block: &[u8]) -> Result<Vec<u8>> {
+    let Some(split) = block.len().checked_sub(4) else {
+        return Err(bad("a snappy block is shorter than its checksum"));
+    };
+    let (compressed, crc) = block.split_at(split);
+    let out = snap::raw::Decoder::new()
+        .decompress_vec(compressed)
+        .map_err(|e| bad(format!("a snappy block does not decompress: {e}")))?;
+    if crc32fast::hash(&out).to_be_bytes() != crc {
+        return Err(bad("a snappy block's checksum does not match"));
+    }
+    Ok(out)
 }
 
 /// One manifest entry; `None` for a value this module does not convert.

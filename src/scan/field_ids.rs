@@ -22,8 +22,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_adapter::{
     DefaultPhysicalExprAdapterFactory, PhysicalExprAdapter, PhysicalExprAdapterFactory,
 };
-use iceberg::spec::Literal as IcebergLiteral;
-use iceberg::spec::{NameMapping, Type, DEFAULT_SCHEMA_NAME_MAPPING};
+use iceberg::spec::{NameMapping, DEFAULT_SCHEMA_NAME_MAPPING};
 
 /// The adapters [`FieldIdAdapterFactory::shared`] made that are still in use.
 static MADE: std::sync::Mutex<Vec<std::sync::Weak<FieldIdAdapterFactory>>> =
@@ -41,10 +40,11 @@ pub struct FieldIdAdapterFactory {
     mapped_ids: HashMap<String, i32>,
     /// Leaf name of every nested (non top-level) field, by id.
     nested_names_by_id: HashMap<i32, String>,
-    /// The `initial-default` of top-level columns that have one, by column name: the value of
-    /// the column in files written before it was added (`None`: a type this reader cannot
-    /// turn into a value yet, refused when such a file is read).
-    initial_defaults: HashMap<String, Option<ScalarValue>>,
+    /// Top-level columns by name: a column a file lacks reads as its `initial-default`, and
+    /// defaulted fields nested in it that a file lacks read as theirs (see [`super::defaults`]).
+    columns: HashMap<String, iceberg::spec::NestedField>,
+    /// Whether some field of the schema, at any depth, has an `initial-default`.
+    has_defaults: bool,
     /// What it was made from (to make it again where a plan is decoded).
     source: Arc<(iceberg::spec::Schema, HashMap<String, String>)>,
 }
@@ -75,21 +75,16 @@ impl FieldIdAdapterFactory {
                     .collect()
             })
             .unwrap_or_default();
-        let initial_defaults = schema
+        let columns = schema
             .as_struct()
             .fields()
             .iter()
-            .filter_map(|f| {
-                let default = f.initial_default.as_ref()?;
-                let value = match (f.field_type.as_ref(), default) {
-                    (Type::Primitive(ty), IcebergLiteral::Primitive(v)) => {
-                        super::strict::literal_scalar(ty, v)
-                    }
-                    _ => None,
-                };
-                Some((f.name.clone(), value))
-            })
+            .map(|f| (f.name.clone(), f.as_ref().clone()))
             .collect();
+        let has_defaults = schema
+            .field_id_to_fields()
+            .values()
+            .any(|f| f.initial_default.is_some());
         let top: std::collections::HashSet<i32> =
             schema.as_struct().fields().iter().map(|f| f.id).collect();
         let nested_names_by_id = schema
@@ -102,7 +97,8 @@ impl FieldIdAdapterFactory {
             names_by_id,
             mapped_ids,
             nested_names_by_id,
-            initial_defaults,
+            columns,
+            has_defaults,
             source: Arc::new((schema.clone(), properties.clone())),
         }
     }
@@ -218,26 +214,70 @@ impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
     ) -> Result<Arc<dyn PhysicalExprAdapter>> {
         self.check_nested_names(&physical_file_schema)?;
         let renamed = Arc::new(self.renamed(&physical_file_schema));
-        // Columns the file lacks that have an initial default read as that value.
+        // Columns the file lacks that have an initial default read as that value; columns it
+        // has whose nested defaulted fields it lacks get those filled in.
         let mut defaults = HashMap::new();
-        for (name, value) in &self.initial_defaults {
-            if renamed.field_with_name(name).is_ok() {
-                continue;
+        let mut fills = HashMap::new();
+        if self.has_defaults {
+            for logical in logical_file_schema.fields() {
+                let Some(column) = self.columns.get(logical.name()) else {
+                    continue;
+                };
+                match renamed.field_with_name(logical.name()) {
+                    Err(_) => {
+                        if let Some(v) =
+                            super::defaults::default_value(column, logical.data_type())?
+                        {
+                            defaults.insert(logical.name().clone(), v);
+                        }
+                    }
+                    Ok(physical) => {
+                        let fill = super::defaults::fills(
+                            logical.data_type(),
+                            physical.data_type(),
+                            &column.field_type,
+                        )?;
+                        if let Some(fill) = fill {
+                            fills.insert(logical.name().clone(), (fill, Arc::clone(logical)));
+                        }
+                    }
+                }
             }
-            let Ok(field) = logical_file_schema.field_with_name(name) else {
-                continue;
-            };
-            let value = value.as_ref().ok_or_else(|| {
-                DataFusionError::NotImplemented(format!(
-                    "column '{name}' has an initial-default of a type this reader cannot use yet"
-                ))
-            })?;
-            defaults.insert(name.clone(), value.cast_to(field.data_type())?);
         }
+        // A column with fills is converted to the table's type by [`FillDefaults`] itself
+        // (DataFusion's cast does not evolve the structs of map values): DataFusion's adapter
+        // sees it in the file's type.
+        let logical_file_schema = match fills.is_empty() {
+            true => logical_file_schema,
+            false => {
+                let fields: Vec<arrow::datatypes::FieldRef> = logical_file_schema
+                    .fields()
+                    .iter()
+                    .map(|f| {
+                        match (
+                            fills.contains_key(f.name()),
+                            renamed.field_with_name(f.name()),
+                        ) {
+                            (true, Ok(physical)) => Arc::new(
+                                f.as_ref()
+                                    .clone()
+                                    .with_data_type(physical.data_type().clone()),
+                            ),
+                            _ => Arc::clone(f),
+                        }
+                    })
+                    .collect();
+                Arc::new(Schema::new_with_metadata(
+                    fields,
+                    logical_file_schema.metadata().clone(),
+                ))
+            }
+        };
         Ok(Arc::new(FieldIdAdapter {
             inner: DefaultPhysicalExprAdapterFactory.create(logical_file_schema, renamed)?,
             physical: physical_file_schema,
             defaults,
+            fills,
         }))
     }
 }
@@ -250,21 +290,33 @@ struct FieldIdAdapter {
     physical: SchemaRef,
     /// Values of the columns this file lacks that have an initial default.
     defaults: HashMap<String, ScalarValue>,
+    /// Columns this file has, with nested defaulted fields it lacks (and the table's field).
+    fills: HashMap<String, (super::defaults::Fill, arrow::datatypes::FieldRef)>,
 }
 
 impl PhysicalExprAdapter for FieldIdAdapter {
     fn rewrite(&self, expr: Arc<dyn PhysicalExpr>) -> Result<Arc<dyn PhysicalExpr>> {
-        let expr = match self.defaults.is_empty() {
+        let expr = match self.defaults.is_empty() && self.fills.is_empty() {
             true => expr,
             false => {
                 expr.transform(|e| {
-                    let value = e
-                        .downcast_ref::<Column>()
-                        .and_then(|c| self.defaults.get(c.name()));
-                    match value {
-                        Some(v) => Ok(Transformed::yes(
+                    let Some(column) = e.downcast_ref::<Column>() else {
+                        return Ok(Transformed::no(e));
+                    };
+                    if let Some(v) = self.defaults.get(column.name()) {
+                        return Ok(Transformed::yes(
                             Arc::new(Literal::new(v.clone())) as Arc<dyn PhysicalExpr>
-                        )),
+                        ));
+                    }
+                    match self.fills.get(column.name()) {
+                        Some((fill, field)) => Ok(Transformed::yes(Arc::new(
+                            super::defaults::FillDefaults::new(
+                                Arc::clone(&e),
+                                fill.clone(),
+                                Arc::clone(field),
+                            ),
+                        )
+                            as Arc<dyn PhysicalExpr>)),
                         None => Ok(Transformed::no(e)),
                     }
                 })?

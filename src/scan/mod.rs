@@ -3,6 +3,7 @@
 mod avro_manifest;
 mod bounded;
 mod cache;
+mod defaults;
 mod deletes;
 mod field_ids;
 mod manifest;
@@ -21,7 +22,6 @@ pub use predicate::{prunable_filters, to_predicate, unprunable_columns};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use datafusion::common::ScalarValue;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::FileGroup;
 use datafusion::error::{DataFusionError, Result};
@@ -532,13 +532,14 @@ pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<Pla
 /// Splits files into at most `target` groups of similar total size (largest first, each into the
 /// currently smallest group).
 ///
-/// `partition_values` gives each file the values of the scan's per-file constant columns.
+/// `decorate` gives each file what the scan knows of it beyond its location and size (the
+/// values of the scan's per-file columns, per-file statistics).
 pub fn group_files(
     files: &[PlannedFile],
     target: usize,
     locations: &LocationMap,
     url: &ObjectStoreUrl,
-    partition_values: impl Fn(&PlannedFile) -> Vec<ScalarValue>,
+    mut decorate: impl FnMut(&PlannedFile, PartitionedFile) -> Result<PartitionedFile>,
 ) -> Result<Vec<FileGroup>> {
     let target = target.max(1).min(files.len().max(1));
     let mut order: Vec<&PlannedFile> = files.iter().collect();
@@ -550,10 +551,8 @@ pub fn group_files(
             .min_by_key(|(s, _)| *s)
             .ok_or_else(|| DataFusionError::Internal("no file groups".into()))?;
         *size += f.size;
-        group.push(
-            file_at(locations.object_path_in(url, &f.path)?.as_ref(), f.size)?
-                .with_partition_values(partition_values(f)),
-        );
+        let file = file_at(locations.object_path_in(url, &f.path)?.as_ref(), f.size)?;
+        group.push(decorate(f, file)?);
     }
     Ok(groups
         .into_iter()
@@ -584,7 +583,8 @@ mod tests {
             })
             .collect();
         let local = ObjectStoreUrl::local_filesystem;
-        let groups = group_files(&files, 2, &LocationMap::default(), &local(), |_| vec![]).unwrap();
+        let groups =
+            group_files(&files, 2, &LocationMap::default(), &local(), |_, f| Ok(f)).unwrap();
         assert_eq!(groups.len(), 2);
         let sizes: Vec<u64> = groups
             .iter()
@@ -598,7 +598,7 @@ mod tests {
                 8,
                 &LocationMap::default(),
                 &local(),
-                |_| vec![]
+                |_, f| Ok(f)
             )
             .unwrap()
             .len(),

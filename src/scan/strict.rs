@@ -328,6 +328,15 @@ pub(crate) fn literal_scalar(ty: &PrimitiveType, v: &PrimitiveLiteral) -> Option
         (PrimitiveType::String, PrimitiveLiteral::String(s)) => {
             ScalarValue::Utf8View(Some(s.clone()))
         }
+        (PrimitiveType::Uuid, PrimitiveLiteral::UInt128(v)) => {
+            ScalarValue::FixedSizeBinary(16, Some(v.to_be_bytes().to_vec()))
+        }
+        (PrimitiveType::Fixed(len), PrimitiveLiteral::Binary(b)) if b.len() as u64 == *len => {
+            ScalarValue::FixedSizeBinary(*len as i32, Some(b.clone()))
+        }
+        (PrimitiveType::Binary, PrimitiveLiteral::Binary(b)) => {
+            ScalarValue::LargeBinary(Some(b.clone()))
+        }
         _ => return None,
     })
 }

@@ -64,6 +64,23 @@ fn sort_term_of(sort: &SortExpr) -> Result<SortTerm> {
     })
 }
 
+/// The column a `PARTITIONED BY` identifier names: DataFusion hands the identifiers over as
+/// written, so a quoted one (`"Cat"`) names its column exactly, and an unquoted one names the
+/// column it normalises to (lower case, as the column definitions were normalised).
+fn partition_column_name(written: &str, schema: &arrow::datatypes::Schema) -> String {
+    let written = written.trim();
+    for quote in ['"', '`'] {
+        if written.len() >= 2 && written.starts_with(quote) && written.ends_with(quote) {
+            let doubled = format!("{quote}{quote}");
+            return written[1..written.len() - 1].replace(&doubled, &quote.to_string());
+        }
+    }
+    if schema.field_with_name(written).is_ok() {
+        return written.to_string();
+    }
+    written.to_lowercase()
+}
+
 /// Builds the table definition described by a `CREATE EXTERNAL TABLE` statement.
 pub(crate) fn definition_from_command(cmd: &CreateExternalTable) -> Result<TableDefinition> {
     let mut options = cmd.options.clone();
@@ -73,7 +90,7 @@ pub(crate) fn definition_from_command(cmd: &CreateExternalTable) -> Result<Table
         .iter()
         .map(|c| PartitionTerm {
             transform: Transform::Identity,
-            column: c.clone(),
+            column: partition_column_name(c, cmd.schema.as_arrow()),
         })
         .collect();
     if let Some(text) = take_option(&mut options, "partitioning") {

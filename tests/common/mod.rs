@@ -1,6 +1,7 @@
 //! Shared helpers for integration tests.
 #![allow(dead_code)]
 
+pub mod hive_style;
 pub mod s3_tool;
 pub mod seaweed;
 pub mod venv;

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use crate::physical_plan::keep_rows::keep_rows;
 use arrow::array::RecordBatch;
-use arrow::array::{Array, AsArray};
+use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -1563,6 +1563,7 @@ async fn read_position_deletes(
             .build()?;
         while let Some(batch) = stream.next().await {
             let pos = arrow::compute::cast(batch?.column(0), &DataType::Int64)?;
+            let (_, pos) = without_null_rows(None, pos, &file.location)?;
             let pos = pos.as_primitive::<Int64Type>();
             if !gather_run(gathered, location, pos, &file.location)? {
                 return Ok(false);
@@ -1580,15 +1581,13 @@ async fn read_position_deletes(
     while let Some(batch) = stream.next().await {
         let batch = batch?;
         let paths = arrow::compute::cast(batch.column(path_idx), &path_dictionary())?;
-        let paths = paths.as_dictionary::<Int32Type>();
         let pos = arrow::compute::cast(batch.column(pos_idx), &DataType::Int64)?;
+        let (paths, pos) = without_null_rows(Some(paths), pos, &file.location)?;
+        let paths = match &paths {
+            Some(paths) => paths.as_dictionary::<Int32Type>(),
+            None => return Err(DataFusionError::Internal("file_path column lost".into())),
+        };
         let pos = pos.as_primitive::<Int64Type>();
-        if paths.logical_null_count() > 0 || pos.null_count() > 0 {
-            return Err(DataFusionError::Execution(format!(
-                "position delete file {} has a NULL file_path or pos",
-                file.location
-            )));
-        }
         // The data file each distinct path names, when it is one of `wanted`: looked up when a
         // run first names it (the dictionary may hold the paths of a whole shared file).
         let names = paths.values().as_string::<i32>();
@@ -1624,6 +1623,32 @@ async fn read_position_deletes(
 
 /// Adds `run`, positions of the data file at `location` read from the delete file `file`, to
 /// `gathered`; an error for a NULL or negative position, `false` when `gathered` cannot hold them.
+/// The rows of a position delete file's `file_path` and `pos` columns (or `pos` alone) without
+/// those where either is NULL. Such rows delete nothing: Impala writes them, and Java,
+/// pyiceberg and DuckDB skip them; so do we, with a warning naming the file.
+fn without_null_rows(
+    paths: Option<ArrayRef>,
+    pos: ArrayRef,
+    file: &str,
+) -> Result<(Option<ArrayRef>, ArrayRef)> {
+    let null_paths = paths.as_ref().is_some_and(|p| p.logical_null_count() > 0);
+    if !null_paths && pos.null_count() == 0 {
+        return Ok((paths, pos));
+    }
+    let mut valid = arrow::compute::is_not_null(&pos)?;
+    if let Some(paths) = &paths {
+        valid = arrow::compute::and(&valid, &arrow::compute::is_not_null(paths)?)?;
+    }
+    log::warn!(
+        "position delete file {file}: {} rows whose file_path or pos is NULL are skipped",
+        valid.len() - valid.true_count()
+    );
+    let paths = paths
+        .map(|p| arrow::compute::filter(&p, &valid))
+        .transpose()?;
+    Ok((paths, arrow::compute::filter(&pos, &valid)?))
+}
+
 fn gather_run(
     gathered: &mut impl PositionSink,
     location: &str,

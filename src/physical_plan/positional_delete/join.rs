@@ -22,7 +22,8 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::ColumnarValue;
-use datafusion::physical_expr::expressions::{col, is_not_null};
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::expressions::{col, is_not_null, BinaryExpr};
 use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::Count;
@@ -47,8 +48,8 @@ pub(crate) fn sorted_deletes(
     context: Arc<TaskContext>,
 ) -> Result<(Arc<dyn ExecutionPlan>, SendableRecordBatchStream)> {
     let schema = Arc::new(Schema::new(vec![
-        Field::new("file_path", DataType::Utf8, false),
-        Field::new("pos", DataType::Int64, false),
+        Field::new("file_path", DataType::Utf8, true),
+        Field::new("pos", DataType::Int64, true),
     ]));
     let group: Vec<PartitionedFile> = files
         .iter()
@@ -77,7 +78,12 @@ pub(crate) fn sorted_deletes(
         scan,
     )?);
     let indexed = projected.schema();
-    let keep = is_not_null(col("path_index", &indexed)?)?;
+    // Rows whose file_path or pos is NULL delete nothing (see `exec::without_null_rows`).
+    let keep = Arc::new(BinaryExpr::new(
+        is_not_null(col("path_index", &indexed)?)?,
+        Operator::And,
+        is_not_null(col("pos", &indexed)?)?,
+    ));
     let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(keep, projected)?);
     let ordering = LexOrdering::new(vec![
         PhysicalSortExpr::new_default(col("path_index", &indexed)?),

@@ -2,6 +2,7 @@
 //! [`IcebergScanExec`], which names the Iceberg scan in plans (table, snapshot, files kept by pruning,
 //! predicate used) above the DataFusion parquet scan that reads the files.
 
+mod constants;
 mod exec;
 pub(crate) mod lineage;
 pub(crate) mod plan;

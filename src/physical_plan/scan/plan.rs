@@ -34,6 +34,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use iceberg::spec::{DataContentType, Struct};
 use iceberg::table::Table;
 
+use super::constants::IdentityConstants;
 use super::lineage::{self, LineageInputs, DATA_SEQ_COLUMN, FIRST_ROW_ID_COLUMN};
 use crate::error::IcebergResultExt;
 use crate::location::{file_at, LocationMap};
@@ -225,12 +226,17 @@ pub(crate) async fn plan_scan(
     };
     let url = req.locations.store_url(req.table.metadata().location())?;
     crate::table::register_store(state, req.stores, &url)?;
+    // Identity partition sources read as each file's partition value (see `constants`).
+    let mut constants = IdentityConstants::new(req.table.metadata(), req.read_schema, req.schema);
     let groups = group_files(
         files,
         state.config().target_partitions(),
         req.locations,
         &url,
-        |f| {
+        |f, mut file| {
+            if !constants.is_empty() {
+                file.statistics = constants.statistics(f)?;
+            }
             let mut values = vec![];
             if req.file_column {
                 values.push(ScalarValue::Dictionary(
@@ -245,7 +251,7 @@ pub(crate) async fn plan_scan(
             if !eq.sets.is_empty() {
                 values.push(ScalarValue::UInt32(gate_index.get(&gate_of(f)).copied()));
             }
-            values
+            Ok(file.with_partition_values(values))
         },
     )?;
     let hidden_columns = partition_columns.len();
