@@ -268,6 +268,9 @@ impl IcebergSession {
         if let Some(dropped) = self.drop_table(sql).await? {
             return Ok(dropped);
         }
+        if let Some(merged) = crate::dml::subquery::run(&self.ctx, sql).await? {
+            return Ok(merged);
+        }
         let Some(alter) = crate::table::alter::parse(sql) else {
             return self.ctx.sql(sql).await;
         };

@@ -1118,3 +1118,214 @@ async fn copy_on_write_writes_plain_the_keys_whose_dictionaries_overflowed() {
         )]
     );
 }
+
+/// Runs a statement through `IcebergSession::sql` (where DELETE/UPDATE with subqueries and
+/// UPDATE ... FROM run as MERGE) and returns its count.
+async fn run_counted(s: &IcebergSession, q: &str) -> datafusion::error::Result<u64> {
+    let batches = s.sql(q).await?.collect().await?;
+    let text = render(&batches);
+    Ok(text.first().and_then(|l| l.parse().ok()).unwrap_or(0))
+}
+
+/// The rows of `SELECT k, g, v FROM <from> ORDER BY ...` in `ctx`, as text.
+async fn ordered(ctx: &datafusion::prelude::SessionContext, from: &str) -> Vec<String> {
+    let q = format!("SELECT k, g, v FROM {from} ORDER BY k NULLS FIRST, g, v NULLS FIRST");
+    render(&ctx.sql(&q).await.unwrap().collect().await.unwrap())
+}
+
+/// Copies `ns.<name>` into `oracle` as an in-memory table `<name>`.
+async fn copy_into(s: &IcebergSession, oracle: &datafusion::prelude::SessionContext, name: &str) {
+    let frame = s.context().table(format!("ns.{name}")).await.unwrap();
+    let schema = std::sync::Arc::new(frame.schema().as_arrow().clone());
+    let batches = frame.collect().await.unwrap();
+    let table = datafusion::datasource::MemTable::try_new(schema, vec![batches]).unwrap();
+    let copy = format!("{name}_copy");
+    let _ = oracle.deregister_table(&copy);
+    oracle
+        .register_table(&copy, std::sync::Arc::new(table))
+        .unwrap();
+    // Numbered rows (`rid`), for telling equal rows apart.
+    let _ = oracle.deregister_table(name);
+    let numbered = oracle
+        .sql(&format!(
+            "SELECT *, row_number() OVER () AS rid FROM {copy}"
+        ))
+        .await
+        .unwrap();
+    oracle.register_table(name, numbered.into_view()).unwrap();
+}
+
+/// DELETE and UPDATE with IN, NOT IN, EXISTS, NOT EXISTS and scalar subqueries, and UPDATE ...
+/// FROM, on random tables with NULL keys, in both write modes (and under a 4 MiB pool): each
+/// statement must change exactly what DataFusion's own evaluation of the same condition over
+/// an in-memory copy of the rows selects.
+#[tokio::test]
+async fn subquery_dml_matches_an_in_memory_oracle() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    for (seed, mode, limit) in [
+        (1u64, "copy-on-write", None),
+        (2, "merge-on-read", None),
+        (3, "merge-on-read", Some(4 << 20)),
+        (4, "copy-on-write", Some(4 << 20)),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = match limit {
+            Some(l) => common::session_with_limit(dir.path(), l).await,
+            None => session(dir.path()).await,
+        };
+        let mut rng = StdRng::seed_from_u64(seed);
+        for q in [
+            "CREATE SCHEMA ns".to_string(),
+            format!(
+                "CREATE EXTERNAL TABLE ns.t (k BIGINT, g INT, v INT) STORED AS ICEBERG LOCATION '' \
+                 PARTITIONED BY (g) OPTIONS ('write.delete.mode' '{mode}', 'write.update.mode' \
+                 '{mode}', 'write.merge.mode' '{mode}')"
+            ),
+            "CREATE EXTERNAL TABLE ns.s (k BIGINT, w INT) STORED AS ICEBERG LOCATION ''"
+                .to_string(),
+        ] {
+            sql(&s, &q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+        }
+        let key = |rng: &mut StdRng| match rng.random_range(0..10) {
+            0 => "NULL".to_string(),
+            _ => rng.random_range(0..60).to_string(),
+        };
+        let oracle = datafusion::prelude::SessionContext::new();
+        for round in 0..12 {
+            if round % 4 == 0 {
+                // Fresh rows in both tables (the source's NULL keys come and go).
+                let rows: Vec<String> = (0..120)
+                    .map(|_| {
+                        format!(
+                            "({}, {}, {})",
+                            key(&mut rng),
+                            rng.random_range(0..3),
+                            rng.random_range(0..100)
+                        )
+                    })
+                    .collect();
+                sql(&s, &format!("INSERT INTO ns.t VALUES {}", rows.join(", ")))
+                    .await
+                    .unwrap();
+                sql(&s, "DELETE FROM ns.s").await.unwrap();
+                let with_null = rng.random_bool(0.5);
+                let rows: Vec<String> = (0..25)
+                    .map(|_| {
+                        let k = match with_null {
+                            true => key(&mut rng),
+                            false => rng.random_range(0..60).to_string(),
+                        };
+                        format!("({k}, {})", rng.random_range(0..100))
+                    })
+                    .collect();
+                sql(&s, &format!("INSERT INTO ns.s VALUES {}", rows.join(", ")))
+                    .await
+                    .unwrap();
+            }
+            copy_into(&s, &oracle, "t").await;
+            copy_into(&s, &oracle, "s").await;
+            let x = rng.random_range(0..110);
+            let p = rng.random_range(0..3);
+            let condition = match rng.random_range(0..8) {
+                0 => format!("t.k IN (SELECT k FROM s WHERE w < {x})"),
+                1 => format!("t.k NOT IN (SELECT k FROM s WHERE w < {x})"),
+                2 => format!("EXISTS (SELECT 1 FROM s WHERE s.k = t.k AND s.w > {x})"),
+                3 => format!("NOT EXISTS (SELECT 1 FROM s WHERE s.k = t.k AND s.w > {x})"),
+                4 => format!("t.v > (SELECT avg(w) FROM s WHERE w < {x})"),
+                5 => format!("t.k IN (SELECT k FROM s) AND t.g = {p}"),
+                6 => format!(
+                    "t.g = {p} AND t.k NOT IN (SELECT k FROM s WHERE k IS NOT NULL AND w > {x})"
+                ),
+                _ => format!("t.v < {x} AND EXISTS (SELECT 1 FROM s WHERE s.k = t.k)"),
+            };
+            let ours = |table: &str| table.replace("FROM s", "FROM ns.s");
+            // The rows the condition selects, by DataFusion's own query over the copy (each
+            // row numbered: the table may hold equal rows).
+            let matched = render(
+                &oracle
+                    .sql(&format!("SELECT rid FROM t WHERE {condition}"))
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap(),
+            );
+            let hit = match matched.is_empty() {
+                true => "false".to_string(),
+                false => format!("rid IN ({})", matched.join(", ")),
+            };
+            let (statement, expected) = match rng.random_bool(0.4) {
+                false => (
+                    format!("DELETE FROM ns.t AS t WHERE {}", ours(&condition)),
+                    format!("(SELECT k, g, v FROM t WHERE NOT ({hit}))"),
+                ),
+                true => (
+                    format!(
+                        "UPDATE ns.t AS t SET v = v + 1000 WHERE {}",
+                        ours(&condition)
+                    ),
+                    format!("(SELECT k, g, CASE WHEN {hit} THEN v + 1000 ELSE v END AS v FROM t)"),
+                ),
+            };
+            let want = ordered(&oracle, &expected).await;
+            let got = run_counted(&s, &statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+            let context = format!("seed {seed} round {round}: {statement}");
+            assert_eq!(got as usize, matched.len(), "{context}");
+            assert_eq!(ordered(s.context(), "ns.t").await, want, "{context}");
+        }
+        // UPDATE ... FROM with one source row per key, then with two: refused, nothing changed.
+        copy_into(&s, &oracle, "t").await;
+        copy_into(&s, &oracle, "s").await;
+        let source = "(SELECT k, max(w) AS w FROM s WHERE k IS NOT NULL GROUP BY k)";
+        let want = ordered(
+            &oracle,
+            &format!(
+                "(SELECT t.k, t.g, CASE WHEN u.k IS NULL THEN t.v ELSE u.w END AS v \
+                 FROM t LEFT JOIN {source} AS u ON t.k = u.k)"
+            ),
+        )
+        .await;
+        let statement = format!(
+            "UPDATE ns.t AS t SET v = u.w FROM {} AS u WHERE t.k = u.k",
+            source.replace("FROM s", "FROM ns.s")
+        );
+        run_counted(&s, &statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        assert_eq!(
+            ordered(s.context(), "ns.t").await,
+            want,
+            "seed {seed}: {statement}"
+        );
+        sql(&s, "INSERT INTO ns.s VALUES (7, 1), (7, 2)")
+            .await
+            .unwrap();
+        sql(&s, "INSERT INTO ns.t VALUES (7, 0, 0)").await.unwrap();
+        let before = ordered(s.context(), "ns.t").await;
+        let e = run_counted(
+            &s,
+            "UPDATE ns.t AS t SET v = s.w FROM ns.s AS s WHERE t.k = s.k",
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("more than once"), "{e}");
+        assert_eq!(ordered(s.context(), "ns.t").await, before);
+        // Refused forms change nothing either.
+        for q in [
+            "DELETE FROM ns.t AS t WHERE t.k IN (SELECT k FROM ns.s) OR t.v > 5",
+            "DELETE FROM ns.t AS t WHERE t.k IN (SELECT k FROM ns.s) AND t.g IN (SELECT w FROM ns.s)",
+            "DELETE FROM ns.t AS t WHERE EXISTS (SELECT 1 FROM ns.s AS s WHERE s.k > t.k)",
+            "DELETE FROM ns.t AS t WHERE t.v > (SELECT w FROM ns.s AS s WHERE s.k = t.k)",
+        ] {
+            assert!(run_counted(&s, q).await.is_err(), "{q} was accepted");
+            assert_eq!(ordered(s.context(), "ns.t").await, before, "{q}");
+        }
+        if limit.is_some() {
+            assert_eq!(s.memory_pool().reserved(), 0);
+        }
+    }
+}

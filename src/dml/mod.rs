@@ -24,6 +24,7 @@ mod mor_pass;
 pub(crate) mod mor_writer;
 mod rewrite;
 pub(crate) mod splice;
+pub(crate) mod subquery;
 pub(crate) mod update;
 
 pub(crate) use self::core::DmlTarget;
