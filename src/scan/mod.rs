@@ -9,6 +9,7 @@ mod field_ids;
 mod manifest;
 mod predicate;
 pub(crate) mod strict;
+mod transforms;
 
 pub use cache::{
     manifest_cache_stats, set_manifest_cache_capacity, ManifestCacheStats,

@@ -31,6 +31,11 @@ struct ColumnFacts {
     nulls: Option<u64>,
     /// Whether no row is NaN (always true for non-float columns).
     no_nan: bool,
+    /// The column's type, and the `bucket[N]` partition values the file has for it.
+    ty: Option<PrimitiveType>,
+    buckets: Vec<(u32, i32)>,
+    /// A prefix of every non-NULL value (a `truncate[W]` partition value of a string column).
+    prefix: Option<String>,
 }
 
 /// Column facts of one data file, for the columns a condition names.
@@ -38,6 +43,115 @@ struct ColumnFacts {
 pub(crate) struct FileStats {
     rows: u64,
     columns: HashMap<String, ColumnFacts>,
+}
+
+/// The text of a string value.
+fn text(v: &ScalarValue) -> Option<&str> {
+    match v {
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::Utf8View(Some(s))
+        | ScalarValue::LargeUtf8(Some(s)) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+impl ColumnFacts {
+    /// Adds what the file's partition values of non-identity transforms of the column say
+    /// (see [`super::transforms`]): bounds intersected with the column's, bucket numbers, and
+    /// all rows NULL where such a value is NULL.
+    fn with_transform_facts(
+        &mut self,
+        file: &DataFile,
+        spec: &PartitionSpec,
+        id: i32,
+        ty: &PrimitiveType,
+    ) {
+        for (pos, field) in spec.fields().iter().enumerate() {
+            if field.source_id != id
+                || matches!(
+                    field.transform,
+                    Transform::Identity | Transform::Void | Transform::Unknown
+                )
+            {
+                continue;
+            }
+            match file.partition().fields().get(pos) {
+                // A transform of a non-NULL value is not NULL.
+                Some(None) => self.nulls = Some(file.record_count()),
+                Some(Some(Literal::Primitive(v))) => match field.transform {
+                    Transform::Bucket(n) => {
+                        if let PrimitiveLiteral::Int(b) = v {
+                            self.buckets.push((n, *b));
+                        }
+                    }
+                    transform => {
+                        if let (Transform::Truncate(_), PrimitiveLiteral::String(t)) =
+                            (transform, v)
+                        {
+                            self.prefix = Some(t.clone());
+                        }
+                        if let Some(r) = super::transforms::range(ty, transform, v) {
+                            self.narrow(r);
+                        }
+                    }
+                },
+                _ => {}
+            }
+        }
+    }
+
+    /// Intersects the column's bounds with `r` (bounds taken from `r` are not values).
+    fn narrow(&mut self, r: super::transforms::Range) {
+        let tighter_lower = match &self.lower {
+            Some(lo) => cmp(&r.lower, lo) == Some(Ordering::Greater),
+            None => true,
+        };
+        if tighter_lower {
+            self.lower = Some(r.lower);
+            self.exact = false;
+        }
+        let tighter_upper = match &self.upper {
+            Some(hi) => cmp(&r.upper, hi) == Some(Ordering::Less),
+            None => true,
+        };
+        if tighter_upper {
+            self.upper = Some(r.upper);
+            self.exact = false;
+        }
+    }
+
+    /// Whether the file's bucket and truncate partition values rule out every row equal to
+    /// `v`.
+    fn partition_excludes(&self, v: &ScalarValue) -> bool {
+        if let (Some(prefix), Some(v)) = (&self.prefix, text(v)) {
+            if !v.starts_with(prefix.as_str()) {
+                return true;
+            }
+        }
+        let Some(ty) = &self.ty else { return false };
+        self.buckets
+            .iter()
+            .any(|(n, b)| super::transforms::bucket_of(ty, *n, v).is_some_and(|of| of != *b))
+    }
+
+    /// The column's string bounds.
+    fn string_bounds(&self) -> Option<(&str, &str)> {
+        Some((text(self.lower.as_ref()?)?, text(self.upper.as_ref()?)?))
+    }
+
+    /// Whether no value of the column starts with `prefix`.
+    fn no_prefix(&self, prefix: &str) -> bool {
+        if let Some(fixed) = &self.prefix {
+            if !fixed.starts_with(prefix) && !prefix.starts_with(fixed.as_str()) {
+                return true;
+            }
+        }
+        let Some((lo, hi)) = self.string_bounds() else {
+            return false;
+        };
+        // Every value is in [lo, hi]; those starting with `prefix` are in [prefix, next).
+        hi < prefix || (lo > prefix && !lo.starts_with(prefix))
+    }
 }
 
 impl FileStats {
@@ -67,7 +181,11 @@ impl FileStats {
                 ),
                 nulls: file.null_value_counts().get(&id).copied(),
                 no_nan: !float || file.nan_value_counts().get(&id) == Some(&0),
+                ty: Some(ty.clone()),
+                buckets: vec![],
+                prefix: None,
             };
+            c.with_transform_facts(file, spec, id, ty);
             // An identity partition value is the column's value in every row.
             let identity = spec
                 .fields()
@@ -83,6 +201,9 @@ impl FileStats {
                                 exact: true,
                                 nulls: Some(0),
                                 no_nan: c.no_nan,
+                                ty: c.ty.take(),
+                                buckets: vec![],
+                                prefix: None,
                             };
                         }
                     }
@@ -129,6 +250,12 @@ impl FileStats {
     fn always(&self, e: &Expr) -> bool {
         match e {
             Expr::Literal(ScalarValue::Boolean(Some(true)), _) => true,
+            Expr::Column(_) => self
+                .non_null(e)
+                .is_some_and(|c| holds_all(c, Operator::Eq, &ScalarValue::Boolean(Some(true)))),
+            Expr::Not(inner) if matches!(inner.as_ref(), Expr::Column(_)) => self
+                .non_null(inner)
+                .is_some_and(|c| holds_all(c, Operator::Eq, &ScalarValue::Boolean(Some(false)))),
             Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
                 Operator::And => self.always(left) && self.always(right),
                 Operator::Or => self.always(left) || self.always(right),
@@ -167,7 +294,61 @@ impl FileStats {
 
     /// Proves `e` not TRUE (FALSE or NULL) for every row.
     fn never(&self, e: &Expr) -> bool {
+        let all_null = |c: &ColumnFacts| c.nulls == Some(self.rows);
         match e {
+            // A boolean column: never TRUE when no row is TRUE; NOT of one when no row is FALSE.
+            Expr::Column(_) => self.column(e).is_some_and(|c| {
+                all_null(c) || holds_none(c, Operator::Eq, &ScalarValue::Boolean(Some(true)))
+            }),
+            Expr::Not(inner) => {
+                self.always(inner)
+                    || (matches!(inner.as_ref(), Expr::Column(_))
+                        && self.column(inner).is_some_and(|c| {
+                            all_null(c)
+                                || holds_none(c, Operator::Eq, &ScalarValue::Boolean(Some(false)))
+                        }))
+            }
+            Expr::Like(like)
+                if !like.negated && !like.case_insensitive && like.escape_char.is_none() =>
+            {
+                let (
+                    Some(c),
+                    Some(
+                        ScalarValue::Utf8(Some(p))
+                        | ScalarValue::Utf8View(Some(p))
+                        | ScalarValue::LargeUtf8(Some(p)),
+                    ),
+                ) = (self.column(&like.expr), literal(&like.pattern))
+                else {
+                    return false;
+                };
+                all_null(c)
+                    || match super::transforms::like_prefix(p) {
+                        Some(Ok(prefix)) => c.no_prefix(prefix),
+                        Some(Err(exact)) => {
+                            holds_none(
+                                c,
+                                Operator::Eq,
+                                &ScalarValue::Utf8View(Some(exact.to_string())),
+                            ) || c.no_prefix(exact)
+                        }
+                        None => false,
+                    }
+            }
+            Expr::ScalarFunction(f) if f.name() == "starts_with" => match f.args.as_slice() {
+                [column, prefix] => match (self.column(column), literal(prefix)) {
+                    (
+                        Some(c),
+                        Some(
+                            ScalarValue::Utf8(Some(p))
+                            | ScalarValue::Utf8View(Some(p))
+                            | ScalarValue::LargeUtf8(Some(p)),
+                        ),
+                    ) => all_null(c) || c.no_prefix(p),
+                    _ => false,
+                },
+                _ => false,
+            },
             Expr::Literal(ScalarValue::Boolean(b), _) => *b != Some(true),
             Expr::Literal(v, _) if v.is_null() => true,
             Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
@@ -180,7 +361,9 @@ impl FileStats {
                     {
                         true
                     }
-                    Some((col, op, v)) => self.column(col).is_some_and(|c| holds_none(c, op, v)),
+                    Some((col, op, v)) => self.column(col).is_some_and(|c| {
+                        holds_none(c, op, v) || (op == Operator::Eq && c.partition_excludes(v))
+                    }),
                     None => false,
                 },
             },
@@ -201,7 +384,7 @@ impl FileStats {
             },
             Expr::InList(list) if !list.negated => match self.column(&list.expr) {
                 Some(c) => list.list.iter().all(|v| match literal(v) {
-                    Some(v) => holds_none(c, Operator::Eq, v),
+                    Some(v) => holds_none(c, Operator::Eq, v) || c.partition_excludes(v),
                     None => matches!(v, Expr::Literal(s, _) if s.is_null()),
                 }),
                 None => false,
@@ -339,4 +522,108 @@ pub(crate) fn literal_scalar(ty: &PrimitiveType, v: &PrimitiveLiteral) -> Option
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::prelude::{col, lit};
+    use iceberg::spec::{
+        DataContentType, DataFileBuilder, DataFileFormat, NestedField, Struct, UnboundPartitionSpec,
+    };
+
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "ts", Type::Primitive(PrimitiveType::Timestamp)).into(),
+                NestedField::optional(3, "s", Type::Primitive(PrimitiveType::String)).into(),
+                NestedField::optional(4, "n", Type::Primitive(PrimitiveType::Int)).into(),
+            ])
+            .build()
+            .unwrap()
+    }
+
+    /// A file without column statistics in partition (bucket(4, id), day(ts), truncate(2, s),
+    /// truncate(10, n)) = `values`.
+    fn stats(values: Vec<Option<Literal>>) -> FileStats {
+        let schema = Arc::new(schema());
+        let spec = UnboundPartitionSpec::builder()
+            .add_partition_field(1, "id_bucket", Transform::Bucket(4))
+            .unwrap()
+            .add_partition_field(2, "ts_day", Transform::Day)
+            .unwrap()
+            .add_partition_field(3, "s_trunc", Transform::Truncate(2))
+            .unwrap()
+            .add_partition_field(4, "n_trunc", Transform::Truncate(10))
+            .unwrap()
+            .build()
+            .bind(Arc::clone(&schema))
+            .unwrap();
+        let file = DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path("f.parquet".into())
+            .file_format(DataFileFormat::Parquet)
+            .partition(Struct::from_iter(values))
+            .partition_spec_id(0)
+            .record_count(10)
+            .file_size_in_bytes(100)
+            .build()
+            .unwrap();
+        let columns: Vec<String> = ["id", "ts", "s", "n"].map(String::from).to_vec();
+        FileStats::of(&file, &spec, &schema, &columns)
+    }
+
+    #[test]
+    fn partition_transforms_prune_without_column_bounds() {
+        let bucket_of_34 = super::super::transforms::bucket_of(
+            &PrimitiveType::Long,
+            4,
+            &ScalarValue::Int64(Some(34)),
+        )
+        .unwrap();
+        let f = stats(vec![
+            Some(Literal::int(bucket_of_34)),
+            Some(Literal::int(20_000)),
+            Some(Literal::string("ab")),
+            Some(Literal::int(20)),
+        ]);
+        let day = 20_000i64 * 86_400_000_000;
+        let ts = |micros: i64| lit(ScalarValue::TimestampMicrosecond(Some(micros), None));
+        // bucket: only values of the file's bucket may match.
+        assert!(!f.none_match(&[col("id").eq(lit(34i64))]));
+        let other = (0..100i64)
+            .find(|v| {
+                super::super::transforms::bucket_of(
+                    &PrimitiveType::Long,
+                    4,
+                    &ScalarValue::Int64(Some(*v)),
+                ) != Some(bucket_of_34)
+            })
+            .unwrap();
+        assert!(f.none_match(&[col("id").eq(lit(other))]));
+        assert!(f.none_match(&[col("id").in_list(vec![lit(other)], false)]));
+        // day: the file's rows are within its day.
+        assert!(f.none_match(&[col("ts").lt(ts(day))]));
+        assert!(!f.none_match(&[col("ts").lt(ts(day + 1))]));
+        assert!(f.none_match(&[col("ts").gt_eq(ts(day + 86_400_000_000))]));
+        assert!(!f.none_match(&[col("ts").gt(ts(day + 86_400_000_000 - 2))]));
+        // truncate: strings start with the value, numbers are within its width.
+        assert!(f.none_match(&[col("s").eq(lit("ac"))]));
+        assert!(!f.none_match(&[col("s").eq(lit("abz"))]));
+        assert!(f.none_match(&[col("s").like(lit("b%"))]));
+        assert!(!f.none_match(&[col("s").like(lit("a%"))]));
+        assert!(f.none_match(&[col("n").gt(lit(29i32))]));
+        assert!(!f.none_match(&[col("n").gt(lit(28i32))]));
+        // Nothing is proved of every row from a range.
+        assert!(!f.all_match(&[col("n").eq(lit(20i32))]));
+        // A NULL partition value: every row's source is NULL.
+        let nulls = stats(vec![None, None, None, None]);
+        assert!(nulls.none_match(&[col("id").eq(lit(34i64))]));
+        assert!(nulls.none_match(&[col("ts").is_not_null()]));
+        assert!(nulls.all_match(&[col("s").is_null()]));
+    }
 }
