@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! bench-engine generate CATALOG [--table NAME] --rows N --files F [--pos-every M] [--eq-keys K]
-//!     [--format-version 2|3]
+//!     [--format-version 2|3] [--partitioning 'bucket(16, k)']
 //! bench-engine generate-planning --warehouse DIR --delete-files N
 //! bench-engine generate-orphans --warehouse DIR --listed N --orphans M
 //! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE].. [--repeat N]
@@ -161,11 +161,16 @@ async fn generate(args: &Args) -> Result<Value> {
     let s = session(args, None).await?;
     let ctx = s.context().clone();
     run(&ctx, &format!("CREATE SCHEMA IF NOT EXISTS {NAMESPACE}")).await?;
-    run(
-        &ctx,
-        &format!("CREATE TABLE {table_name} (id BIGINT, k BIGINT, value BIGINT, s VARCHAR)"),
-    )
-    .await?;
+    let columns = "(id BIGINT, k BIGINT, value BIGINT, s VARCHAR)";
+    let create = match args.one("--partitioning") {
+        Some(p) => format!(
+            "CREATE EXTERNAL TABLE {table_name} {columns} STORED AS ICEBERG LOCATION '' \
+             OPTIONS ('partitioning' '{}')",
+            p.replace('\'', "''")
+        ),
+        None => format!("CREATE TABLE {table_name} {columns}"),
+    };
+    run(&ctx, &create).await?;
     if version == 3 {
         s.sql(&format!(
             "ALTER TABLE {table_name} SET TBLPROPERTIES ('format-version' = '3')"
