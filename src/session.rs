@@ -271,6 +271,9 @@ impl IcebergSession {
         if let Some(merged) = crate::dml::subquery::run(&self.ctx, sql).await? {
             return Ok(merged);
         }
+        if let Some(ident) = self.replaced_table(sql) {
+            return self.replace_or_restore(sql, &ident).await;
+        }
         let Some(alter) = crate::table::alter::parse(sql) else {
             return self.ctx.sql(sql).await;
         };
@@ -287,6 +290,84 @@ impl IcebergSession {
         let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
         crate::table::alter::apply(store, &ident, &alter.change).await?;
         self.ctx.read_empty()
+    }
+
+    /// The table of this catalog a `CREATE OR REPLACE [EXTERNAL] TABLE` statement names.
+    fn replaced_table(&self, sql: &str) -> Option<iceberg::TableIdent> {
+        use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+        use datafusion::sql::sqlparser::ast::Statement;
+        let mut statements = DFParser::parse_sql(sql).ok()?;
+        if statements.len() != 1 {
+            return None;
+        }
+        let name = match statements.pop_front()? {
+            DFStatement::CreateExternalTable(c) if c.or_replace => c.name,
+            DFStatement::Statement(s) => match *s {
+                Statement::CreateTable(c) if c.or_replace => c.name,
+                _ => return None,
+            },
+            _ => return None,
+        };
+        self.table_ident(&name)
+    }
+
+    /// The identifier of `name` in this session's catalog (`None` for another catalog's).
+    fn table_ident(
+        &self,
+        name: &datafusion::sql::sqlparser::ast::ObjectName,
+    ) -> Option<iceberg::TableIdent> {
+        let mut parts: Vec<String> = name
+            .0
+            .iter()
+            .map(|p| {
+                p.as_ident().map(|i| match i.quote_style {
+                    Some(_) => i.value.clone(),
+                    None => i.value.to_lowercase(),
+                })
+            })
+            .collect::<Option<_>>()?;
+        let options = self.ctx.state().config_options().catalog.clone();
+        match parts.len() {
+            1 => parts.insert(0, options.default_schema.clone()),
+            2 if options.default_catalog != self.catalog.name() => return None,
+            2 => {}
+            _ if parts[0] == self.catalog.name() => {
+                parts.remove(0);
+            }
+            _ => return None,
+        }
+        iceberg::TableIdent::from_strs(&parts).ok()
+    }
+
+    /// Runs a `CREATE OR REPLACE` of `ident`. DataFusion drops the old table before it builds
+    /// the new one: when the statement fails, the old table's catalog entry is registered again
+    /// at the metadata file it had, so a failed statement leaves the catalog as it was.
+    async fn replace_or_restore(
+        &self,
+        sql: &str,
+        ident: &iceberg::TableIdent,
+    ) -> Result<DataFrame> {
+        let before = match self.catalog.try_load_table(ident).await {
+            Ok(table) => table.and_then(|t| t.metadata_location().map(str::to_string)),
+            Err(e) => {
+                log::warn!(
+                    "table '{ident}' cannot be loaded ({e}): it is replaced without a way back"
+                );
+                None
+            }
+        };
+        // DataFusion runs DDL (and a CREATE .. AS SELECT's query) when it plans the statement.
+        let outcome = self.ctx.sql(sql).await;
+        let Err(e) = outcome else {
+            return outcome;
+        };
+        if let Some(location) = before {
+            if !self.catalog.table_exists(ident).await? {
+                self.catalog.register_table(ident, &location).await?;
+                log::warn!("{sql}: failed; table '{ident}' restored at {location}");
+            }
+        }
+        Err(e)
     }
 
     /// `DROP TABLE [IF EXISTS] name` of a table in this session's Iceberg catalog, dropped by
@@ -316,29 +397,7 @@ impl IcebergSession {
         let [name] = names.as_slice() else {
             return Ok(None);
         };
-        let mut parts: Vec<String> = name
-            .0
-            .iter()
-            .filter_map(|p| p.as_ident())
-            .map(|i| match i.quote_style {
-                Some(_) => i.value.clone(),
-                None => i.value.to_lowercase(),
-            })
-            .collect();
-        if parts.len() != name.0.len() {
-            return Ok(None);
-        }
-        let options = self.ctx.state().config_options().catalog.clone();
-        match parts.len() {
-            1 => parts.insert(0, options.default_schema.clone()),
-            2 if options.default_catalog != self.catalog.name() => return Ok(None),
-            2 => {}
-            _ if parts[0] == self.catalog.name() => {
-                parts.remove(0);
-            }
-            _ => return Ok(None),
-        }
-        let Ok(ident) = iceberg::TableIdent::from_strs(&parts) else {
+        let Some(ident) = self.table_ident(name) else {
             return Ok(None);
         };
         match self.catalog.table_exists(&ident).await {

@@ -251,3 +251,34 @@ async fn one_unreadable_table_does_not_take_the_catalog_down() {
         .unwrap();
     assert_eq!(rows(&s, "SELECT count(*) FROM ns.good").await, ["2"]);
 }
+
+/// A `CREATE OR REPLACE` that fails leaves the old table as it was (DataFusion drops it before
+/// it builds the new one; the session registers it again).
+#[tokio::test]
+async fn a_failed_create_or_replace_leaves_the_old_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap();
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE TABLE ns.t (id BIGINT, v VARCHAR)",
+        "INSERT INTO ns.t VALUES (1, 'a'), (2, 'b')",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let location = |t: iceberg::table::Table| t.metadata_location().unwrap().to_string();
+    let before = location(s.catalog().load_table(&ident).await.unwrap());
+    for q in [
+        // The query fails while DataFusion fills the new table.
+        "CREATE OR REPLACE TABLE ns.t AS SELECT CAST('x' AS INT) AS id",
+        "CREATE OR REPLACE EXTERNAL TABLE ns.t (id BIGINT) STORED AS ICEBERG LOCATION '' \
+         OPTIONS ('partitioning' 'frob(id)')",
+    ] {
+        assert!(s.sql(q).await.is_err(), "{q} was accepted");
+        let now = location(s.catalog().load_table(&ident).await.unwrap());
+        assert_eq!(now, before, "{q}");
+        assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["2"], "{q}");
+    }
+}
