@@ -1101,3 +1101,65 @@ async fn nested_fields_a_file_lacks_read_as_their_initial_defaults() {
         ["2"]
     );
 }
+
+/// Data files of a format this reader does not read (ORC from Hive, Impala or Trino; Avro) fail
+/// the scan with one line naming the file and its format, not as a corrupt parquet file.
+#[tokio::test]
+async fn data_files_of_other_formats_are_named_not_read_as_corrupt_parquet() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT) STORED AS ICEBERG LOCATION ''",
+        "INSERT INTO ns.t VALUES (1), (2)",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    let ident = TableIdent::from_strs(["ns", "t"]).unwrap();
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    for (format, magic, name) in [
+        (DataFileFormat::Orc, &b"ORC"[..], "hive.orc"),
+        (DataFileFormat::Avro, &b"Obj\x01"[..], "old.avro"),
+    ] {
+        let path = dir.path().join("ns/t/data").join(name);
+        let mut bytes = magic.to_vec();
+        bytes.resize(512, 7);
+        std::fs::write(&path, &bytes).unwrap();
+        let file = DataFileBuilder::default()
+            .content(DataContentType::Data)
+            .file_path(path.display().to_string())
+            .file_format(format)
+            .partition(Struct::empty())
+            .partition_spec_id(0)
+            .record_count(3)
+            .file_size_in_bytes(bytes.len() as u64)
+            .build()
+            .unwrap();
+        commit(
+            Arc::clone(&store),
+            &ident,
+            SnapshotChanges::append(vec![NewFile { spec_id: 0, file }]),
+        )
+        .await
+        .unwrap();
+        let e = sql(&s, "SELECT sum(id) FROM ns.t")
+            .await
+            .unwrap_err()
+            .to_string();
+        let kind = if name.ends_with("orc") { "ORC" } else { "Avro" };
+        assert!(
+            e.contains(&format!("is an {kind} file")) && e.contains(name),
+            "{e}"
+        );
+        assert!(!e.contains("Corrupt footer"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        // Taken out again, the table reads.
+        let changes = SnapshotChanges {
+            operation: iceberg::spec::Operation::Delete,
+            removed_files: [path.display().to_string()].into_iter().collect(),
+            ..Default::default()
+        };
+        commit(Arc::clone(&store), &ident, changes).await.unwrap();
+        assert_eq!(rows(&s, "SELECT sum(id) FROM ns.t").await, ["3"]);
+    }
+}

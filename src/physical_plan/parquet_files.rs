@@ -410,7 +410,15 @@ impl AsyncFileReader for RecordedSizeReader {
                     );
                     match retry.await {
                         Ok(Some((footer, _))) => footer,
-                        Ok(None) => return Err(e),
+                        Ok(None) => {
+                            let location = &self.file.object_meta.location;
+                            return Err(match other_format(self.store.as_ref(), location).await {
+                                Some(format) => parquet::errors::ParquetError::External(Box::new(
+                                    not_parquet(location, format),
+                                )),
+                                None => e,
+                            });
+                        }
                         Err(retry) => {
                             return Err(parquet::errors::ParquetError::External(Box::new(retry)))
                         }
@@ -421,6 +429,31 @@ impl AsyncFileReader for RecordedSizeReader {
         }
         .boxed()
     }
+}
+
+/// The format of a file whose parquet footer cannot be read, when its first bytes are another
+/// format's magic (ORC or Avro): Iceberg tables may hold such data files (Hive, Impala and
+/// Trino write ORC).
+async fn other_format(
+    store: &dyn ObjectStore,
+    location: &object_store::path::Path,
+) -> Option<&'static str> {
+    let head = store.get_range(location, 0..4).await.ok()?;
+    if head.starts_with(b"ORC") {
+        Some("ORC")
+    } else if head.starts_with(b"Obj\x01") {
+        Some("Avro")
+    } else {
+        None
+    }
+}
+
+/// The error for a data file of a format this reader does not read: one line naming it.
+fn not_parquet(location: &object_store::path::Path, format: &str) -> DataFusionError {
+    DataFusionError::NotImplemented(format!(
+        "data file {location} is an {format} file; iceberg-exec reads Parquet data files only \
+         ({format} data files are not supported yet)"
+    ))
 }
 
 /// The field id Iceberg gave an Arrow field (`PARQUET:field_id` metadata).
