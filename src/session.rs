@@ -294,13 +294,9 @@ impl IcebergSession {
 
     /// The table of this catalog a `CREATE OR REPLACE [EXTERNAL] TABLE` statement names.
     fn replaced_table(&self, sql: &str) -> Option<iceberg::TableIdent> {
-        use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+        use datafusion::sql::parser::Statement as DFStatement;
         use datafusion::sql::sqlparser::ast::Statement;
-        let mut statements = DFParser::parse_sql(sql).ok()?;
-        if statements.len() != 1 {
-            return None;
-        }
-        let name = match statements.pop_front()? {
+        let name = match crate::dml::subquery::one_statement(sql)? {
             DFStatement::CreateExternalTable(c) if c.or_replace => c.name,
             DFStatement::Statement(s) => match *s {
                 Statement::CreateTable(c) if c.or_replace => c.name,
@@ -375,15 +371,10 @@ impl IcebergSession {
     /// read (a crashed writer, a bad copy) must still be droppable. `None` for every other
     /// statement, and for names of other catalogs or of no table (DataFusion answers those).
     async fn drop_table(&self, sql: &str) -> Result<Option<DataFrame>> {
-        use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+        use datafusion::sql::parser::Statement as DFStatement;
         use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
-        let Ok(mut statements) = DFParser::parse_sql(sql) else {
-            return Ok(None);
-        };
-        if statements.len() != 1 {
-            return Ok(None);
-        }
-        let Some(DFStatement::Statement(statement)) = statements.pop_front() else {
+        let Some(DFStatement::Statement(statement)) = crate::dml::subquery::one_statement(sql)
+        else {
             return Ok(None);
         };
         let Statement::Drop {

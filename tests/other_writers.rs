@@ -440,7 +440,8 @@ use std::sync::Arc;
 use arrow::array::{Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Schema as ArrowSchema};
 use common::hive_style::{
-    append_hive_style, create_typed_table, field_with_id, partition_columns, partition_value,
+    append_hive_style, create_typed_table, field_with_id, parquet_entry, partition_columns,
+    partition_value, write_parquet,
 };
 use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Struct};
 use iceberg::TableIdent;
@@ -767,24 +768,15 @@ async fn position_delete_rows_whose_file_path_or_pos_is_null_are_skipped() {
     )
     .unwrap();
     let path = dir.path().join("ns/t/data/impala-deletes.parquet");
-    let mut writer = parquet::arrow::ArrowWriter::try_new(
-        std::fs::File::create(&path).unwrap(),
-        batch.schema(),
-        None,
-    )
-    .unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    let file = DataFileBuilder::default()
-        .content(DataContentType::PositionDeletes)
-        .file_path(path.display().to_string())
-        .file_format(DataFileFormat::Parquet)
-        .partition(Struct::empty())
-        .partition_spec_id(0)
-        .record_count(5)
-        .file_size_in_bytes(std::fs::metadata(&path).unwrap().len())
-        .build()
-        .unwrap();
+    let size = write_parquet(&path, &batch);
+    let file = parquet_entry(
+        DataContentType::PositionDeletes,
+        &path,
+        Struct::empty(),
+        0,
+        5,
+        size,
+    );
     let changes = SnapshotChanges {
         operation: iceberg::spec::Operation::Delete,
         added_delete_files: vec![NewFile { spec_id: 0, file }],
@@ -1015,24 +1007,8 @@ async fn table_with_nested_defaults(s: &iceberg_exec::IcebergSession) {
     let data_dir = PathBuf::from(location).join("data");
     std::fs::create_dir_all(&data_dir).unwrap();
     let path = data_dir.join("old.parquet");
-    let mut writer = parquet::arrow::ArrowWriter::try_new(
-        std::fs::File::create(&path).unwrap(),
-        batch.schema(),
-        None,
-    )
-    .unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
-    let file = DataFileBuilder::default()
-        .content(DataContentType::Data)
-        .file_path(path.display().to_string())
-        .file_format(DataFileFormat::Parquet)
-        .partition(Struct::empty())
-        .partition_spec_id(0)
-        .record_count(3)
-        .file_size_in_bytes(std::fs::metadata(&path).unwrap().len())
-        .build()
-        .unwrap();
+    let size = write_parquet(&path, &batch);
+    let file = parquet_entry(DataContentType::Data, &path, Struct::empty(), 0, 3, size);
     let store: Arc<dyn MetadataStore> = s.catalog().clone();
     let ident = TableIdent::from_strs(["ns", "defaults"]).unwrap();
     commit(

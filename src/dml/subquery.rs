@@ -68,13 +68,7 @@ struct Dml {
 /// `UPDATE ... FROM`, as the MERGE it equals (see the module docs); `None` for every other
 /// statement.
 pub(crate) async fn run(ctx: &SessionContext, sql: &str) -> Result<Option<DataFrame>> {
-    let Ok(mut statements) = DFParser::parse_sql(sql) else {
-        return Ok(None);
-    };
-    if statements.len() != 1 {
-        return Ok(None);
-    }
-    let Some(DFStatement::Statement(statement)) = statements.pop_front() else {
+    let Some(DFStatement::Statement(statement)) = one_statement(sql) else {
         return Ok(None);
     };
     let (dml, from) = match *statement {
@@ -150,6 +144,15 @@ pub(crate) async fn run(ctx: &SessionContext, sql: &str) -> Result<Option<DataFr
     };
     log::debug!("running as: {sql}");
     Ok(Some(ctx.sql(&sql).await?))
+}
+
+/// `sql` parsed, when it is one statement DataFusion's parser reads.
+pub(crate) fn one_statement(sql: &str) -> Option<DFStatement> {
+    let mut statements = DFParser::parse_sql(sql).ok()?;
+    match statements.len() {
+        1 => statements.pop_front(),
+        _ => None,
+    }
 }
 
 /// The target of a single-table statement, and the qualifiers of its columns.

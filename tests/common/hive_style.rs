@@ -346,32 +346,58 @@ pub async fn append_hive_style(
             }
             let batch = RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), arrays).unwrap();
             let path = data_dir.join(format!("k={k}-{}.parquet", uuid::Uuid::new_v4()));
-            let mut writer = parquet::arrow::ArrowWriter::try_new(
-                std::fs::File::create(&path).unwrap(),
-                batch.schema(),
-                None,
-            )
-            .unwrap();
-            writer.write(&batch).unwrap();
-            writer.close().unwrap();
+            let size = write_parquet(&path, &batch);
             let partition = match stores_partition {
                 true => Struct::empty(),
                 false => Struct::from_iter(values.into_iter().map(|v| v.map(Literal::Primitive))),
             };
-            let file = DataFileBuilder::default()
-                .content(DataContentType::Data)
-                .file_path(path.display().to_string())
-                .file_format(DataFileFormat::Parquet)
-                .partition(partition)
-                .partition_spec_id(spec_id)
-                .record_count(ids.len() as u64)
-                .file_size_in_bytes(std::fs::metadata(&path).unwrap().len())
-                .build()
-                .unwrap();
+            let file = parquet_entry(
+                DataContentType::Data,
+                &path,
+                partition,
+                spec_id,
+                ids.len() as u64,
+                size,
+            );
             files.push(NewFile { spec_id, file });
         }
         commit(Arc::clone(&store), &ident, SnapshotChanges::append(files))
             .await
             .unwrap();
     }
+}
+
+/// Writes `batch` as a parquet file at `path` (field ids from the fields' metadata); its size.
+pub fn write_parquet(path: &std::path::Path, batch: &RecordBatch) -> u64 {
+    let mut writer = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(path).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// The manifest entry's file for a parquet file of `content` at `path` (`rows` rows, `size`
+/// bytes), in `partition` of spec `spec_id`.
+pub fn parquet_entry(
+    content: DataContentType,
+    path: &std::path::Path,
+    partition: Struct,
+    spec_id: i32,
+    rows: u64,
+    size: u64,
+) -> iceberg::spec::DataFile {
+    DataFileBuilder::default()
+        .content(content)
+        .file_path(path.display().to_string())
+        .file_format(DataFileFormat::Parquet)
+        .partition(partition)
+        .partition_spec_id(spec_id)
+        .record_count(rows)
+        .file_size_in_bytes(size)
+        .build()
+        .unwrap()
 }
