@@ -352,3 +352,28 @@ fn streamed_output_prints_every_batch_once() {
     assert_eq!(lines[0], r#"{"n":1}"#);
     assert_eq!(lines[19_999], r#"{"n":20000}"#);
 }
+
+/// Statements the session runs itself reach it from the command line too: DELETE and UPDATE
+/// with subqueries, UPDATE ... FROM, and DROP TABLE.
+#[test]
+fn subquery_dml_and_drop_run_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = cli(
+        dir.path(),
+        &[
+            "--format",
+            "csv",
+            "sql",
+            "CREATE SCHEMA ns; CREATE TABLE ns.a (k BIGINT, v INT); \
+             INSERT INTO ns.a VALUES (1, 10), (2, 20), (3, 30); \
+             CREATE TABLE ns.b (k BIGINT, w INT); INSERT INTO ns.b VALUES (1, 100), (3, 300); \
+             DELETE FROM ns.a WHERE k IN (SELECT k FROM ns.b WHERE w < 200); \
+             UPDATE ns.a SET v = ns.b.w FROM ns.b WHERE ns.a.k = ns.b.k; \
+             DROP TABLE ns.b; \
+             SELECT k, v FROM ns.a ORDER BY k",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.trim_end().ends_with("k,v\n2,20\n3,300"), "{out}");
+}

@@ -68,10 +68,36 @@ struct Dml {
 /// `UPDATE ... FROM`, as the MERGE it equals (see the module docs); `None` for every other
 /// statement.
 pub(crate) async fn run(ctx: &SessionContext, sql: &str) -> Result<Option<DataFrame>> {
-    let Some(DFStatement::Statement(statement)) = one_statement(sql) else {
-        return Ok(None);
-    };
-    let (dml, from) = match *statement {
+    match one_statement(sql) {
+        Some(DFStatement::Statement(statement)) => match translate(ctx, *statement).await? {
+            Some(sql) => {
+                log::debug!("running as: {sql}");
+                Ok(Some(ctx.sql(&sql).await?))
+            }
+            None => Ok(None),
+        },
+        // `EXPLAIN [ANALYZE]` of such a statement explains the MERGE it runs as.
+        Some(DFStatement::Explain(mut explain)) => {
+            let DFStatement::Statement(inner) = explain.statement.as_ref() else {
+                return Ok(None);
+            };
+            let Some(sql) = translate(ctx, inner.as_ref().clone()).await? else {
+                return Ok(None);
+            };
+            let Some(statement) = one_statement(&sql) else {
+                return Err(DataFusionError::Internal(format!("re-parsing {sql}")));
+            };
+            explain.statement = Box::new(statement);
+            Ok(Some(ctx.sql(&explain.to_string()).await?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The statement a `DELETE`/`UPDATE` with subqueries, or an `UPDATE ... FROM`, runs as (see the
+/// module docs); `None` for every other statement.
+async fn translate(ctx: &SessionContext, statement: Statement) -> Result<Option<String>> {
+    let (dml, from) = match statement {
         Statement::Delete(d) => {
             let plain = d.tables.is_empty()
                 && d.using.is_none()
@@ -131,19 +157,38 @@ pub(crate) async fn run(ctx: &SessionContext, sql: &str) -> Result<Option<DataFr
         _ => return Ok(None),
     };
     let dml = with_scalar_values(ctx, dml).await?;
-    let sql = match from {
+    Ok(Some(match from {
         Some(from) => update_from(&dml, &from)?,
         None => match as_merge(ctx, &dml).await? {
             Planned::Sql(sql) => sql,
-            Planned::NoRows => {
-                return Ok(Some(
-                    ctx.sql("SELECT arrow_cast(0, 'UInt64') AS count").await?,
-                ))
-            }
+            Planned::NoRows => "SELECT arrow_cast(0, 'UInt64') AS count".to_string(),
         },
-    };
-    log::debug!("running as: {sql}");
-    Ok(Some(ctx.sql(&sql).await?))
+    }))
+}
+
+/// Whether `statement` is one [`crate::IcebergSession::sql`] runs itself rather than hand to
+/// DataFusion as it is: `DELETE`/`UPDATE` with subqueries, `UPDATE ... FROM`, `DROP TABLE`,
+/// `CREATE OR REPLACE [EXTERNAL] TABLE`, and `EXPLAIN` of those.
+pub(crate) fn runs_in_session(statement: &DFStatement) -> bool {
+    match statement {
+        DFStatement::Explain(e) => runs_in_session(&e.statement),
+        DFStatement::CreateExternalTable(c) => c.or_replace,
+        DFStatement::Statement(s) => match s.as_ref() {
+            Statement::Delete(d) => d.selection.as_ref().is_some_and(has_subquery),
+            Statement::Update(u) => {
+                u.from.is_some()
+                    || u.selection.as_ref().is_some_and(has_subquery)
+                    || u.assignments.iter().any(|a| has_subquery(&a.value))
+            }
+            Statement::Drop {
+                object_type: datafusion::sql::sqlparser::ast::ObjectType::Table,
+                ..
+            } => true,
+            Statement::CreateTable(c) => c.or_replace,
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// `sql` parsed, when it is one statement DataFusion's parser reads.

@@ -29,7 +29,11 @@ pub(crate) fn register_store(
 }
 
 /// Whether `sql` is a statement [`crate::IcebergSession::sql`] runs itself rather than handing
-/// to DataFusion (`ALTER TABLE ... SET|UNSET TBLPROPERTIES`, `CALL system.<procedure>(..)`).
+/// to DataFusion as it is (`ALTER TABLE ... SET|UNSET TBLPROPERTIES`, `CALL system.<procedure>(..)`,
+/// `DELETE`/`UPDATE` with subqueries, `UPDATE ... FROM`, `DROP TABLE`, `CREATE OR REPLACE`).
 pub fn is_session_statement(sql: &str) -> bool {
-    alter::parse(sql).is_some() || crate::maintenance::is_call(sql)
+    alter::parse(sql).is_some()
+        || crate::maintenance::is_call(sql)
+        || crate::dml::subquery::one_statement(sql)
+            .is_some_and(|s| crate::dml::subquery::runs_in_session(&s))
 }
