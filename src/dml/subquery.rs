@@ -87,7 +87,7 @@ pub(crate) async fn run(ctx: &SessionContext, sql: &str) -> Result<Option<DataFr
             let Some(statement) = one_statement(&sql) else {
                 return Err(DataFusionError::Internal(format!("re-parsing {sql}")));
             };
-            explain.statement = Box::new(statement);
+            *explain.statement = statement;
             Ok(Some(ctx.sql(&explain.to_string()).await?))
         }
         _ => Ok(None),
