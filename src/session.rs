@@ -324,8 +324,8 @@ impl IcebergSession {
             .collect::<Option<_>>()?;
         let options = self.ctx.state().config_options().catalog.clone();
         match parts.len() {
+            _ if parts.len() < 3 && options.default_catalog != self.catalog.name() => return None,
             1 => parts.insert(0, options.default_schema.clone()),
-            2 if options.default_catalog != self.catalog.name() => return None,
             2 => {}
             _ if parts[0] == self.catalog.name() => {
                 parts.remove(0);
@@ -358,7 +358,16 @@ impl IcebergSession {
             return outcome;
         };
         if let Some(location) = before {
-            if !self.catalog.table_exists(ident).await? {
+            let now = match self.catalog.try_load_table(ident).await {
+                Ok(table) => table.and_then(|t| t.metadata_location().map(str::to_string)),
+                // Something is registered that does not load: not the old table.
+                Err(_) => Some(String::new()),
+            };
+            if now.as_deref() != Some(location.as_str()) {
+                if now.is_some() {
+                    // A new table the failed statement left behind.
+                    self.catalog.drop_table(ident).await?;
+                }
                 self.catalog.register_table(ident, &location).await?;
                 log::warn!("{sql}: failed; table '{ident}' restored at {location}");
             }

@@ -282,3 +282,44 @@ async fn a_failed_create_or_replace_leaves_the_old_table() {
         assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["2"], "{q}");
     }
 }
+
+/// `DROP TABLE name` with another catalog as the default drops that catalog's table, never the
+/// Iceberg table of the same name.
+#[tokio::test]
+async fn drop_table_follows_the_default_catalog() {
+    use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
+    let dir = tempfile::tempdir().unwrap();
+    let s = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap();
+    for q in [
+        "CREATE SCHEMA ns",
+        "SET datafusion.catalog.default_schema = 'ns'",
+        "CREATE TABLE t (id BIGINT)",
+        "INSERT INTO t VALUES (1)",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    let mem = std::sync::Arc::new(MemoryCatalogProvider::new());
+    mem.register_schema("ns", std::sync::Arc::new(MemorySchemaProvider::new()))
+        .unwrap();
+    s.context().register_catalog("mem", mem);
+    for q in [
+        "SET datafusion.catalog.default_catalog = 'mem'",
+        "CREATE TABLE t (x INT)",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    s.sql("DROP TABLE t")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert!(sql(&s, "SELECT * FROM mem.ns.t").await.is_err());
+    let iceberg = s.catalog().name().to_string();
+    assert_eq!(
+        rows(&s, &format!("SELECT count(*) FROM {iceberg}.ns.t")).await,
+        ["1"]
+    );
+}

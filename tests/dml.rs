@@ -1320,6 +1320,10 @@ async fn subquery_dml_matches_an_in_memory_oracle() {
             "DELETE FROM ns.t AS t WHERE t.k IN (SELECT k FROM ns.s) AND t.g IN (SELECT w FROM ns.s)",
             "DELETE FROM ns.t AS t WHERE EXISTS (SELECT 1 FROM ns.s AS s WHERE s.k > t.k)",
             "DELETE FROM ns.t AS t WHERE t.v > (SELECT w FROM ns.s AS s WHERE s.k = t.k)",
+            // The subquery's own `t` hides the target's name.
+            "DELETE FROM ns.t AS t WHERE EXISTS (SELECT 1 FROM ns.t WHERE t.v > 50)",
+            // An aggregate yields a row for every key: not a keyed match.
+            "DELETE FROM ns.t AS t WHERE NOT EXISTS (SELECT max(w) FROM ns.s AS s WHERE s.k = t.k)",
         ] {
             assert!(run_counted(&s, q).await.is_err(), "{q} was accepted");
             assert_eq!(ordered(s.context(), "ns.t").await, before, "{q}");
@@ -1328,4 +1332,37 @@ async fn subquery_dml_matches_an_in_memory_oracle() {
             assert_eq!(s.memory_pool().reserved(), 0);
         }
     }
+}
+
+/// A scalar subquery's value is used as the value it is, bytes included (not their display).
+#[tokio::test]
+async fn scalar_subquery_values_keep_their_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE TABLE ns.t (id BIGINT, h BYTEA, d DATE, x DOUBLE)",
+        "INSERT INTO ns.t VALUES (1, X'cafe', DATE '2024-02-29', 0.1), (2, X'beef', DATE '2024-03-01', 0.2)",
+        "CREATE TABLE ns.s (id BIGINT, h BYTEA, d DATE, x DOUBLE)",
+        "INSERT INTO ns.s VALUES (1, X'cafe', DATE '2024-02-29', 0.1)",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    for (q, deleted) in [
+        (
+            "DELETE FROM ns.t WHERE h = (SELECT h FROM ns.s WHERE id = 1)",
+            1,
+        ),
+        (
+            "DELETE FROM ns.t WHERE d = (SELECT d + INTERVAL '1 day' FROM ns.s)",
+            1,
+        ),
+        (
+            "DELETE FROM ns.t WHERE x = (SELECT x FROM ns.s WHERE id = 7)",
+            0,
+        ),
+    ] {
+        assert_eq!(run_counted(&s, q).await.unwrap(), deleted, "{q}");
+    }
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["0"]);
 }

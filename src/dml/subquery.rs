@@ -353,6 +353,13 @@ async fn scalar_value(ctx: &SessionContext, q: &Query) -> Result<Expr> {
         ))
     };
     let frame = ctx.sql(&q.to_string()).await.map_err(refused)?;
+    let fields = frame.schema().fields().clone();
+    let [field] = fields.as_ref() else {
+        return Err(DataFusionError::Plan(format!(
+            "a scalar subquery must return one column, not {}",
+            fields.len()
+        )));
+    };
     let batches = frame.collect().await?;
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     if rows > 1 {
@@ -360,18 +367,10 @@ async fn scalar_value(ctx: &SessionContext, q: &Query) -> Result<Expr> {
             "a scalar subquery in DELETE/UPDATE returned {rows} rows; nothing was changed"
         )));
     }
-    let batch = batches
-        .iter()
-        .find(|b| b.num_columns() > 0)
-        .ok_or_else(|| DataFusionError::Plan("a scalar subquery has no column".into()))?;
-    if batch.num_columns() != 1 {
-        return Err(DataFusionError::Plan(
-            "a scalar subquery must return one column".into(),
-        ));
-    }
+    // No row: NULL of the column's type.
     let value = match batches.iter().find(|b| b.num_rows() == 1) {
         Some(b) => ScalarValue::try_from_array(b.column(0), 0)?,
-        None => ScalarValue::try_new_null(batch.schema().field(0).data_type())?,
+        None => ScalarValue::try_new_null(field.data_type())?,
     };
     literal(&value)
 }
@@ -379,9 +378,21 @@ async fn scalar_value(ctx: &SessionContext, q: &Query) -> Result<Expr> {
 /// `value` as a SQL expression of its exact type.
 fn literal(value: &ScalarValue) -> Result<Expr> {
     let ty = value.data_type().to_string().replace('\'', "''");
-    let text = match value.is_null() {
-        true => "NULL".to_string(),
-        false => {
+    let binary = match value {
+        ScalarValue::Binary(Some(b))
+        | ScalarValue::LargeBinary(Some(b))
+        | ScalarValue::BinaryView(Some(b))
+        | ScalarValue::FixedSizeBinary(_, Some(b)) => Some(b),
+        _ => None,
+    };
+    let text = match (value.is_null(), binary) {
+        (true, _) => "NULL".to_string(),
+        // Bytes as a hex literal (their display is hex, which a cast would read as text).
+        (false, Some(b)) => {
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            format!("X'{hex}'")
+        }
+        (false, None) => {
             let array = value.to_array()?;
             let text = arrow::util::display::array_value_to_string(&array, 0)?;
             format!("'{}'", text.replace('\'', "''"))
@@ -761,8 +772,30 @@ fn correlation(q: &Query, qualifiers: &[Vec<String>]) -> Result<Option<Correlate
             }
         }
     }
+    // A table of the subquery's own FROM named like the target hides the target's name.
+    let mut named = vec![];
+    for t in &select.from {
+        for factor in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
+            named.extend(relation_qualifiers(factor));
+        }
+    }
+    if named.iter().any(|n| qualifiers.contains(n)) {
+        return Err(refuse(
+            "an EXISTS subquery over a table named like the target (give one of them an alias)",
+        ));
+    }
     if inner.is_empty() {
         return Ok(None);
+    }
+    // An aggregate without GROUP BY yields a row whatever the keys: not a keyed match.
+    if select
+        .projection
+        .iter()
+        .any(|p| Visit::visit(p, &mut FindFunction).is_break())
+    {
+        return Err(refuse(
+            "a correlated EXISTS subquery that selects a function",
+        ));
     }
     if !plain {
         return Err(refuse(
@@ -781,6 +814,33 @@ fn correlation(q: &Query, qualifiers: &[Vec<String>]) -> Result<Option<Correlate
         remaining,
         from,
     }))
+}
+
+/// The names a relation of a FROM list is referred to by (its alias, or its name and the
+/// name's last parts).
+fn relation_qualifiers(factor: &TableFactor) -> Vec<Vec<String>> {
+    match factor {
+        TableFactor::Table { name, alias, .. } => match (alias, name_parts(name)) {
+            (Some(a), _) => vec![vec![normalised(&a.name)]],
+            (None, Some(parts)) => (0..parts.len()).map(|i| parts[i..].to_vec()).collect(),
+            (None, None) => vec![],
+        },
+        TableFactor::Derived { alias: Some(a), .. } => vec![vec![normalised(&a.name)]],
+        _ => vec![],
+    }
+}
+
+/// Finds a function call.
+struct FindFunction;
+
+impl Visitor for FindFunction {
+    type Break = ();
+    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
+        match e {
+            Expr::Function(_) => ControlFlow::Break(()),
+            _ => ControlFlow::Continue(()),
+        }
+    }
 }
 
 /// `UPDATE target SET .. FROM source WHERE c` as `MERGE INTO target USING source ON c WHEN

@@ -129,81 +129,22 @@ pub(crate) fn fills(logical: &DataType, physical: &DataType, ty: &Type) -> Resul
     Ok((!nested.is_empty()).then_some(Fill::Nested(nested)))
 }
 
-/// `array` (of the table's type) with `fill` applied.
-fn apply(array: &ArrayRef, fill: &Fill) -> Result<ArrayRef> {
-    let Fill::Nested(children) = fill else {
-        return Err(DataFusionError::Internal(
-            "a default value where a nested type was expected".into(),
-        ));
+/// `array` (as the file stores it) in the table's type `target`, with `fill` put in: struct
+/// fields by name (those the file lacks take their default where the struct is not NULL, NULL
+/// otherwise), through lists and map entries, primitive promotions by Arrow's cast. Defaults go
+/// in as the arrays are built, so a required field the file lacks is never NULL on the way.
+fn to_table_type(array: &ArrayRef, target: &DataType, fill: Option<&Fill>) -> Result<ArrayRef> {
+    let children: &[(usize, Fill)] = match fill {
+        Some(Fill::Nested(children)) => children,
+        Some(Fill::Value(_)) => {
+            return Err(DataFusionError::Internal(
+                "a default value where a nested type was expected".into(),
+            ))
+        }
+        None => &[],
     };
-    match array.data_type() {
-        DataType::Struct(fields) => {
-            let s = array.as_struct();
-            let mut columns: Vec<ArrayRef> = s.columns().to_vec();
-            for (i, fill) in children {
-                let column = columns.get(*i).ok_or_else(|| {
-                    DataFusionError::Internal(format!("no field {i} in {}", array.data_type()))
-                })?;
-                columns[*i] = match fill {
-                    Fill::Value(v) => {
-                        // The default where the struct is not NULL, NULL where it is.
-                        let values = v.to_array_of_size(s.len())?;
-                        match s.nulls() {
-                            Some(nulls) => null_where(&values, nulls)?,
-                            None => values,
-                        }
-                    }
-                    nested => apply(column, nested)?,
-                };
-            }
-            Ok(Arc::new(StructArray::try_new(
-                fields.clone(),
-                columns,
-                s.nulls().cloned(),
-            )?))
-        }
-        DataType::List(field) => {
-            let list = array.as_list::<i32>();
-            let values = apply_first(list.values(), children)?;
-            Ok(Arc::new(ListArray::try_new(
-                Arc::clone(field),
-                list.offsets().clone(),
-                values,
-                list.nulls().cloned(),
-            )?))
-        }
-        DataType::LargeList(field) => {
-            let list = array.as_list::<i64>();
-            let values = apply_first(list.values(), children)?;
-            Ok(Arc::new(arrow::array::LargeListArray::try_new(
-                Arc::clone(field),
-                list.offsets().clone(),
-                values,
-                list.nulls().cloned(),
-            )?))
-        }
-        DataType::Map(field, sorted) => {
-            let map = array.as_map();
-            let entries: ArrayRef = Arc::new(map.entries().clone());
-            let entries = apply_first(&entries, children)?;
-            Ok(Arc::new(MapArray::try_new(
-                Arc::clone(field),
-                map.offsets().clone(),
-                entries.as_struct().clone(),
-                map.nulls().cloned(),
-                *sorted,
-            )?))
-        }
-        other => Err(DataFusionError::Internal(format!(
-            "defaults to fill below a column of type {other}"
-        ))),
-    }
-}
-
-/// `array` (as the file stores it) in the table's type `target`: struct fields by name (those
-/// the file lacks NULL), through lists and map entries, primitive promotions by Arrow's cast.
-fn to_table_type(array: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
-    if array.data_type() == target {
+    let child = |i: usize| children.iter().find(|(at, _)| *at == i).map(|(_, f)| f);
+    if array.data_type() == target && children.is_empty() {
         return Ok(Arc::clone(array));
     }
     match (array.data_type(), target) {
@@ -211,9 +152,17 @@ fn to_table_type(array: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
             let s = array.as_struct();
             let columns = fields
                 .iter()
-                .map(|f| match s.column_by_name(f.name()) {
-                    Some(c) => to_table_type(c, f.data_type()),
-                    None => Ok(arrow::array::new_null_array(f.data_type(), s.len())),
+                .enumerate()
+                .map(|(i, f)| match (s.column_by_name(f.name()), child(i)) {
+                    (Some(c), fill) => to_table_type(c, f.data_type(), fill),
+                    (None, Some(Fill::Value(v))) => {
+                        let values = v.to_array_of_size(s.len())?;
+                        match s.nulls() {
+                            Some(nulls) => null_where(&values, nulls),
+                            None => Ok(values),
+                        }
+                    }
+                    (None, _) => Ok(arrow::array::new_null_array(f.data_type(), s.len())),
                 })
                 .collect::<Result<Vec<_>>>()?;
             Ok(Arc::new(StructArray::try_new(
@@ -227,7 +176,7 @@ fn to_table_type(array: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
             Ok(Arc::new(ListArray::try_new(
                 Arc::clone(field),
                 list.offsets().clone(),
-                to_table_type(list.values(), field.data_type())?,
+                to_table_type(list.values(), field.data_type(), child(0))?,
                 list.nulls().cloned(),
             )?))
         }
@@ -236,14 +185,14 @@ fn to_table_type(array: &ArrayRef, target: &DataType) -> Result<ArrayRef> {
             Ok(Arc::new(arrow::array::LargeListArray::try_new(
                 Arc::clone(field),
                 list.offsets().clone(),
-                to_table_type(list.values(), field.data_type())?,
+                to_table_type(list.values(), field.data_type(), child(0))?,
                 list.nulls().cloned(),
             )?))
         }
         (DataType::Map(_, _), DataType::Map(field, sorted)) => {
             let map = array.as_map();
             let entries: ArrayRef = Arc::new(map.entries().clone());
-            let entries = to_table_type(&entries, field.data_type())?;
+            let entries = to_table_type(&entries, field.data_type(), child(0))?;
             Ok(Arc::new(MapArray::try_new(
                 Arc::clone(field),
                 map.offsets().clone(),
@@ -276,16 +225,6 @@ fn null_where(array: &ArrayRef, valid: &NullBuffer) -> Result<ArrayRef> {
         }
         _ => Ok(arrow::array::make_array(
             array.to_data().into_builder().nulls(nulls).build()?,
-        )),
-    }
-}
-
-/// The fill of a list's values or a map's entries (the one child at index 0).
-fn apply_first(values: &ArrayRef, children: &[(usize, Fill)]) -> Result<ArrayRef> {
-    match children {
-        [(0, fill)] => apply(values, fill),
-        _ => Err(DataFusionError::Internal(
-            "a list or map fill has one child".into(),
         )),
     }
 }
@@ -345,8 +284,8 @@ impl PhysicalExpr for FillDefaults {
 
     fn evaluate(&self, batch: &RecordBatch) -> Result<ColumnarValue> {
         let values = self.child.evaluate(batch)?.into_array(batch.num_rows())?;
-        let values = to_table_type(&values, self.field.data_type())?;
-        Ok(ColumnarValue::Array(apply(&values, &self.fill)?))
+        let values = to_table_type(&values, self.field.data_type(), Some(&self.fill))?;
+        Ok(ColumnarValue::Array(values))
     }
 
     fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
@@ -375,7 +314,7 @@ impl PhysicalExpr for FillDefaults {
 
 #[cfg(test)]
 mod tests {
-    use arrow::array::{Int32Array, StringArray};
+    use arrow::array::Int32Array;
     use arrow::datatypes::{Field, Fields};
     use iceberg::spec::{PrimitiveLiteral, PrimitiveType, StructType};
 
@@ -404,21 +343,30 @@ mod tests {
             fill,
             Fill::Nested(vec![(1, Fill::Value(ScalarValue::Utf8(Some("d".into()))))])
         );
-        // As DataFusion's cast leaves it: the missing field NULL everywhere.
+        // As the file stores it: no `z`; a required `z` would refuse a NULL on the way.
+        let DataType::Struct(physical_fields) = &physical else {
+            unreachable!()
+        };
+        let file: ArrayRef = Arc::new(StructArray::new(
+            physical_fields.clone(),
+            vec![Arc::new(Int32Array::from(vec![Some(1), None, Some(3)]))],
+            Some(NullBuffer::from(vec![true, false, true])),
+        ));
         let DataType::Struct(fields) = &logical else {
             unreachable!()
         };
-        let cast: ArrayRef = Arc::new(StructArray::new(
-            fields.clone(),
-            vec![
-                Arc::new(Int32Array::from(vec![Some(1), None, Some(3)])),
-                Arc::new(StringArray::from(vec![None::<&str>, None, None])),
-            ],
-            Some(NullBuffer::from(vec![true, false, true])),
-        ));
-        let filled = apply(&cast, &fill).unwrap();
-        let z = filled.as_struct().column(1).as_string::<i32>().clone();
-        assert_eq!(z.iter().collect::<Vec<_>>(), [Some("d"), None, Some("d")]);
+        let required: Vec<Field> = fields
+            .iter()
+            .map(|f| match f.name().as_str() {
+                "z" => f.as_ref().clone().with_nullable(false),
+                _ => f.as_ref().clone(),
+            })
+            .collect();
+        for target in [logical.clone(), DataType::Struct(required.into())] {
+            let filled = to_table_type(&file, &target, Some(&fill)).unwrap();
+            let z = filled.as_struct().column(1).as_string::<i32>().clone();
+            assert_eq!(z.iter().collect::<Vec<_>>(), [Some("d"), None, Some("d")]);
+        }
         // A file that stores the field needs no fill.
         assert!(fills(&logical, &logical, &ty).unwrap().is_none());
     }

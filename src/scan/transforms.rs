@@ -86,12 +86,21 @@ pub(crate) fn range(
         }
         _ => return None,
     };
+    // Writers that divide toward zero (Java before 1.1, iceberg-rust 0.10 for timestamps) file
+    // the last fraction of a pre-1970 period under the next one: a value at or before the
+    // epoch's period may hold rows of the period before it (Java's reader widens the same way).
+    let first = match transform {
+        Transform::Hour | Transform::Day | Transform::Month | Transform::Year if value <= 0 => {
+            value.checked_sub(1)?
+        }
+        _ => value,
+    };
     let (lo, hi): (i64, i64) = match (ty, transform) {
         (PrimitiveType::Int | PrimitiveType::Long, Transform::Truncate(w)) => {
             (value, value.checked_add(w as i64 - 1)?)
         }
         (PrimitiveType::Date, Transform::Day | Transform::Month | Transform::Year) => {
-            day_span(transform, value)?
+            (day_span(transform, first)?.0, day_span(transform, value)?.1)
         }
         (
             PrimitiveType::Timestamp
@@ -102,13 +111,14 @@ pub(crate) fn range(
         ) => {
             let (lo, hi) = match transform {
                 Transform::Hour => (
-                    value.checked_mul(MICROS_PER_HOUR)?,
+                    first.checked_mul(MICROS_PER_HOUR)?,
                     value.checked_add(1)?.checked_mul(MICROS_PER_HOUR)? - 1,
                 ),
                 _ => {
-                    let (first, last) = day_span(transform, value)?;
+                    let (start, _) = day_span(transform, first)?;
+                    let (_, last) = day_span(transform, value)?;
                     (
-                        first.checked_mul(MICROS_PER_DAY)?,
+                        start.checked_mul(MICROS_PER_DAY)?,
                         last.checked_add(1)?.checked_mul(MICROS_PER_DAY)? - 1,
                     )
                 }
@@ -217,15 +227,37 @@ mod tests {
             r.upper,
             ScalarValue::TimestampNanosecond(Some(MICROS_PER_HOUR * 1000 - 1), None)
         );
-        // Years before 1970 count down.
+        // At and before the epoch's period the range starts a period early: writers that divide
+        // toward zero file a period's last fraction under the next one.
         let r = range(
             &PrimitiveType::Date,
             Transform::Year,
             &PrimitiveLiteral::Int(-1),
         )
         .unwrap();
-        assert_eq!(r.lower, ScalarValue::Date32(Some(days(1969, 1, 1))));
+        assert_eq!(r.lower, ScalarValue::Date32(Some(days(1968, 1, 1))));
         assert_eq!(r.upper, ScalarValue::Date32(Some(-1)));
+        let r = range(
+            &PrimitiveType::Timestamp,
+            Transform::Day,
+            &PrimitiveLiteral::Int(-1),
+        )
+        .unwrap();
+        assert_eq!(
+            r.lower,
+            ScalarValue::TimestampMicrosecond(Some(-2 * MICROS_PER_DAY), None)
+        );
+        assert_eq!(r.upper, ScalarValue::TimestampMicrosecond(Some(-1), None));
+        let r = range(
+            &PrimitiveType::Timestamp,
+            Transform::Hour,
+            &PrimitiveLiteral::Int(0),
+        )
+        .unwrap();
+        assert_eq!(
+            r.lower,
+            ScalarValue::TimestampMicrosecond(Some(-MICROS_PER_HOUR), None)
+        );
     }
 
     #[test]

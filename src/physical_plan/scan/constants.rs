@@ -139,6 +139,10 @@ impl IdentityConstants {
         if let Some(made) = self.made.get(&key) {
             return Ok(Some(Arc::clone(made)));
         }
+        // The vector stops at the last identity column: readers of per-file statistics look
+        // columns up by index and take a missing one as unknown. (DataFusion's ordering of
+        // files by statistics would read past it as partition values, but only for a scan
+        // that declares an output ordering, which these scans never do.)
         let width = sources.iter().map(|s| s.column + 1).max().unwrap_or(0);
         let mut columns = vec![ColumnStatistics::new_unknown(); width];
         for (s, value) in sources.iter().zip(values) {
