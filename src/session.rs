@@ -268,6 +268,10 @@ impl IcebergSession {
         if let Some(dropped) = self.drop_table(sql).await? {
             return Ok(dropped);
         }
+        #[cfg(feature = "distributed")]
+        if let Some(explained) = self.explain_distributed(sql).await? {
+            return Ok(explained);
+        }
         if let Some(merged) = crate::dml::subquery::run(&self.ctx, sql).await? {
             return Ok(merged);
         }
@@ -290,6 +294,43 @@ impl IcebergSession {
         let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
         crate::table::alter::apply(store, &ident, &alter.change).await?;
         self.ctx.read_empty()
+    }
+
+    /// `EXPLAIN <query>` in a session with workers: the distributed plan, its stages and the
+    /// tasks of each, as it would run (DataFusion's own EXPLAIN shows the plan before it is cut
+    /// into stages). Planned, not run. `None` elsewhere.
+    #[cfg(feature = "distributed")]
+    async fn explain_distributed(&self, sql: &str) -> Result<Option<DataFrame>> {
+        use datafusion::sql::parser::Statement as DFStatement;
+        use datafusion::sql::sqlparser::ast::Statement;
+        if !crate::distributed::is_coordinator(self.ctx.state().config()) {
+            return Ok(None);
+        }
+        let Some(DFStatement::Explain(explain)) = crate::dml::subquery::one_statement(sql) else {
+            return Ok(None);
+        };
+        // Queries only: planning other statements may run them (DDL runs as it is planned).
+        let query = match explain.statement.as_ref() {
+            DFStatement::Statement(s) if matches!(s.as_ref(), Statement::Query(_)) => s.to_string(),
+            _ => return Ok(None),
+        };
+        if explain.options.analyze || explain.options.format.is_some() {
+            return Ok(None);
+        }
+        let plan = self.ctx.sql(&query).await?.create_physical_plan().await?;
+        let text = datafusion_distributed::display_plan_ascii(plan.as_ref(), false);
+        let batch = arrow::array::RecordBatch::try_from_iter([
+            (
+                "plan_type",
+                Arc::new(arrow::array::StringArray::from(vec!["distributed_plan"]))
+                    as arrow::array::ArrayRef,
+            ),
+            (
+                "plan",
+                Arc::new(arrow::array::StringArray::from(vec![text])) as arrow::array::ArrayRef,
+            ),
+        ])?;
+        Ok(Some(self.ctx.read_batch(batch)?))
     }
 
     /// The table of this catalog a `CREATE OR REPLACE [EXTERNAL] TABLE` statement names.

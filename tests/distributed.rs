@@ -412,6 +412,20 @@ async fn a_cluster_of_two_workers_reads_like_one_session() {
             stage_of_tasks(&shown),
             "{q}: expected a stage of several tasks:\n{shown}"
         );
+        // EXPLAIN through the session shows the same distributed plan, without running it.
+        let explained = distributed
+            .sql(&format!("EXPLAIN {q}"))
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let text = render(&explained).join("\n");
+        assert!(text.contains("distributed_plan"), "{q}:\n{text}");
+        assert!(
+            stage_of_tasks(&text),
+            "{q}: EXPLAIN shows no stage of tasks:\n{text}"
+        );
     }
     // Both workers ran tasks of the stages (their operators reserved memory there).
     for (i, pool) in pools.iter().enumerate() {

@@ -168,10 +168,12 @@ async fn translate(ctx: &SessionContext, statement: Statement) -> Result<Option<
 
 /// Whether `statement` is one [`crate::IcebergSession::sql`] runs itself rather than hand to
 /// DataFusion as it is: `DELETE`/`UPDATE` with subqueries, `UPDATE ... FROM`, `DROP TABLE`,
-/// `CREATE OR REPLACE [EXTERNAL] TABLE`, and `EXPLAIN` of those.
+/// `CREATE OR REPLACE [EXTERNAL] TABLE`, `EXPLAIN` (distributed plans), and `EXPLAIN ANALYZE` of the
+/// others.
 pub(crate) fn runs_in_session(statement: &DFStatement) -> bool {
     match statement {
-        DFStatement::Explain(e) => runs_in_session(&e.statement),
+        // A session with workers explains queries as they are distributed.
+        DFStatement::Explain(e) => !e.options.analyze || runs_in_session(&e.statement),
         DFStatement::CreateExternalTable(c) => c.or_replace,
         DFStatement::Statement(s) => match s.as_ref() {
             Statement::Delete(d) => d.selection.as_ref().is_some_and(has_subquery),
