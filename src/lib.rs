@@ -36,6 +36,7 @@ mod session;
 pub mod snapshot;
 mod storage;
 pub mod table;
+mod uuid_type;
 
 pub use catalog::{
     CatalogUri, IcebergCatalog, IcebergCatalogProvider, IcebergSchemaProvider, MetadataStore,
@@ -49,6 +50,9 @@ pub use storage::{ObjectStores, StorageOptions, TableStorage, TableStorageFactor
 pub use table::{
     find_metadata_file, open_table_at, IcebergScanFunction, IcebergSnapshotsFunction,
     IcebergTableFactory, IcebergTableProvider, TableDefinition,
+};
+pub use uuid_type::{
+    is_uuid, to_uuid, uuid_field, uuid_to_string, IcebergTypePlanner, UuidCoercion, UUID_EXTENSION,
 };
 
 /// The README's examples, compiled as doc tests.

@@ -101,8 +101,10 @@ pub fn parse_size(text: &str) -> Result<usize> {
 }
 
 /// A [`SessionStateBuilder`] with DataFusion's defaults and what Iceberg tables need in any
-/// session: [`IcebergOptions`](crate::IcebergOptions) (`SET iceberg.<key>`) and the
-/// [`IcebergQueryPlanner`](crate::IcebergQueryPlanner) that `DELETE`/`UPDATE` require.
+/// session: [`IcebergOptions`](crate::IcebergOptions) (`SET iceberg.<key>`), the
+/// [`IcebergQueryPlanner`](crate::IcebergQueryPlanner) that `DELETE`/`UPDATE` require, and
+/// uuids as SQL writes them ([`UuidCoercion`](crate::UuidCoercion) before type coercion,
+/// [`IcebergTypePlanner`](crate::IcebergTypePlanner) for `UUID`, [`to_uuid`](crate::to_uuid)).
 /// Engines with a planner of their own wrap it with
 /// [`IcebergQueryPlanner::wrapping`](crate::IcebergQueryPlanner::wrapping) instead.
 pub fn session_state_builder(config: SessionConfig) -> SessionStateBuilder {
@@ -116,10 +118,19 @@ pub fn session_state_builder(config: SessionConfig) -> SessionStateBuilder {
     } else {
         config.with_option_extension(crate::IcebergOptions::default())
     };
-    SessionStateBuilder::new()
+    let mut analyzer_rules = datafusion::optimizer::Analyzer::new().rules;
+    // Text standing for uuids is parsed before DataFusion's type coercion sees the pair.
+    analyzer_rules.insert(0, Arc::new(crate::uuid_type::UuidCoercion));
+    let builder = SessionStateBuilder::new()
         .with_config(config)
         .with_default_features()
         .with_query_planner(Arc::new(crate::IcebergQueryPlanner::new()))
+        .with_type_planner(Arc::new(crate::uuid_type::IcebergTypePlanner))
+        .with_analyzer_rules(analyzer_rules)
+        .with_extension_type_registry(Arc::new(
+            datafusion::logical_expr::registry::MemoryExtensionTypeRegistry::new_with_canonical_extension_types(),
+        ));
+    crate::uuid_type::with_functions(builder)
 }
 
 /// A DataFusion session over an Iceberg warehouse.
@@ -272,6 +283,11 @@ impl IcebergSession {
         if let Some(explained) = self.explain_distributed(sql).await? {
             return Ok(explained);
         }
+        let typed = match crate::dml::subquery::one_statement(sql) {
+            Some(statement) => crate::uuid_type::text_for_uuids(&self.ctx, &statement).await?,
+            None => None,
+        };
+        let sql = typed.as_deref().unwrap_or(sql);
         if let Some(merged) = crate::dml::subquery::run(&self.ctx, sql).await? {
             return Ok(merged);
         }

@@ -309,6 +309,83 @@ fn every_primitive_type_written_by_pyiceberg_reads_back() {
         "SELECT id FROM pyns.types WHERE dt = DATE '2024-02-29' AND tstz > TIMESTAMP '2024-01-01T00:00:00Z' AND s = 'héllo'",
     );
     assert_eq!(as_lists(&hits, &["id"]), [[serde_json::json!(1)]]);
+    // Their uuids print in canonical form and compare with text.
+    let u = ours(
+        &wh,
+        "SELECT id, u FROM pyns.types WHERE u = '12345678-1234-5678-1234-567812345678'",
+    );
+    assert_eq!(
+        as_lists(&u, &["id", "u"]),
+        [[
+            serde_json::json!(1),
+            serde_json::json!("12345678-1234-5678-1234-567812345678")
+        ]]
+    );
+}
+
+#[test]
+fn uuids_written_from_text_read_alike_in_pyiceberg_and_duckdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    ours(
+        &wh,
+        "CREATE SCHEMA ours; \
+         CREATE TABLE ours.u (id INT NOT NULL, u UUID); \
+         INSERT INTO ours.u VALUES (1, '1571effb-facd-42a3-9e6f-8c3a4b5c6d7e'), \
+           (2, '{00000000-0000-0000-0000-000000000001}'), (3, NULL)",
+    );
+    let mine = ours(&wh, "SELECT id, u FROM ours.u ORDER BY id");
+    let mine = as_lists(&mine, &["id", "u"]);
+    assert_eq!(
+        mine,
+        [
+            [
+                serde_json::json!(1),
+                serde_json::json!("1571effb-facd-42a3-9e6f-8c3a4b5c6d7e")
+            ],
+            [
+                serde_json::json!(2),
+                serde_json::json!("00000000-0000-0000-0000-000000000001")
+            ],
+            [serde_json::json!(3), Value::Null],
+        ]
+    );
+    let theirs = tool(&["read", "--warehouse", &whs, "--table", "ours.u"]);
+    let mut theirs: Vec<Vec<Value>> = theirs["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().clone())
+        .collect();
+    theirs.sort_by_key(|r| r[0].as_i64());
+    let canon = |rows: &[Vec<Value>]| -> Vec<Vec<Value>> {
+        rows.iter()
+            .map(|r| vec![r[0].clone(), canonical("u", &r[1])])
+            .collect()
+    };
+    assert_eq!(canon(&theirs), canon(&mine), "pyiceberg");
+    let meta_dir = wh.join("ours/u/metadata");
+    let mut metas: Vec<std::path::PathBuf> = std::fs::read_dir(&meta_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+        .collect();
+    metas.sort();
+    let duck = tool(&[
+        "duckdb-read",
+        "--metadata",
+        &metas.last().unwrap().display().to_string(),
+    ]);
+    let mut duck: Vec<Vec<Value>> = duck["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().clone())
+        .collect();
+    duck.sort_by_key(|r| r[0].as_i64());
+    assert_eq!(canon(&duck), canon(&mine), "duckdb");
 }
 
 #[test]

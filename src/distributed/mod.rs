@@ -95,8 +95,7 @@ pub(crate) fn is_coordinator(config: &datafusion::prelude::SessionConfig) -> boo
 /// and memory pool).
 pub fn worker(runtime: Arc<RuntimeEnv>) -> Worker {
     Worker::from_session_builder(|ctx: WorkerQueryContext| async move {
-        let builder = ctx
-            .builder
+        let builder = crate::uuid_type::with_functions(ctx.builder)
             .with_distributed_user_codec(IcebergPhysicalCodec)
             .with_distributed_option_extension_from_headers::<crate::IcebergOptions>(
                 &ctx.headers,

@@ -178,7 +178,8 @@ pub(crate) fn runs_in_session(statement: &DFStatement) -> bool {
         DFStatement::Statement(s) => match s.as_ref() {
             Statement::Delete(d) => d.selection.as_ref().is_some_and(has_subquery),
             Statement::Update(u) => {
-                u.from.is_some()
+                crate::uuid_type::writes_text(statement)
+                    || u.from.is_some()
                     || u.selection.as_ref().is_some_and(has_subquery)
                     || u.assignments.iter().any(|a| has_subquery(&a.value))
             }
@@ -187,6 +188,8 @@ pub(crate) fn runs_in_session(statement: &DFStatement) -> bool {
                 ..
             } => true,
             Statement::CreateTable(c) => c.or_replace,
+            // Text written into uuid columns is typed first.
+            Statement::Insert(_) => crate::uuid_type::writes_text(statement),
             _ => false,
         },
         _ => false,

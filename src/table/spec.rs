@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef, TimeUnit};
 use datafusion::error::{DataFusionError, Result};
 use iceberg::spec::{
-    FormatVersion, NullOrder, Schema, SortDirection, SortField, SortOrder, Transform,
-    UnboundPartitionSpec,
+    FormatVersion, ListType, MapType, NestedField, NestedFieldRef, NullOrder, PrimitiveType,
+    Schema, SortDirection, SortField, SortOrder, StructType, Transform, Type, UnboundPartitionSpec,
 };
 use iceberg::TableCreation;
+use std::sync::Arc;
 
 use crate::error::IcebergResultExt;
 
@@ -91,8 +92,25 @@ impl TableDefinition {
             .iter()
             .map(|f| normalise_field(f, self.format_version))
             .collect::<Result<_>>()?;
-        let fields = crate::arrow58::schema_to_58(&ArrowSchema::new(fields))?;
-        iceberg::arrow::arrow_schema_to_schema_auto_assign_ids(&fields).df()
+        let arrow = ArrowSchema::new(fields);
+        let schema = iceberg::arrow::arrow_schema_to_schema_auto_assign_ids(
+            &crate::arrow58::schema_to_58(&arrow)?,
+        )
+        .df()?;
+        if !arrow.fields().iter().any(|f| has_uuid(f)) {
+            return Ok(schema);
+        }
+        let Type::Struct(columns) = with_uuids(
+            &DataType::Struct(arrow.fields().clone()),
+            &Type::Struct(schema.as_struct().clone()),
+        ) else {
+            return Ok(schema);
+        };
+        Schema::builder()
+            .with_schema_id(schema.schema_id())
+            .with_fields(columns.fields().iter().cloned())
+            .build()
+            .df()
     }
 
     /// The creation request for the iceberg crate's metadata builder.
@@ -107,6 +125,16 @@ impl TableDefinition {
         let mut spec = UnboundPartitionSpec::builder();
         for term in &self.partitioning {
             let id = field_id(&term.column)?;
+            let is_uuid = schema
+                .field_by_id(id)
+                .is_some_and(|f| matches!(*f.field_type, Type::Primitive(PrimitiveType::Uuid)));
+            if is_uuid && term.transform == Transform::Identity {
+                return Err(DataFusionError::NotImplemented(format!(
+                    "partitioning by identity({}): uuid partition values cannot be written yet; \
+                     use bucket(N, {})",
+                    term.column, term.column
+                )));
+            }
             spec = spec
                 .add_partition_field(id, partition_field_name(term), term.transform)
                 .df()?;
@@ -190,7 +218,59 @@ fn normalise_field(f: &Field, version: FormatVersion) -> Result<Field> {
         }
         other => other.clone(),
     };
-    Ok(Field::new(f.name(), t, f.is_nullable()))
+    let normalised = Field::new(f.name(), t, f.is_nullable());
+    Ok(if crate::uuid_type::is_uuid(f) {
+        crate::uuid_type::uuid_field(normalised)
+    } else {
+        normalised
+    })
+}
+
+/// `t` (converted from `arrow` by the iceberg crate, which knows no extension types) with the
+/// fields Arrow marks `arrow.uuid` as Iceberg uuids.
+fn with_uuids(arrow: &DataType, t: &Type) -> Type {
+    let field = |a: &Field, f: &NestedFieldRef| -> NestedFieldRef {
+        let field_type = if crate::uuid_type::is_uuid(a) {
+            Type::Primitive(PrimitiveType::Uuid)
+        } else {
+            with_uuids(a.data_type(), &f.field_type)
+        };
+        Arc::new(NestedField {
+            field_type: Box::new(field_type),
+            ..f.as_ref().clone()
+        })
+    };
+    match (arrow, t) {
+        (DataType::Struct(children), Type::Struct(st)) if children.len() == st.fields().len() => {
+            Type::Struct(StructType::new(
+                children
+                    .iter()
+                    .zip(st.fields())
+                    .map(|(a, f)| field(a, f))
+                    .collect(),
+            ))
+        }
+        (DataType::List(c), Type::List(l)) => Type::List(ListType {
+            element_field: field(c, &l.element_field),
+        }),
+        (DataType::Map(entries, _), Type::Map(m)) => match entries.data_type() {
+            DataType::Struct(kv) if kv.len() == 2 => Type::Map(MapType {
+                key_field: field(&kv[0], &m.key_field),
+                value_field: field(&kv[1], &m.value_field),
+            }),
+            _ => t.clone(),
+        },
+        _ => t.clone(),
+    }
+}
+
+fn has_uuid(f: &Field) -> bool {
+    crate::uuid_type::is_uuid(f)
+        || match f.data_type() {
+            DataType::Struct(children) => children.iter().any(|c| has_uuid(c)),
+            DataType::List(c) | DataType::Map(c, _) => has_uuid(c),
+            _ => false,
+        }
 }
 
 /// Splits on commas that are not inside parentheses.

@@ -348,7 +348,7 @@ fn print_batch(
         }
         Format::Json => {
             let mut w = datafusion::arrow::json::LineDelimitedWriter::new(std::io::stdout().lock());
-            w.write(batch)?;
+            w.write(&uuids_as_text(batch)?)?;
             w.finish()?;
         }
     }
@@ -380,26 +380,55 @@ fn print_table(
 
 /// `batch` with its nested columns (struct, list, map, union) rendered as text the way
 /// DataFusion's CLI shows them — `{a: 1, b: x}`, `[1, 2]`, `{k: v}`, NULL inside as `NULL` —
-/// for the outputs that have no nested form (the aligned table and CSV). A NULL value itself
-/// stays NULL.
+/// for the outputs that have no nested form (the aligned table and CSV), and its uuids (at any
+/// depth) as their `8-4-4-4-12` text. A NULL value itself stays NULL.
 fn nested_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
+    as_text(batch, |f| {
+        f.data_type().is_nested() || iceberg_exec::is_uuid(f)
+    })
+}
+
+/// `batch` with its top-level uuids as their `8-4-4-4-12` text (JSON keeps nested values).
+fn uuids_as_text(batch: &RecordBatch) -> Result<RecordBatch> {
+    as_text(batch, iceberg_exec::is_uuid)
+}
+
+/// `batch` with the columns `render` picks as text, extension types by their own formatters.
+fn as_text(
+    batch: &RecordBatch,
+    render: impl Fn(&datafusion::arrow::datatypes::Field) -> bool,
+) -> Result<RecordBatch> {
     use datafusion::arrow::array::{Array, ArrayRef, StringArray};
     use datafusion::arrow::datatypes::{Field, Schema};
-    use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+    use datafusion::arrow::util::display::{ArrayFormatter, ArrayFormatterFactory, FormatOptions};
+    use datafusion::logical_expr::extension_types::DFArrayFormatterFactory;
+    use datafusion::logical_expr::registry::MemoryExtensionTypeRegistry;
     let schema = batch.schema();
-    if !schema.fields().iter().any(|f| f.data_type().is_nested()) {
+    if !schema.fields().iter().any(|f| render(f)) {
         return Ok(batch.clone());
     }
-    let options = FormatOptions::default().with_null("NULL");
+    let factory = DFArrayFormatterFactory::new(Arc::new(
+        MemoryExtensionTypeRegistry::new_with_canonical_extension_types(),
+    ));
+    let options = FormatOptions::default()
+        .with_null("NULL")
+        .with_formatter_factory(Some(&factory));
     let mut fields = Vec::with_capacity(schema.fields().len());
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(batch.num_columns());
     for (field, column) in schema.fields().iter().zip(batch.columns()) {
-        if !field.data_type().is_nested() {
+        if !render(field) {
             fields.push(Arc::clone(field));
             columns.push(Arc::clone(column));
             continue;
         }
-        let formatter = ArrayFormatter::try_new(column.as_ref(), &options)?;
+        let formatter = match factory.create_array_formatter(
+            column.as_ref(),
+            &options,
+            Some(field.as_ref()),
+        )? {
+            Some(f) => f,
+            None => ArrayFormatter::try_new(column.as_ref(), &options)?,
+        };
         let text: StringArray = (0..column.len())
             .map(|i| (!column.is_null(i)).then(|| formatter.value(i).to_string()))
             .collect();

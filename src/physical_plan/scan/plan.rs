@@ -565,7 +565,7 @@ pub(crate) fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> 
         .fields()
         .iter()
         .map(|f| {
-            let f = strip_field_metadata(f);
+            let f = mark_uuid(strip_field_metadata(f), f, schema);
             // Top-level strings are string views, as DataFusion reads parquet strings by default
             // (`schema_force_view_types`): the parquet reader then decodes into views directly.
             match f.data_type() {
@@ -629,21 +629,40 @@ pub(crate) fn with_dictionaries(
     ))
 }
 
+/// `plain` marked `arrow.uuid` when `f` (with its field id) is an Iceberg uuid. Only columns are
+/// marked: Arrow compares nested types with their fields' metadata, so a marked field inside a
+/// struct or list would make the files' own types (unmarked) unequal to the table's.
+fn mark_uuid(
+    plain: arrow::datatypes::Field,
+    f: &arrow::datatypes::Field,
+    schema: &iceberg::spec::Schema,
+) -> arrow::datatypes::Field {
+    let is_uuid = f
+        .metadata()
+        .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
+        .and_then(|id| id.parse::<i32>().ok())
+        .and_then(|id| schema.field_by_id(id))
+        .is_some_and(|field| {
+            matches!(
+                *field.field_type,
+                iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Uuid)
+            )
+        });
+    if is_uuid {
+        crate::uuid_type::uuid_field(plain)
+    } else {
+        plain
+    }
+}
+
 fn strip_field_metadata(f: &arrow::datatypes::Field) -> arrow::datatypes::Field {
-    use arrow::datatypes::{DataType, Field};
+    let strip = |c: &FieldRef| Arc::new(strip_field_metadata(c));
     let data_type = match f.data_type() {
-        DataType::Struct(children) => DataType::Struct(
-            children
-                .iter()
-                .map(|c| Arc::new(strip_field_metadata(c)))
-                .collect(),
-        ),
-        DataType::List(c) => DataType::List(Arc::new(strip_field_metadata(c))),
-        DataType::LargeList(c) => DataType::LargeList(Arc::new(strip_field_metadata(c))),
-        DataType::FixedSizeList(c, n) => {
-            DataType::FixedSizeList(Arc::new(strip_field_metadata(c)), *n)
-        }
-        DataType::Map(c, sorted) => DataType::Map(Arc::new(strip_field_metadata(c)), *sorted),
+        DataType::Struct(children) => DataType::Struct(children.iter().map(strip).collect()),
+        DataType::List(c) => DataType::List(strip(c)),
+        DataType::LargeList(c) => DataType::LargeList(strip(c)),
+        DataType::FixedSizeList(c, n) => DataType::FixedSizeList(strip(c), *n),
+        DataType::Map(c, sorted) => DataType::Map(strip(c), *sorted),
         other => other.clone(),
     };
     Field::new(f.name(), data_type, f.is_nullable())
