@@ -288,6 +288,17 @@ impl IcebergSession {
             None => None,
         };
         let sql = typed.as_deref().unwrap_or(sql);
+        // Statements naming metadata columns read their tables with them.
+        let with_metadata = match crate::dml::subquery::one_statement(sql) {
+            Some(statement) => {
+                crate::table::metadata_columns::rewrite(&self.ctx, &statement).await?
+            }
+            None => None,
+        };
+        let sql = with_metadata
+            .as_ref()
+            .map(|r| r.sql.as_str())
+            .unwrap_or(sql);
         if let Some(merged) = crate::dml::subquery::run(&self.ctx, sql).await? {
             return Ok(merged);
         }
@@ -295,7 +306,14 @@ impl IcebergSession {
             return self.replace_or_restore(sql, &ident).await;
         }
         let Some(alter) = crate::table::alter::parse(sql) else {
-            return self.ctx.sql(sql).await;
+            return match &with_metadata {
+                Some(rewritten) => self
+                    .ctx
+                    .sql(sql)
+                    .await
+                    .map_err(|e| rewritten.named_as_written(e)),
+                None => self.ctx.sql(sql).await,
+            };
         };
         let alter = alter?;
         let mut parts = alter.name;

@@ -377,3 +377,32 @@ fn subquery_dml_and_drop_run_from_the_command_line() {
     let out = stdout(&o);
     assert!(out.trim_end().ends_with("k,v\n2,20\n3,300"), "{out}");
 }
+
+#[test]
+fn metadata_columns_and_uuid_text_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = cli(
+        dir.path(),
+        &[
+            "sql",
+            "CREATE SCHEMA ns; CREATE TABLE ns.t (id BIGINT, u UUID); \
+             INSERT INTO ns.t VALUES (1, '00000000-0000-0000-0000-00000000000a'), (2, NULL); \
+             DELETE FROM ns.t WHERE _pos = 1",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cli(
+        dir.path(),
+        &[
+            "--format",
+            "csv",
+            "sql",
+            "SELECT *, _pos, _spec_id FROM ns.t WHERE u = '00000000-0000-0000-0000-00000000000A'",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "id,u,_pos,_spec_id\n1,00000000-0000-0000-0000-00000000000a,0,0\n"
+    );
+}

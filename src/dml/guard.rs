@@ -219,6 +219,15 @@ fn check_dml(plan: LogicalPlan) -> Result<LogicalPlan> {
             return Ok(Transformed::no(node));
         };
         let table = dml.table_name.to_string();
+        // DataFusion finds a statement's condition in the Filter nodes over the table's scan:
+        // one the optimizer left above a projection (of struct fields it extracted, say)
+        // goes below it, in terms of the projection's input.
+        let dml = {
+            let mut dml = dml.clone();
+            dml.input = Arc::new(filters_below_projections(dml.input.as_ref().clone())?);
+            dml
+        };
+        let node = LogicalPlan::Dml(dml.clone());
         match check_input(&dml.input, op, &table)? {
             Input::Rows if dml.op == WriteOp::Update => {
                 // DataFusion reads the assignments from the top projection only: expressions
@@ -228,7 +237,7 @@ fn check_dml(plan: LogicalPlan) -> Result<LogicalPlan> {
                 dml.input = Arc::new(inline_projections(dml.input.as_ref().clone())?);
                 Ok(Transformed::yes(LogicalPlan::Dml(dml)))
             }
-            Input::Rows => Ok(Transformed::no(node)),
+            Input::Rows => Ok(Transformed::yes(node)),
             Input::NoRows => {
                 let none = LogicalPlanBuilder::empty(true)
                     .project(vec![lit(0u64).alias("count")])?
@@ -238,6 +247,59 @@ fn check_dml(plan: LogicalPlan) -> Result<LogicalPlan> {
         }
     })
     .map(|t| t.data)
+}
+
+/// `plan` with each Filter over a projection moved below it, its predicate in terms of the
+/// projection's input (the projection's expressions are deterministic: the optimizer placed
+/// them there).
+fn filters_below_projections(plan: LogicalPlan) -> Result<LogicalPlan> {
+    // Filters stacked over a projection reach it one at a time.
+    let mut plan = plan;
+    for _ in 0..16 {
+        let moved = filter_below_projection(plan)?;
+        plan = moved.data;
+        if !moved.transformed {
+            break;
+        }
+    }
+    Ok(plan)
+}
+
+fn filter_below_projection(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
+    plan.transform_down(|node| {
+        let LogicalPlan::Filter(filter) = &node else {
+            return Ok(Transformed::no(node));
+        };
+        let LogicalPlan::Projection(projection) = filter.input.as_ref() else {
+            return Ok(Transformed::no(node));
+        };
+        if projection.expr.iter().any(|e| e.is_volatile()) {
+            return Ok(Transformed::no(node));
+        }
+        let outputs: HashMap<Column, Expr> = projection
+            .schema
+            .columns()
+            .into_iter()
+            .zip(projection.expr.iter().map(|e| e.clone().unalias()))
+            .collect();
+        let predicate = filter
+            .predicate
+            .clone()
+            .transform(|x| match &x {
+                Expr::Column(c) => match outputs.get(c) {
+                    Some(inlined) => Ok(Transformed::yes(inlined.clone())),
+                    None => Ok(Transformed::no(x)),
+                },
+                _ => Ok(Transformed::no(x)),
+            })?
+            .data;
+        let below = LogicalPlan::Filter(datafusion::logical_expr::Filter::try_new(
+            predicate,
+            Arc::clone(&projection.input),
+        )?);
+        let moved = Projection::try_new(projection.expr.clone(), Arc::new(below))?;
+        Ok(Transformed::yes(LogicalPlan::Projection(moved)))
+    })
 }
 
 /// Merges a projection over projections into one projection over their input, replacing

@@ -171,6 +171,9 @@ async fn translate(ctx: &SessionContext, statement: Statement) -> Result<Option<
 /// `CREATE OR REPLACE [EXTERNAL] TABLE`, `EXPLAIN` (distributed plans), and `EXPLAIN ANALYZE` of the
 /// others.
 pub(crate) fn runs_in_session(statement: &DFStatement) -> bool {
+    if crate::table::metadata_columns::names_metadata_column(statement) {
+        return true;
+    }
     match statement {
         // A session with workers explains queries as they are distributed.
         DFStatement::Explain(e) => !e.options.analyze || runs_in_session(&e.statement),

@@ -52,7 +52,12 @@ pub(super) async fn splice_update(
         return Ok(None);
     };
     let metadata = job.table.metadata();
-    if job.distributed || lineage::has_row_lineage(metadata) || assignments.is_empty() {
+    // A condition on metadata columns is decided on the scan that gives them.
+    if job.distributed
+        || lineage::has_row_lineage(metadata)
+        || assignments.is_empty()
+        || job.metadata_needed().any()
+    {
         return Ok(None);
     }
     let schema = &job.schema;

@@ -748,6 +748,7 @@ impl GroupRewriter {
             file_column: false,
             position_column: false,
             row_lineage: lineage,
+            file_metadata: None,
         };
         let files = ScanFiles {
             files: group.files.clone(),

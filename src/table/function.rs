@@ -7,6 +7,7 @@
 //! SELECT * FROM iceberg_scan('ns.events', 'as_of', '2025-01-01 00:00:00');   -- or epoch milliseconds
 //! SELECT * FROM iceberg_scan('ns.events', 'ref', 'audit-branch');            -- branch or tag
 //! SELECT * FROM iceberg_scan('ns.events', 'row_lineage', true);  -- + _row_id, _last_updated_sequence_number (v3)
+//! SELECT * FROM iceberg_scan('ns.events', 'metadata_columns', true);  -- + _file, _pos, _spec_id, _partition
 //! SELECT * FROM iceberg_scan('lineitem_iceberg', 'base_dir', '/restore/iceberg',  -- relative paths
 //!                            'map', 's3://bucket/wh=/restore/wh');             -- moved prefixes
 //! ```
@@ -129,6 +130,7 @@ impl TableFunctionImpl for IcebergScanFunction {
         }
         let mut pin = None;
         let mut row_lineage = false;
+        let mut metadata_columns = false;
         let mut locations = LocationMap::default();
         for pair in options.chunks(2) {
             let key = string(&pair[0], "an option name")?.to_ascii_lowercase();
@@ -139,6 +141,10 @@ impl TableFunctionImpl for IcebergScanFunction {
                 "as_of" | "as_of_timestamp" | "timestamp" => Some(Pin::AsOf(timestamp_ms(value)?)),
                 "row_lineage" => {
                     row_lineage = boolean(value, "row_lineage")?;
+                    None
+                }
+                "metadata_columns" => {
+                    metadata_columns = boolean(value, "metadata_columns")?;
                     None
                 }
                 "base_dir" => {
@@ -155,7 +161,7 @@ impl TableFunctionImpl for IcebergScanFunction {
                 }
                 other => {
                     return Err(DataFusionError::Plan(format!(
-                        "iceberg_scan: unknown option '{other}' (snapshot_id, ref, as_of, row_lineage, base_dir, map)"
+                        "iceberg_scan: unknown option '{other}' (snapshot_id, ref, as_of, row_lineage, metadata_columns, base_dir, map)"
                     )))
                 }
             };
@@ -185,6 +191,10 @@ impl TableFunctionImpl for IcebergScanFunction {
         };
         let provider = match row_lineage {
             true => provider.with_row_lineage()?,
+            false => provider,
+        };
+        let provider = match metadata_columns {
+            true => provider.with_metadata_columns()?,
             false => provider,
         };
         Ok(Arc::new(provider))

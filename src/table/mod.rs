@@ -5,6 +5,7 @@ pub(crate) mod alter;
 mod by_path;
 mod factory;
 mod function;
+pub(crate) mod metadata_columns;
 pub(crate) mod provider;
 mod snapshots;
 pub(crate) mod spec;

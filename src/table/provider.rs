@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, FieldRef, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::common::DFSchemaRef;
@@ -46,6 +46,8 @@ pub struct IcebergTableProvider {
     stores: Arc<ObjectStores>,
     /// Whether the schema ends with the row lineage columns.
     row_lineage: bool,
+    /// Whether the metadata columns (`_file`, `_pos`, `_spec_id`, `_partition`) follow.
+    metadata_columns: bool,
     /// Whether `INSERT` commits once however often its commit runs (a statement id in the
     /// snapshot): for hosts that retry tasks.
     idempotent_commits: bool,
@@ -74,6 +76,9 @@ pub struct ProviderPin {
     pub row_lineage: bool,
     /// Whether the provider accepts writes (it has the table's metadata store).
     pub writable: bool,
+    /// Whether the metadata columns follow (see [`IcebergTableProvider::with_metadata_columns`]).
+    #[serde(default)]
+    pub metadata_columns: bool,
 }
 
 impl IcebergTableProvider {
@@ -93,6 +98,7 @@ impl IcebergTableProvider {
             locations: LocationMap::default(),
             stores,
             row_lineage: false,
+            metadata_columns: false,
             idempotent_commits: false,
         })
     }
@@ -204,6 +210,68 @@ impl IcebergTableProvider {
         Ok(self)
     }
 
+    /// Adds Spark's metadata columns after the table's columns (and after the row lineage
+    /// columns, which a format v3 table gets too): `_file` (the data file's location as
+    /// recorded), `_pos` (the row's position in it), `_spec_id` (the partition spec the file was
+    /// written for) and `_partition` (its partition tuple: a struct of every partition field the
+    /// table's specs have had, NULL where the file's spec lacks one; only on tables with
+    /// partition fields). The provider becomes read-only; call this after pinning a snapshot,
+    /// branch or time. SQL through [`IcebergSession::sql`](crate::IcebergSession::sql) reads a
+    /// table this way only in statements that name a metadata column.
+    pub fn with_metadata_columns(mut self) -> Result<Self> {
+        if self.metadata_columns {
+            return Ok(self);
+        }
+        if lineage::has_row_lineage(self.table.metadata()) && !self.row_lineage {
+            self = self.with_row_lineage()?;
+        }
+        let appended =
+            crate::physical_plan::scan::metadata::appended_fields(self.table.metadata())?;
+        for f in &appended {
+            if self.schema.field_with_name(f.name()).is_ok() {
+                return Err(DataFusionError::Plan(format!(
+                    "table '{}' has a column named '{}', which the metadata columns reserve",
+                    self.table.identifier(),
+                    f.name()
+                )));
+            }
+        }
+        let mut fields: Vec<FieldRef> = self.schema.fields().iter().cloned().collect();
+        fields.extend(appended);
+        self.schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        self.metadata_columns = true;
+        self.store = None;
+        Ok(self)
+    }
+
+    /// The provider `DELETE`/`UPDATE` change through when their condition names metadata
+    /// columns: writable, the table's columns (with the row lineage ones on v3) then `_file`,
+    /// `_pos`, `_spec_id`, `_partition`, for conditions only (no `INSERT`, no `MERGE`).
+    pub(crate) fn for_conditions_on_metadata_columns(mut self) -> Result<Self> {
+        if self.snapshot_id.is_some() || self.row_lineage || self.metadata_columns {
+            return Err(DataFusionError::Plan(format!(
+                "table '{}' is read-only here",
+                self.table.identifier()
+            )));
+        }
+        let metadata = self.table.metadata();
+        let mut fields: Vec<FieldRef> = match lineage::has_row_lineage(metadata) {
+            // Conditions may name the row lineage columns too.
+            true => arrow_schema(&lineage::with_lineage_fields(metadata.current_schema())?)?
+                .fields()
+                .iter()
+                .cloned()
+                .collect(),
+            false => self.schema.fields().iter().cloned().collect(),
+        };
+        fields.extend(crate::physical_plan::scan::metadata::appended_fields(
+            metadata,
+        )?);
+        self.schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        self.metadata_columns = true;
+        Ok(self)
+    }
+
     /// The schema rows are read into: the pinned snapshot's, or the table's current one.
     fn read_schema(&self) -> Result<iceberg::spec::SchemaRef> {
         let metadata = self.table.metadata();
@@ -227,6 +295,7 @@ impl IcebergTableProvider {
             snapshot_schema: self.snapshot_schema,
             row_lineage: self.row_lineage,
             writable: self.store.is_some(),
+            metadata_columns: self.metadata_columns,
         }
     }
 
@@ -245,6 +314,9 @@ impl IcebergTableProvider {
         if pin.row_lineage {
             self = self.with_row_lineage()?;
         }
+        if pin.metadata_columns {
+            self = self.with_metadata_columns()?;
+        }
         if !pin.writable {
             self.store = None;
         }
@@ -260,6 +332,89 @@ impl IcebergTableProvider {
     /// The table as loaded.
     pub fn table(&self) -> &Table {
         &self.table
+    }
+
+    /// The scan of a provider with metadata columns: the table's (and lineage) columns asked
+    /// for are read as usual, with the file's location, its per-file metadata and the row
+    /// positions after them when asked for, then put in the order asked for.
+    async fn scan_with_metadata(
+        &self,
+        state: &dyn Session,
+        read_schema: &iceberg::spec::SchemaRef,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+        files: &crate::scan::ScanFiles,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        use crate::physical_plan::positional_delete::POSITION_COLUMN;
+        use crate::physical_plan::scan::metadata::{
+            FileMetadataColumns, FILE, PARTITION, POS, SPEC_ID,
+        };
+        use crate::physical_plan::scan::plan::FILE_COLUMN;
+        use datafusion::physical_expr::expressions::{CastExpr, Column};
+        use datafusion::physical_expr::PhysicalExpr;
+        use datafusion::physical_plan::projection::ProjectionExec;
+
+        let metadata = self.table.metadata();
+        let file_metadata = FileMetadataColumns::of(metadata)?;
+        let appended = crate::physical_plan::scan::metadata::appended_fields(metadata)?.len();
+        let base_len = self.schema.fields().len() - appended;
+        let base: SchemaRef = Arc::new(self.schema.project(&(0..base_len).collect::<Vec<_>>())?);
+        let requested: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.schema.fields().len()).collect(),
+        };
+        let mut base_projection: Vec<usize> = vec![];
+        for &i in requested.iter().filter(|&&i| i < base_len) {
+            if !base_projection.contains(&i) {
+                base_projection.push(i);
+            }
+        }
+        let names: Vec<&str> = requested
+            .iter()
+            .filter(|&&i| i >= base_len)
+            .map(|&i| self.schema.field(i).name().as_str())
+            .collect();
+        let per_file = names.iter().any(|n| *n == SPEC_ID || *n == PARTITION);
+        let request = ScanRequest {
+            table: &self.table,
+            read_schema,
+            schema: &base,
+            projection: Some(&base_projection),
+            filtered: !filters.is_empty(),
+            limit,
+            locations: &self.locations,
+            stores: &self.stores,
+            file_column: per_file || names.contains(&FILE),
+            position_column: names.contains(&POS),
+            row_lineage: self.row_lineage,
+            file_metadata: per_file.then_some(&file_metadata),
+        };
+        let plan = plan_scan(state, &request, files).await?;
+        let schema = plan.schema();
+        let exprs = requested
+            .iter()
+            .map(|&i| {
+                let name = self.schema.field(i).name().clone();
+                let expr: Arc<dyn PhysicalExpr> = if i < base_len {
+                    let at = base_projection.iter().position(|&b| b == i).unwrap_or(0);
+                    Arc::new(Column::new(&name, at))
+                } else {
+                    let source = match name.as_str() {
+                        FILE => FILE_COLUMN,
+                        POS => POSITION_COLUMN,
+                        other => other,
+                    };
+                    let column = Arc::new(Column::new(source, schema.index_of(source)?));
+                    match name.as_str() {
+                        FILE => Arc::new(CastExpr::new(column, DataType::Utf8, None)),
+                        _ => column,
+                    }
+                };
+                Ok((expr, name))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
     }
 
     /// The table a `DELETE`/`UPDATE` changes (an error when the provider is read-only).
@@ -325,6 +480,13 @@ impl TableProvider for IcebergTableProvider {
         };
         // Filters on the lineage columns do not prune: files hold them for some rows only.
         let mut unprunable = unprunable_columns(metadata, &read_schema, &snapshot_schema);
+        if self.metadata_columns {
+            unprunable.extend(
+                crate::physical_plan::scan::metadata::NAMES
+                    .iter()
+                    .map(|n| n.to_string()),
+            );
+        }
         if self.row_lineage {
             unprunable.insert(lineage::ROW_ID.to_string());
             unprunable.insert(lineage::LAST_UPDATED_SEQUENCE_NUMBER.to_string());
@@ -359,6 +521,12 @@ impl TableProvider for IcebergTableProvider {
             true => Arc::new(lineage::with_lineage_fields(&read_schema)?),
             false => read_schema,
         };
+        if self.metadata_columns {
+            let plan = self
+                .scan_with_metadata(state, &read_schema, projection, filters, limit, &files)
+                .await?;
+            return Ok(Arc::new(IcebergScanExec::new(plan, summary)));
+        }
         let request = ScanRequest {
             table: &self.table,
             read_schema: &read_schema,
@@ -371,6 +539,7 @@ impl TableProvider for IcebergTableProvider {
             file_column: false,
             position_column: false,
             row_lineage: self.row_lineage,
+            file_metadata: None,
         };
         let parquet = plan_scan(state, &request, &files).await?;
         Ok(Arc::new(IcebergScanExec::new(parquet, summary)))
@@ -403,6 +572,11 @@ impl TableProvider for IcebergTableProvider {
         on: Expr,
         clauses: Vec<MergeIntoClause>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if self.metadata_columns {
+            return Err(DataFusionError::NotImplemented(
+                "MERGE with metadata columns in its condition is not supported yet".into(),
+            ));
+        }
         let target = self.dml_target("MERGE")?;
         crate::dml::merge::plan_merge(target, state, source, merge_schema, on, clauses).await
     }
@@ -413,6 +587,12 @@ impl TableProvider for IcebergTableProvider {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if self.metadata_columns {
+            return Err(DataFusionError::Plan(format!(
+                "INSERT into table '{}' read with its metadata columns is not possible",
+                self.table.identifier()
+            )));
+        }
         if insert_op != InsertOp::Append {
             return Err(DataFusionError::NotImplemented(format!(
                 "{insert_op} is not supported for Iceberg tables yet; use INSERT INTO"

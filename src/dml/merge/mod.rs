@@ -580,6 +580,7 @@ impl MergeJob {
             file_column: true,
             position_column: true,
             row_lineage: self.row_lineage(),
+            file_metadata: None,
         };
         self.optimized(plan_statement_scan(&self.state, &req, files).await?)
     }

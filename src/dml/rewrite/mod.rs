@@ -31,7 +31,7 @@ use datafusion::logical_expr::utils::{conjunction, expr_to_columns};
 use datafusion::logical_expr::{Expr, ExprSchemable};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::expressions::Column;
+use datafusion::physical_plan::expressions::{CastExpr, Column};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::ExecutionPlan;
@@ -45,6 +45,7 @@ use crate::location::LocationMap;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
+use crate::physical_plan::scan::metadata::{self, FileMetadataColumns};
 use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::write::{
@@ -130,7 +131,8 @@ pub(crate) async fn plan(
         _ => mode_of(metadata, &options, &op)?,
     };
     let schema = arrow_schema(metadata.current_schema())?;
-    let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+    // Conditions may name the metadata columns (`_file`, `_pos`, `_spec_id`, `_partition`).
+    let df_schema = DFSchema::try_from(MetadataColumnsNeeded::checking_schema(&schema, metadata)?)?;
     let mut columns = HashSet::new();
     for f in &filters {
         expr_to_columns(f, &mut columns)?;
@@ -144,7 +146,9 @@ pub(crate) async fn plan(
     }
     if let DmlOp::Update(assignments) = &op {
         for (column, value) in assignments {
-            let field = df_schema.field_with_unqualified_name(column)?;
+            let field = schema.field_with_name(column).map_err(|_| {
+                DataFusionError::Plan(format!("UPDATE cannot assign column '{column}'"))
+            })?;
             let ty = value.get_type(&df_schema)?;
             if &ty != field.data_type() {
                 return Err(DataFusionError::Plan(format!(
@@ -242,9 +246,12 @@ impl DmlJob {
         };
         self.base_snapshot_id = Some(snapshot.snapshot_id());
         let snapshot_schema = snapshot.schema(metadata).df()?;
+        let mut unprunable =
+            unprunable_columns(metadata, metadata.current_schema(), &snapshot_schema);
+        unprunable.extend(self.metadata_needed().names());
         let filter = FileFilter::new(
             &self.filters,
-            &unprunable_columns(metadata, metadata.current_schema(), &snapshot_schema),
+            &unprunable,
             metadata.current_schema().clone(),
         );
         let threshold = IcebergOptions::from_config(self.state.config_options()).planning_threshold;
@@ -257,6 +264,9 @@ impl DmlJob {
             HashSet::new()
         } else if self.filters.is_empty() {
             candidates.files.iter().map(|f| f.path.clone()).collect()
+        } else if self.metadata_needed().any() {
+            // Conditions on metadata columns are decided row by row, in pass 1.
+            HashSet::new()
         } else {
             proven_files(
                 &table,
@@ -350,6 +360,11 @@ impl DmlJob {
         }
     }
 
+    /// The metadata columns the statement's condition names.
+    pub(super) fn metadata_needed(&self) -> MetadataColumnsNeeded {
+        MetadataColumnsNeeded::of(&self.columns, &self.schema)
+    }
+
     pub(super) fn condition(&self) -> Option<Expr> {
         conjunction(self.filters.clone())
     }
@@ -365,31 +380,48 @@ impl DmlJob {
     /// Pass 1: the `_file` of every live row that matches, over the checked files (and its
     /// `_pos` for merge-on-read).
     async fn matching_files_plan(&self, state: &SessionState) -> Result<Arc<dyn ExecutionPlan>> {
+        let needed = self.metadata_needed();
+        // A condition on the row lineage columns reads them.
+        let (read_schema, schema) = match needed.lineage {
+            true => {
+                let rows = lineage::rows_schema(self.table.metadata())?;
+                let arrow = arrow_schema(&rows)?;
+                (rows, arrow)
+            }
+            false => (
+                Arc::clone(self.table.metadata().current_schema()),
+                Arc::clone(&self.schema),
+            ),
+        };
         let projection: Vec<usize> = self
             .columns
             .iter()
-            .map(|c| self.schema.index_of(c))
+            .filter(|c| schema.index_of(c).is_ok() || !needed.names().contains(c))
+            .map(|c| schema.index_of(c))
             .collect::<std::result::Result<_, _>>()?;
+        let file_metadata = needed.file_metadata(self.table.metadata())?;
         let req = ScanRequest {
             table: &self.table,
-            read_schema: self.table.metadata().current_schema(),
-            schema: &self.schema,
+            read_schema: &read_schema,
+            schema: &schema,
             projection: Some(&projection),
             filtered: true,
             limit: None,
             locations: &self.locations,
             stores: self.store.object_stores(),
             file_column: true,
-            position_column: self.mode == WriteMode::MergeOnRead,
-            row_lineage: false,
+            position_column: self.mode == WriteMode::MergeOnRead || needed.pos,
+            row_lineage: needed.lineage,
+            file_metadata: file_metadata.as_ref(),
         };
         let mut plan = plan_statement_scan(state, &req, &self.checked).await?;
+        plan = needed.named(plan)?;
         if let Some(condition) = self.physical_condition(&plan.schema())? {
             plan = Arc::new(FilterExec::try_new(condition, plan)?);
         }
         let schema = plan.schema();
         let mut output = vec![FILE_COLUMN];
-        if req.position_column {
+        if self.mode == WriteMode::MergeOnRead {
             output.push(POSITION_COLUMN);
         }
         let exprs = output
@@ -423,6 +455,8 @@ impl DmlJob {
             true => arrow_schema(&read_schema)?,
             false => Arc::clone(&self.schema),
         };
+        let needed = self.metadata_needed();
+        let file_metadata = needed.file_metadata(self.table.metadata())?;
         let req = ScanRequest {
             table: &self.table,
             read_schema: &read_schema,
@@ -432,11 +466,14 @@ impl DmlJob {
             limit: None,
             locations: &self.locations,
             stores: self.store.object_stores(),
-            file_column: false,
-            position_column: false,
+            file_column: needed.file_column(),
+            position_column: needed.pos,
             row_lineage: lineage,
+            file_metadata: file_metadata.as_ref(),
         };
+        let written_columns = schema.fields().len();
         let scan = plan_statement_scan(&self.state, &req, &scan_files).await?;
+        let scan = needed.named(scan)?;
         let schema = scan.schema();
         let condition = self
             .physical_condition(&schema)?
@@ -473,6 +510,8 @@ impl DmlJob {
             change,
             Arc::clone(&counts),
         )?);
+        // The metadata columns the condition read are not written.
+        let keep = MetadataColumnsNeeded::dropped(keep, written_columns)?;
         let sort = sort_requirement(&self.table, &keep.schema())?;
         // Columns whose dictionaries overflowed in the files rewritten are written plain.
         let plain = plain_columns_of(
@@ -495,5 +534,136 @@ impl DmlJob {
         );
         // The rules DataFusion runs on every plan: the sort the writer requires, among others.
         self.executable(plan).await
+    }
+}
+
+/// The metadata columns (`_file`, `_pos`, `_spec_id`, `_partition`) a condition names, read
+/// alongside the rows and named as the condition names them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct MetadataColumnsNeeded {
+    file: bool,
+    pos: bool,
+    spec_id: bool,
+    partition: bool,
+    /// `_row_id` or `_last_updated_sequence_number` (format v3).
+    lineage: bool,
+}
+
+impl MetadataColumnsNeeded {
+    /// Those of `columns` (what a condition names) that are metadata columns rather than
+    /// columns of `schema` (the table's).
+    fn of(columns: &[String], schema: &SchemaRef) -> Self {
+        let named = |n: &str| columns.iter().any(|c| c == n) && schema.field_with_name(n).is_err();
+        Self {
+            file: named(metadata::FILE),
+            pos: named(metadata::POS),
+            spec_id: named(metadata::SPEC_ID),
+            partition: named(metadata::PARTITION),
+            lineage: named(lineage::ROW_ID) || named(lineage::LAST_UPDATED_SEQUENCE_NUMBER),
+        }
+    }
+
+    /// The table's columns and the metadata columns its conditions may name.
+    fn checking_schema(
+        schema: &SchemaRef,
+        metadata: &TableMetadata,
+    ) -> Result<arrow::datatypes::Schema> {
+        let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+        let mut extra = metadata::appended_fields(metadata)?;
+        if lineage::has_row_lineage(metadata) {
+            let rows = arrow_schema(lineage::rows_schema(metadata)?.as_ref())?;
+            extra.extend(rows.fields().iter().skip(schema.fields().len()).cloned());
+        }
+        for f in extra {
+            if schema.field_with_name(f.name()).is_err() {
+                fields.push(f);
+            }
+        }
+        Ok(arrow::datatypes::Schema::new(fields))
+    }
+
+    pub(super) fn any(&self) -> bool {
+        self.file || self.pos || self.spec_id || self.partition || self.lineage
+    }
+
+    fn names(&self) -> Vec<String> {
+        [
+            (self.file, metadata::FILE),
+            (self.pos, metadata::POS),
+            (self.spec_id, metadata::SPEC_ID),
+            (self.partition, metadata::PARTITION),
+            (self.lineage, lineage::ROW_ID),
+            (self.lineage, lineage::LAST_UPDATED_SEQUENCE_NUMBER),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, n)| n.to_string())
+        .collect()
+    }
+
+    fn file_column(&self) -> bool {
+        self.file || self.spec_id || self.partition
+    }
+
+    fn file_metadata(&self, table: &TableMetadata) -> Result<Option<FileMetadataColumns>> {
+        match self.spec_id || self.partition {
+            true => Ok(Some(FileMetadataColumns::of(table)?)),
+            false => Ok(None),
+        }
+    }
+
+    /// `plan` (a scan asked for what [`Self::file_column`], `pos` and [`Self::file_metadata`]
+    /// say) with the metadata columns the condition names appended under their names.
+    fn named(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+        if !self.any() {
+            return Ok(plan);
+        }
+        let schema = plan.schema();
+        let mut exprs: Vec<(Arc<dyn PhysicalExpr>, String)> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                (
+                    Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>,
+                    f.name().clone(),
+                )
+            })
+            .collect();
+        let column = |name: &str| -> Result<Arc<dyn PhysicalExpr>> {
+            Ok(Arc::new(Column::new(name, schema.index_of(name)?)))
+        };
+        if self.file {
+            exprs.push((
+                Arc::new(CastExpr::new(column(FILE_COLUMN)?, DataType::Utf8, None)),
+                metadata::FILE.to_string(),
+            ));
+        }
+        if self.pos {
+            exprs.push((column(POSITION_COLUMN)?, metadata::POS.to_string()));
+        }
+        // `_spec_id` and `_partition` come from the scan under their own names.
+        Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
+    }
+
+    /// `plan` with only its first `columns` columns (the table's), when it has more.
+    fn dropped(plan: Arc<dyn ExecutionPlan>, columns: usize) -> Result<Arc<dyn ExecutionPlan>> {
+        let schema = plan.schema();
+        if schema.fields().len() == columns {
+            return Ok(plan);
+        }
+        let exprs = schema
+            .fields()
+            .iter()
+            .take(columns)
+            .enumerate()
+            .map(|(i, f)| {
+                (
+                    Arc::new(Column::new(f.name(), i)) as Arc<dyn PhysicalExpr>,
+                    f.name().clone(),
+                )
+            })
+            .collect::<Vec<_>>();
+        Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
     }
 }

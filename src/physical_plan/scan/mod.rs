@@ -5,6 +5,7 @@
 mod constants;
 mod exec;
 pub(crate) mod lineage;
+pub mod metadata;
 pub(crate) mod plan;
 
 pub use exec::{IcebergScanExec, ScanSummary};

@@ -97,6 +97,9 @@ pub(crate) struct ScanRequest<'a> {
     /// `_last_updated_sequence_number` (see [`super::lineage`]): read from the files where
     /// they hold them, inherited otherwise. No filter reaches the reader when either is read.
     pub row_lineage: bool,
+    /// The per-file metadata columns (`_spec_id`, `_partition`) to give right after
+    /// [`FILE_COLUMN`], which must be asked for too.
+    pub file_metadata: Option<&'a super::metadata::FileMetadataColumns>,
 }
 
 /// [`plan_scan`] under an [`IcebergScanExec`](super::IcebergScanExec), for the scans
@@ -183,6 +186,15 @@ pub(crate) async fn plan_scan(
             false,
         )));
     }
+    if let Some(m) = req.file_metadata {
+        if !req.file_column {
+            return Err(DataFusionError::Internal(
+                "the per-file metadata columns come with the file column".into(),
+            ));
+        }
+        partition_columns.extend(m.fields());
+    }
+    let file_metadata_columns = partition_columns.len().saturating_sub(1);
     let lineage_at = needed.len() + partition_columns.len();
     if !lineage.is_empty() {
         partition_columns.push(Arc::new(Field::new(
@@ -243,6 +255,9 @@ pub(crate) async fn plan_scan(
                     Box::new(DataType::UInt16),
                     Box::new(ScalarValue::Utf8(Some(f.path.clone()))),
                 ));
+            }
+            if let Some(m) = req.file_metadata {
+                values.extend(m.values(f)?);
             }
             if !lineage.is_empty() {
                 values.push(ScalarValue::Int64(f.first_row_id));
@@ -336,6 +351,7 @@ pub(crate) async fn plan_scan(
     let mut columns: Vec<usize> = (0..requested.len()).collect();
     if req.file_column {
         columns.push(needed.len());
+        columns.extend((1..=file_metadata_columns).map(|i| needed.len() + i));
     }
     if req.position_column {
         // Appended after the scan's columns (the hidden per-file ones included).
