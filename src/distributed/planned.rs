@@ -34,6 +34,9 @@ struct EncodedFile {
     position_deletes: Vec<usize>,
     equality_deletes: bool,
     first_row_id: Option<i64>,
+    /// Whether the file is an ORC file (else parquet).
+    #[serde(default)]
+    orc: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, PartialEq)]
@@ -144,6 +147,7 @@ impl EncodedFiles {
                 position_deletes,
                 equality_deletes: f.equality_deletes,
                 first_row_id: f.first_row_id,
+                orc: f.format == iceberg::spec::DataFileFormat::Orc,
             });
         }
         Ok(Self {
@@ -197,6 +201,10 @@ impl EncodedFiles {
                     position_deletes,
                     equality_deletes: f.equality_deletes,
                     first_row_id: f.first_row_id,
+                    format: match f.orc {
+                        true => iceberg::spec::DataFileFormat::Orc,
+                        false => iceberg::spec::DataFileFormat::Parquet,
+                    },
                 })
             })
             .collect()

@@ -59,10 +59,12 @@ pub(crate) fn files_allow_splice(files: &ScanFiles, metadata: &TableMetadata) ->
     let spec = metadata.default_partition_spec_id();
     !files.streamed
         && files.equality_deletes.is_empty()
-        && files
-            .files
-            .iter()
-            .all(|f| f.position_deletes.is_empty() && !f.equality_deletes && f.spec_id == spec)
+        && files.files.iter().all(|f| {
+            f.position_deletes.is_empty()
+                && !f.equality_deletes
+                && f.spec_id == spec
+                && f.format == iceberg::spec::DataFileFormat::Parquet
+        })
 }
 
 /// What [`splice_files`] did: the new files and the values they took, or `None` when a file

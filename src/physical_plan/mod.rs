@@ -5,6 +5,7 @@ pub mod commit;
 pub mod equality_delete;
 pub(crate) mod keep_rows;
 pub(crate) mod memory_share;
+pub(crate) mod orc;
 pub(crate) mod parquet_files;
 pub mod positional_delete;
 pub mod scan;

@@ -256,6 +256,7 @@ async fn data_files(
         }
         out.push(PlannedFile {
             first_row_id: file.first_row_id(),
+            format: file.file_format(),
             ..PlannedFile::new(
                 DataFileRef {
                     path: file.file_path().to_string(),

@@ -62,6 +62,8 @@ pub struct PlannedFile {
     /// Row lineage (format v3): the row id of the file's first row, written or inherited from
     /// its manifest; `None` for files from before row lineage.
     pub first_row_id: Option<i64>,
+    /// The file's format as its manifest entry records it.
+    pub format: DataFileFormat,
 }
 
 /// What a scan reads: data files, and the equality delete files that apply to any of them
@@ -109,6 +111,7 @@ impl PlannedFile {
             position_deletes: vec![],
             equality_deletes: false,
             first_row_id: None,
+            format: DataFileFormat::Parquet,
         }
     }
 
@@ -366,6 +369,10 @@ impl SnapshotListing {
                     PlannedFile {
                         position_deletes,
                         equality_deletes: equality,
+                        format: stats
+                            .as_ref()
+                            .map(|f| f.file_format())
+                            .unwrap_or(DataFileFormat::Parquet),
                         first_row_id: stats.and_then(|f| f.first_row_id()),
                         ..PlannedFile::new(d, size, rows)
                     }
@@ -581,6 +588,7 @@ mod tests {
                 position_deletes: vec![],
                 equality_deletes: false,
                 first_row_id: None,
+                format: DataFileFormat::Parquet,
             })
             .collect();
         let local = ObjectStoreUrl::local_filesystem;

@@ -632,6 +632,46 @@ def cmd_inspect_files(args) -> dict:
 # ---------------------------------------------------------------------------
 
 
+def cmd_decimal_evolve(args) -> dict:
+    """Creates pyns.dec partitioned by identity(d) on a decimal(6, 2) column, appends, widens d
+    to decimal(8, 2) (older manifests keep their 3-byte partition values) and appends again."""
+    import decimal as dec
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import DecimalType, IntegerType, NestedField
+
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        catalog.create_namespace("pyns")
+    except Exception:  # noqa: BLE001 - already there
+        pass
+    schema = Schema(
+        NestedField(1, "id", IntegerType(), required=False),
+        NestedField(2, "d", DecimalType(6, 2), required=False),
+    )
+    t = catalog.create_table("pyns.dec", schema=schema)
+    with t.update_spec() as spec:
+        spec.add_field("d", IdentityTransform(), "d")
+    t = catalog.load_table("pyns.dec")
+    t.append(pa.table({
+        "id": pa.array([1, 2, 3], pa.int32()),
+        "d": pa.array([dec.Decimal("1234.56"), dec.Decimal("-0.01"), None], pa.decimal128(6, 2)),
+    }))
+    with t.update_schema() as u:
+        u.update_column("d", DecimalType(8, 2))
+    t = catalog.load_table("pyns.dec")
+    t.append(pa.table({
+        "id": pa.array([4], pa.int32()),
+        "d": pa.array([dec.Decimal("123456.78")], pa.decimal128(8, 2)),
+    }))
+    t = catalog.load_table("pyns.dec")
+    arrow = t.scan().to_arrow()
+    names, rows = arrow_to_rows(arrow)
+    return {"columns": names, "rows": sort_rows(rows)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -665,6 +705,10 @@ def build_parser() -> argparse.ArgumentParser:
     ne = sub.add_parser("nested", help="create pyns.nested and pyns.nested_renamed")
     ne.add_argument("--warehouse", required=True)
     ne.set_defaults(func=cmd_nested)
+
+    de = sub.add_parser("decimal-evolve", help="create pyns.dec and widen its decimal partition column")
+    de.add_argument("--warehouse", required=True)
+    de.set_defaults(func=cmd_decimal_evolve)
 
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)

@@ -31,7 +31,9 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::ExecutionPlan;
-use iceberg::spec::{DataContentType, Struct};
+use iceberg::spec::{DataContentType, DataFileFormat, Struct};
+
+use crate::scan::PlannedFile;
 use iceberg::table::Table;
 
 use super::constants::IdentityConstants;
@@ -132,13 +134,17 @@ pub(crate) async fn plan_scan(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let files = &scan.files;
     let has_deletes = scan.has_deletes();
-    let rows: u64 = files.iter().map(|f| f.record_count).sum();
-    let bytes: u64 = files.iter().map(|f| f.size).sum();
     // Manifest row counts are exact only without filters and without deletes.
-    let rows = if req.filtered || has_deletes {
-        Precision::Inexact(rows as usize)
-    } else {
-        Precision::Exact(rows as usize)
+    let exact = !(req.filtered || has_deletes);
+    let statistics_of = |schema: &SchemaRef, files: &[PlannedFile]| {
+        let rows = files.iter().map(|f| f.record_count).sum::<u64>() as usize;
+        let bytes = files.iter().map(|f| f.size).sum::<u64>() as usize;
+        Statistics::new_unknown(schema)
+            .with_num_rows(match exact {
+                true => Precision::Exact(rows),
+                false => Precision::Inexact(rows),
+            })
+            .with_total_byte_size(Precision::Inexact(bytes))
     };
     let eq = EqualityDeletes::collect(&scan.equality_deletes);
     let requested: Vec<usize> = match req.projection {
@@ -238,45 +244,91 @@ pub(crate) async fn plan_scan(
     };
     let url = req.locations.store_url(req.table.metadata().location())?;
     crate::table::register_store(state, req.stores, &url)?;
+    // ORC data files are read by their own source (see `orc`), beside the parquet scan.
+    let (orc_files, parquet_files): (Vec<PlannedFile>, Vec<PlannedFile>) = files
+        .iter()
+        .cloned()
+        .partition(|f| f.format == DataFileFormat::Orc);
+    let files = &parquet_files;
+    if let Some(f) = orc_files
+        .iter()
+        .find(|f| !f.position_deletes.is_empty() || positions)
+    {
+        return Err(DataFusionError::NotImplemented(format!(
+            "ORC data file {}: {} on ORC data files are not supported yet",
+            f.path,
+            match positions {
+                true => "row positions (merge-on-read statements, _pos, row lineage)",
+                false => "position deletes",
+            }
+        )));
+    }
     // Identity partition sources read as each file's partition value (see `constants`).
     let mut constants = IdentityConstants::new(req.table.metadata(), req.read_schema, req.schema);
-    let groups = group_files(
-        files,
-        state.config().target_partitions(),
-        req.locations,
-        &url,
-        |f, mut file| {
-            if !constants.is_empty() {
-                file.statistics = constants.statistics(f)?;
-            }
-            let mut values = vec![];
-            if req.file_column {
-                values.push(ScalarValue::Dictionary(
-                    Box::new(DataType::UInt16),
-                    Box::new(ScalarValue::Utf8(Some(f.path.clone()))),
-                ));
-            }
-            if let Some(m) = req.file_metadata {
-                values.extend(m.values(f)?);
-            }
-            if !lineage.is_empty() {
-                values.push(ScalarValue::Int64(f.first_row_id));
-                values.push(ScalarValue::Int64(f.first_row_id.map(|_| f.data_seq)));
-            }
-            if !eq.sets.is_empty() {
-                values.push(ScalarValue::UInt32(gate_index.get(&gate_of(f)).copied()));
-            }
-            Ok(file.with_partition_values(values))
-        },
-    )?;
+    let mut decorate = |f: &PlannedFile, mut file: PartitionedFile| -> Result<PartitionedFile> {
+        if !constants.is_empty() {
+            file.statistics = constants.statistics(f)?;
+        }
+        let mut values = vec![];
+        if req.file_column {
+            values.push(ScalarValue::Dictionary(
+                Box::new(DataType::UInt16),
+                Box::new(ScalarValue::Utf8(Some(f.path.clone()))),
+            ));
+        }
+        if let Some(m) = req.file_metadata {
+            values.extend(m.values(f)?);
+        }
+        if !lineage.is_empty() {
+            values.push(ScalarValue::Int64(f.first_row_id));
+            values.push(ScalarValue::Int64(f.first_row_id.map(|_| f.data_seq)));
+        }
+        if !eq.sets.is_empty() {
+            values.push(ScalarValue::UInt32(gate_index.get(&gate_of(f)).copied()));
+        }
+        Ok(file.with_partition_values(values))
+    };
+    let target_partitions = state.config().target_partitions();
+    let groups = group_files(files, target_partitions, req.locations, &url, &mut decorate)?;
+    let orc_groups = match orc_files.is_empty() {
+        true => vec![],
+        false => group_files(
+            &orc_files,
+            target_partitions,
+            req.locations,
+            &url,
+            &mut decorate,
+        )?,
+    };
     let hidden_columns = partition_columns.len();
     let table_schema = TableSchema::builder(Arc::clone(req.schema))
         .with_table_partition_cols(partition_columns)
         .build();
-    let statistics = Statistics::new_unknown(table_schema.table_schema())
-        .with_num_rows(rows)
-        .with_total_byte_size(Precision::Inexact(bytes as usize));
+    let statistics = statistics_of(table_schema.table_schema(), files);
     let adapter = FieldIdAdapterFactory::new(req.read_schema, req.table.metadata().properties());
+    let orc_plan = match orc_groups.is_empty() {
+        true => None,
+        false => {
+            let field_ids: Arc<[i32]> = req
+                .read_schema
+                .as_struct()
+                .fields()
+                .iter()
+                .map(|f| f.id)
+                .collect();
+            let source = super::super::orc::OrcSource::new(table_schema.clone(), field_ids);
+            let config = FileScanConfigBuilder::new(url.clone(), Arc::new(source))
+                .with_file_groups(orc_groups)
+                .with_statistics(statistics_of(table_schema.table_schema(), &orc_files))
+                .with_projection_indices(projection.clone())?
+                .with_limit(req.limit.filter(|_| !has_deletes))
+                .build();
+            Some(
+                datafusion::datasource::source::DataSourceExec::from_data_source(config)
+                    as Arc<dyn ExecutionPlan>,
+            )
+        }
+    };
     let config =
         FileScanConfigBuilder::new(url.clone(), Arc::new(ParquetSource::new(table_schema)))
             .with_file_groups(groups)
@@ -297,8 +349,18 @@ pub(crate) async fn plan_scan(
         .map(|(_, field)| field.id)
         .collect();
     let mut plan = parquet_exec_with_dictionaries(state, config, req.filtered, dictionaries)?;
+    // Both read the same columns: parquet files' position deletes apply below the union.
+    let with_orc = |plan: Arc<dyn ExecutionPlan>| -> Result<Arc<dyn ExecutionPlan>> {
+        match &orc_plan {
+            None => Ok(plan),
+            Some(orc) if files.is_empty() => Ok(Arc::clone(orc)),
+            Some(orc) => {
+                datafusion::physical_plan::union::UnionExec::try_new(vec![plan, Arc::clone(orc)])
+            }
+        }
+    };
     if !has_deletes && hidden_columns == 0 && !positions {
-        return Ok(plan);
+        return with_orc(plan);
     }
 
     let mut positional = HashMap::new();
@@ -337,7 +399,7 @@ pub(crate) async fn plan_scan(
         );
     } else if !positional.is_empty() {
         let node = PositionalDeleteExec::try_new(plan, positional)?.with_join_threshold(threshold);
-        plan = Arc::new(match eq.sets.is_empty() {
+        plan = Arc::new(match eq.sets.is_empty() || orc_plan.is_some() {
             true => node,
             false => {
                 // Appended after the scan's columns, as the position column would be.
@@ -346,6 +408,8 @@ pub(crate) async fn plan_scan(
             }
         });
     }
+
+    let mut plan = with_orc(plan)?;
 
     // Back to the requested columns (and the file column when asked for).
     let mut columns: Vec<usize> = (0..requested.len()).collect();

@@ -133,8 +133,10 @@ pub(crate) async fn plain_columns_of(
 ) -> Result<ColumnDictionaries> {
     let url = locations.store_url(table_location)?;
     let store = stores.store(&url)?;
+    // Parquet footers only (other formats have none to sample).
     let inputs = files
         .iter()
+        .filter(|f| f.format == iceberg::spec::DataFileFormat::Parquet)
         .map(|f| {
             let path = locations.object_path_in(&url, &f.path)?;
             Ok(file_at(path.as_ref(), f.size)?.object_meta)

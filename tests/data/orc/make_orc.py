@@ -1,0 +1,58 @@
+"""Writes the ORC data files of tests/other_writers.rs (`orc_data_files_*`) with pyarrow.
+
+    python tests/data/orc/make_orc.py tests/data/orc
+
+with_ids.orc:    the columns carry Iceberg field ids as ORC type attributes (`iceberg.id`),
+                 as Iceberg's ORC writers store them; zstd.
+without_ids.orc: no attributes (a file written before the table had ids); `id` is an ORC int
+                 (the table's is a long); zlib.
+Neither file stores the identity partition column `region`.
+"""
+import datetime as dt
+import decimal
+import sys
+
+import pyarrow as pa
+import pyarrow.orc as orc
+
+out = sys.argv[1]
+
+
+def field(name, ty, fid=None, nullable=True):
+    meta = {"iceberg.id": str(fid), "iceberg.required": str(not nullable).lower()} if fid else None
+    return pa.field(name, ty, nullable=nullable, metadata=meta)
+
+
+rows = 5
+with_ids = pa.schema([
+    field("id", pa.int64(), 1, nullable=False),
+    field("name", pa.string(), 2),
+    field("ts", pa.timestamp("us"), 3),
+    field("d", pa.decimal128(10, 2), 4),
+])
+orc.write_table(
+    pa.table({
+        "id": pa.array(range(1, rows + 1), pa.int64()),
+        "name": ["a", None, "c", "d", "e"],
+        "ts": [dt.datetime(2024, 1, i, 12, 30, 0, 250) if i != 3 else None for i in range(1, rows + 1)],
+        "d": [decimal.Decimal(f"{i}.25") for i in range(1, rows + 1)],
+    }, schema=with_ids),
+    f"{out}/with_ids.orc",
+    compression="zstd",
+)
+without_ids = pa.schema([
+    field("id", pa.int32()),
+    field("name", pa.string()),
+    field("ts", pa.timestamp("us")),
+    field("d", pa.decimal128(10, 2)),
+])
+orc.write_table(
+    pa.table({
+        "id": pa.array(range(11, 14), pa.int32()),
+        "name": ["x", "y", None],
+        "ts": [dt.datetime(1999, 12, 31, 23, 59, 59), None, dt.datetime(2000, 1, 1)],
+        "d": [decimal.Decimal("-1.50"), None, decimal.Decimal("99999999.99")],
+    }, schema=without_ids),
+    f"{out}/without_ids.orc",
+    compression="zlib",
+)
