@@ -13,14 +13,19 @@
 //! ```
 //! A file without field ids (written before the table was, or by a writer that keeps none)
 //! matches columns by name. Rows come in file order, whole files at a time (no byte-range
-//! splits). Filters are applied above the scan; position deletes and row positions are not read
-//! for ORC files (the scan refuses them with one line).
+//! splits), numbered as they come: the positions the file's position deletes and deletion
+//! vectors name are dropped (the set of one file at a time), and the row position column, when
+//! the table schema has it, is each row's number. Filters are applied above the scan.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{new_null_array, ArrayRef, RecordBatch, RecordBatchOptions};
+use arrow::array::{
+    new_null_array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
+};
+use arrow::compute::filter_record_batch;
 use arrow::compute::{cast_with_options, CastOptions};
 use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
@@ -47,6 +52,9 @@ use orc_rust::reader::AsyncChunkReader;
 use orc_rust::schema::TimestampPrecision;
 use orc_rust::ArrowReaderBuilder;
 use prost013::Message;
+use roaring::RoaringTreemap;
+
+use crate::physical_plan::positional_delete::{positions_in, PositionDeleteFile};
 
 /// The type attribute Iceberg's ORC writer stores a field's id in.
 const ICEBERG_ID: &str = "iceberg.id";
@@ -55,8 +63,11 @@ const ICEBERG_ID: &str = "iceberg.id";
 #[derive(Clone)]
 pub(crate) struct OrcSource {
     table_schema: TableSchema,
-    /// The Iceberg field id of each column of the table's file schema, in order.
+    /// The Iceberg field id of each column of the table's file schema, in order
+    /// ([`POSITION_ID`] for the row position column).
     field_ids: Arc<[i32]>,
+    /// The position delete files of each data file (by object store location).
+    deletes: Arc<HashMap<String, Vec<PositionDeleteFile>>>,
     projection: SplitProjection,
     batch_size: Option<usize>,
     metrics: ExecutionPlanMetricsSet,
@@ -73,11 +84,16 @@ impl fmt::Debug for OrcSource {
 impl OrcSource {
     /// A source of `table_schema`'s columns, whose field ids are `field_ids` (one per column of
     /// its file schema).
-    pub(crate) fn new(table_schema: TableSchema, field_ids: Arc<[i32]>) -> Self {
+    pub(crate) fn new(
+        table_schema: TableSchema,
+        field_ids: Arc<[i32]>,
+        deletes: HashMap<String, Vec<PositionDeleteFile>>,
+    ) -> Self {
         Self {
             projection: SplitProjection::unprojected(&table_schema),
             table_schema,
             field_ids,
+            deletes: Arc::new(deletes),
             batch_size: None,
             metrics: ExecutionPlanMetricsSet::new(),
         }
@@ -94,6 +110,7 @@ impl FileSource for OrcSource {
         let file_schema = self.table_schema.file_schema();
         let indices = self.projection.file_indices.clone();
         let opener = Arc::new(OrcOpener {
+            deletes: Arc::clone(&self.deletes),
             object_store,
             schema: Arc::new(file_schema.project(&indices)?),
             field_ids: indices.iter().map(|&i| self.field_ids[i]).collect(),
@@ -153,6 +170,7 @@ impl FileSource for OrcSource {
 
 /// Opens one ORC file into batches of `schema` (the table's columns the scan reads).
 struct OrcOpener {
+    deletes: Arc<HashMap<String, Vec<PositionDeleteFile>>>,
     object_store: Arc<dyn ObjectStore>,
     schema: SchemaRef,
     /// The field id of each column of `schema`.
@@ -169,12 +187,24 @@ impl FileOpener for OrcOpener {
         let field_ids = self.field_ids.clone();
         let columns = self.columns.clone();
         let batch_size = self.batch_size;
+        let delete_files = self
+            .deletes
+            .get(file.object_meta.location.as_ref())
+            .cloned()
+            .unwrap_or_default();
         Ok(async move {
             let location = file.object_meta.location.clone();
             let size = file.object_meta.size;
             let shown = location.to_string();
             let named = move |e: &dyn fmt::Display| {
                 DataFusionError::Execution(format!("ORC data file {shown}: {e}"))
+            };
+            // The positions deleted in this file; rows are numbered as read, in file order.
+            let deleted = match delete_files.is_empty() {
+                true => None,
+                false => Some(Arc::new(
+                    positions_in(&store, &delete_files, &location_recorded(&file)?).await?,
+                )),
             };
             let mut reader = ObjectReader {
                 store,
@@ -216,6 +246,9 @@ impl FileOpener for OrcOpener {
                 .iter()
                 .zip(&field_ids)
                 .map(|(f, id)| {
+                    if *id == POSITION_ID {
+                        return None;
+                    }
                     orc_columns.iter().position(|(name, file_id)| match by_id {
                         true => *file_id == Some(*id),
                         false => name == f.name(),
@@ -228,8 +261,10 @@ impl FileOpener for OrcOpener {
                 .iter()
                 .zip(&columns)
                 .zip(schema.fields())
-                .map(|((source, &at), field)| match source {
+                .zip(&field_ids)
+                .map(|(((source, &at), field), id)| match source {
                     Some(_) => Ok(None),
+                    None if *id == POSITION_ID => Ok(None),
                     None => {
                         constant(file.statistics.as_deref(), at, rows, field.data_type()).map(Some)
                     }
@@ -244,14 +279,23 @@ impl FileOpener for OrcOpener {
                 .with_projection(ProjectionMask::roots(&root, read.iter().map(|i| i + 1)))
                 .build_async();
             let names: Arc<[String]> = read.iter().map(|&i| orc_columns[i].0.clone()).collect();
+            let mut next_row: u64 = 0;
             let batches = stream.map(move |batch| {
                 let batch = batch.map_err(|e| named(&e))?;
+                let first = next_row;
+                next_row += batch.num_rows() as u64;
                 let arrays = schema
                     .fields()
                     .iter()
                     .zip(&sources)
                     .zip(&constants)
-                    .map(|((field, source), constant)| -> Result<ArrayRef> {
+                    .zip(&field_ids)
+                    .map(|(((field, source), constant), id)| -> Result<ArrayRef> {
+                        if *id == POSITION_ID {
+                            let positions: Int64Array =
+                                (first as i64..(first + batch.num_rows() as u64) as i64).collect();
+                            return Ok(Arc::new(positions));
+                        }
                         match (source, constant) {
                             (Some(i), _) => {
                                 let name = &orc_columns[*i].0;
@@ -281,17 +325,50 @@ impl FileOpener for OrcOpener {
                         }
                     })
                     .collect::<Result<Vec<_>>>()?;
-                Ok(RecordBatch::try_new_with_options(
+                let out = RecordBatch::try_new_with_options(
                     Arc::clone(&schema),
                     arrays,
                     &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-                )?)
+                )?;
+                match &deleted {
+                    Some(deleted) => live_rows(out, first, deleted),
+                    None => Ok(out),
+                }
             });
             Ok(batches.boxed())
         }
         .boxed())
     }
 }
+
+/// The id the row position column takes among a source's field ids (no Iceberg field has it).
+pub(crate) const POSITION_ID: i32 = i32::MIN;
+
+/// `batch` (rows `first..` of its file) without the rows `deleted` holds.
+fn live_rows(batch: RecordBatch, first: u64, deleted: &RoaringTreemap) -> Result<RecordBatch> {
+    let end = first + batch.num_rows() as u64;
+    if deleted.range_cardinality(first..end) == 0 {
+        return Ok(batch);
+    }
+    let keep: BooleanArray = (first..end).map(|p| Some(!deleted.contains(p))).collect();
+    Ok(filter_record_batch(&batch, &keep)?)
+}
+
+/// The location a data file is recorded with (what position delete files name it by).
+fn location_recorded(file: &PartitionedFile) -> Result<String> {
+    file.extension::<RecordedPath>()
+        .map(|r| r.0.clone())
+        .ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "ORC data file {} has position deletes but no recorded path",
+                file.object_meta.location
+            ))
+        })
+}
+
+/// The location a data file is recorded with in the table, carried on its `PartitionedFile`.
+#[derive(Debug, Clone)]
+pub(crate) struct RecordedPath(pub String);
 
 /// The value every row of a file holds in column `at` by its exact statistics (an identity
 /// partition value the file does not store), or NULL.

@@ -250,19 +250,6 @@ pub(crate) async fn plan_scan(
         .cloned()
         .partition(|f| f.format == DataFileFormat::Orc);
     let files = &parquet_files;
-    if let Some(f) = orc_files
-        .iter()
-        .find(|f| !f.position_deletes.is_empty() || positions)
-    {
-        return Err(DataFusionError::NotImplemented(format!(
-            "ORC data file {}: {} on ORC data files are not supported yet",
-            f.path,
-            match positions {
-                true => "row positions (merge-on-read statements, _pos, row lineage)",
-                false => "position deletes",
-            }
-        )));
-    }
     // Identity partition sources read as each file's partition value (see `constants`).
     let mut constants = IdentityConstants::new(req.table.metadata(), req.read_schema, req.schema);
     let mut decorate = |f: &PlannedFile, mut file: PartitionedFile| -> Result<PartitionedFile> {
@@ -297,7 +284,11 @@ pub(crate) async fn plan_scan(
             target_partitions,
             req.locations,
             &url,
-            &mut decorate,
+            |f, file| {
+                // Position deletes name the file by its recorded path.
+                Ok(decorate(f, file)?
+                    .with_extension(super::super::orc::RecordedPath(f.path.clone())))
+            },
         )?,
     };
     let hidden_columns = partition_columns.len();
@@ -309,18 +300,63 @@ pub(crate) async fn plan_scan(
     let orc_plan = match orc_groups.is_empty() {
         true => None,
         false => {
-            let field_ids: Arc<[i32]> = req
+            use super::super::orc::{OrcSource, POSITION_ID};
+            let mut field_ids: Vec<i32> = req
                 .read_schema
                 .as_struct()
                 .fields()
                 .iter()
                 .map(|f| f.id)
                 .collect();
-            let source = super::super::orc::OrcSource::new(table_schema.clone(), field_ids);
+            // Row positions are a column of the file (numbered as read), after the table's:
+            // the output puts them last, where the parquet side's position deletes put them.
+            let (orc_schema, orc_projection) = match positions {
+                false => (table_schema.clone(), projection.clone()),
+                true => {
+                    field_ids.push(POSITION_ID);
+                    let mut fields: Vec<FieldRef> = req.schema.fields().iter().cloned().collect();
+                    fields.push(Arc::new(Field::new(
+                        crate::physical_plan::positional_delete::POSITION_COLUMN,
+                        DataType::Int64,
+                        false,
+                    )));
+                    let schema =
+                        TableSchema::builder(Arc::new(arrow::datatypes::Schema::new(fields)))
+                            .with_table_partition_cols(table_schema.table_partition_cols().clone())
+                            .build();
+                    let mut p = needed.clone();
+                    p.extend(file_columns + 1..file_columns + 1 + hidden_columns);
+                    p.push(file_columns);
+                    (schema, Some(p))
+                }
+            };
+            let mut deletes = HashMap::new();
+            for f in &orc_files {
+                if f.position_deletes.is_empty() {
+                    continue;
+                }
+                let delete_files = f
+                    .position_deletes
+                    .iter()
+                    .map(|d| {
+                        Ok(PositionDeleteFile::of(
+                            d,
+                            req.locations.object_path_in(&url, &d.path)?.to_string(),
+                            &f.path,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                deletes.insert(
+                    req.locations.object_path_in(&url, &f.path)?.to_string(),
+                    delete_files,
+                );
+            }
+            let statistics = statistics_of(orc_schema.table_schema(), &orc_files);
+            let source = OrcSource::new(orc_schema, field_ids.into(), deletes);
             let config = FileScanConfigBuilder::new(url.clone(), Arc::new(source))
                 .with_file_groups(orc_groups)
-                .with_statistics(statistics_of(table_schema.table_schema(), &orc_files))
-                .with_projection_indices(projection.clone())?
+                .with_statistics(statistics)
+                .with_projection_indices(orc_projection)?
                 .with_limit(req.limit.filter(|_| !has_deletes))
                 .build();
             Some(
