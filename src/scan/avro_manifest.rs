@@ -738,6 +738,117 @@ mod tests {
         assert_eq!(decoded, manifests, "some were left to the iceberg crate");
     }
 
+    /// Decimal partition values a legacy writer stored as minimal `bytes` (3 bytes for a
+    /// decimal(8, 2) value): the iceberg crate refuses them (its Avro reader with "Precision 8
+    /// too small to hold decimal values with 3 bytes", or its conversion with "must be exactly
+    /// 4 bytes"); this module reads them as pyiceberg does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn decimal_partition_values_in_fewer_bytes_than_their_precision_takes() {
+        use apache_avro::types::Value as Avro;
+        let dir = tempfile::tempdir().unwrap();
+        let s = crate::IcebergSession::open(crate::WarehouseConfig::local(dir.path()))
+            .await
+            .unwrap();
+        for q in [
+            "CREATE SCHEMA ns",
+            "CREATE EXTERNAL TABLE ns.t (id INT, d DECIMAL(8, 2)) STORED AS ICEBERG \
+             LOCATION '' PARTITIONED BY (d)",
+            "INSERT INTO ns.t VALUES (1, 12345.67), (2, -0.05)",
+        ] {
+            s.context().sql(q).await.unwrap().collect().await.unwrap();
+        }
+        let mut files = vec![];
+        avro_files(&dir.path().join("ns/t/metadata"), &mut files);
+        let manifest = files
+            .iter()
+            .find(|p| {
+                !p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("snap-")
+            })
+            .unwrap();
+        let bytes = std::fs::read(manifest).unwrap();
+        let reader = apache_avro::Reader::new(bytes.as_slice()).unwrap();
+        // The writer's schema with the partition value as decimal-annotated `bytes`.
+        let mut schema = serde_json::to_value(reader.writer_schema()).unwrap();
+        fn retype(v: &mut serde_json::Value) -> bool {
+            match v {
+                serde_json::Value::Object(o) => {
+                    if o.get("name").and_then(|n| n.as_str()) == Some("d")
+                        && o.contains_key("field-id")
+                    {
+                        o.insert(
+                            "type".into(),
+                            serde_json::json!(["null", {"type": "bytes", "logicalType": "decimal", "precision": 8, "scale": 2}]),
+                        );
+                        return true;
+                    }
+                    o.values_mut().any(retype)
+                }
+                serde_json::Value::Array(a) => a.iter_mut().any(retype),
+                _ => false,
+            }
+        }
+        assert!(retype(&mut schema));
+        let schema = apache_avro::Schema::parse(&schema).unwrap();
+        let metadata = reader.user_metadata().clone();
+        let minimal = |d: &apache_avro::Decimal| -> Vec<u8> {
+            let mut b: Vec<u8> = d.try_into().unwrap();
+            while b.len() > 1
+                && ((b[0] == 0 && b[1] & 0x80 == 0) || (b[0] == 0xff && b[1] & 0x80 != 0))
+            {
+                b.remove(0);
+            }
+            b
+        };
+        fn rewrite(v: Avro, minimal: &dyn Fn(&apache_avro::Decimal) -> Vec<u8>) -> Avro {
+            match v {
+                Avro::Record(fields) => Avro::Record(
+                    fields
+                        .into_iter()
+                        .map(|(n, v)| (n, rewrite(v, minimal)))
+                        .collect(),
+                ),
+                Avro::Union(i, v) => Avro::Union(i, Box::new(rewrite(*v, minimal))),
+                Avro::Decimal(d) => Avro::Decimal(apache_avro::Decimal::from(minimal(&d))),
+                other => other,
+            }
+        }
+        let records: Vec<Avro> = reader.map(|r| rewrite(r.unwrap(), &minimal)).collect();
+        let mut writer = apache_avro::Writer::new(&schema, Vec::new());
+        for (k, v) in metadata {
+            writer.add_user_metadata(k, v).unwrap();
+        }
+        for r in records {
+            writer.append(r).unwrap();
+        }
+        let legacy = writer.into_inner().unwrap();
+
+        // The iceberg crate refuses the values (its Avro reader, or its own conversion).
+        let refused = Manifest::parse_avro(&legacy).unwrap_err().to_string();
+        assert!(
+            refused.contains("precision 8") || refused.contains("Precision 8"),
+            "{refused}"
+        );
+        let t = s
+            .catalog()
+            .load_table(&iceberg::TableIdent::from_strs(["ns", "t"]).unwrap())
+            .await
+            .unwrap();
+        let spec = t.metadata().default_partition_spec();
+        let entries = decode(&legacy, spec).unwrap().expect("decoded here");
+        let mut values: Vec<i128> = entries
+            .iter()
+            .map(|e| match e.data_file().partition().fields()[0].as_ref() {
+                Some(Literal::Primitive(PrimitiveLiteral::Int128(v))) => *v,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        values.sort();
+        assert_eq!(values, [-5, 1234567]);
+    }
+
     #[test]
     fn what_it_does_not_decode_it_leaves_and_broken_files_are_errors() {
         let spec = PartitionSpec::unpartition_spec();
