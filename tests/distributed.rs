@@ -2170,3 +2170,52 @@ async fn merge_over_workers(version: u8) {
         first.map(|i| (&ours[i], &theirs[i]))
     );
 }
+
+/// ORC data files with position deletes (and a parquet file beside them) survive the codec and
+/// read on two workers as in one session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orc_data_files_with_deletes_read_on_workers_like_one_session() {
+    use common::hive_style::add_orc_file;
+    let dir = tempfile::tempdir().unwrap();
+    let single = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap();
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE EXTERNAL TABLE ns.o (id BIGINT NOT NULL, name VARCHAR, ts TIMESTAMP, \
+         d DECIMAL(10, 2), region VARCHAR) STORED AS ICEBERG LOCATION '' \
+         PARTITIONED BY (region) OPTIONS ('write.delete.mode' 'merge-on-read')",
+        "INSERT INTO ns.o VALUES (100, 'p', TIMESTAMP '2020-02-02 02:02:02', 1.00, 'eu')",
+    ] {
+        sql(&single, q).await.unwrap();
+    }
+    add_orc_file(&single, "o", "with_ids.orc", "eu").await;
+    add_orc_file(&single, "o", "without_ids.orc", "us").await;
+    add_orc_file(&single, "o", "with_ids.orc", "us").await;
+    sql(&single, "DELETE FROM ns.o WHERE id IN (2, 4, 12)")
+        .await
+        .unwrap();
+    round_trip(
+        &single,
+        "SELECT count(*), sum(id), min(name), max(d), count(DISTINCT region) FROM ns.o",
+    )
+    .await;
+    let query = "SELECT region, id, name, d FROM ns.o ORDER BY region, id";
+    let expected = rows(&single, query).await;
+    assert_eq!(expected.len(), 9, "{expected:?}");
+
+    let (urls, _pools) = cluster(2).await;
+    let distributed = IcebergSession::open(WarehouseConfig::local(dir.path()))
+        .await
+        .unwrap()
+        .with_workers(urls);
+    assert_eq!(rows(&distributed, query).await, expected);
+    assert_eq!(
+        rows(
+            &distributed,
+            "SELECT count(*), sum(id) FROM ns.o WHERE d > 2"
+        )
+        .await,
+        rows(&single, "SELECT count(*), sum(id) FROM ns.o WHERE d > 2").await
+    );
+}

@@ -1143,48 +1143,6 @@ async fn data_files_of_other_formats_are_named_not_read_as_corrupt_parquet() {
     }
 }
 
-/// Adds the vendored ORC file `name` (tests/data/orc) to `ns.<table>` in the identity
-/// partition `region`, as an `add_files`-style import does (the file does not store `region`).
-async fn add_orc_file(s: &iceberg_exec::IcebergSession, table: &str, name: &str, region: &str) {
-    use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Struct};
-    use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
-    let ident = iceberg::TableIdent::from_strs(["ns", table]).unwrap();
-    let t = s.catalog().load_table(&ident).await.unwrap();
-    let data = PathBuf::from(t.metadata().location().trim_start_matches("file://")).join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let path = data.join(format!("{region}-{name}"));
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/data/orc")
-            .join(name),
-        &path,
-    )
-    .unwrap();
-    let rows = match name {
-        "with_ids.orc" => 5,
-        _ => 3,
-    };
-    let spec_id = t.metadata().default_partition_spec_id();
-    let file = DataFileBuilder::default()
-        .content(DataContentType::Data)
-        .file_path(path.display().to_string())
-        .file_format(DataFileFormat::Orc)
-        .partition(Struct::from_iter([Some(Literal::string(region))]))
-        .partition_spec_id(spec_id)
-        .record_count(rows)
-        .file_size_in_bytes(std::fs::metadata(&path).unwrap().len())
-        .build()
-        .unwrap();
-    let store: std::sync::Arc<dyn iceberg_exec::MetadataStore> = s.catalog().clone();
-    commit(
-        store,
-        &ident,
-        SnapshotChanges::append(vec![NewFile { spec_id, file }]),
-    )
-    .await
-    .unwrap();
-}
-
 /// ORC data files (Hive, Impala and Trino write them) read beside parquet ones: columns by the
 /// Iceberg field ids in the files' type attributes (or by name in a file without them), types
 /// promoted, the identity partition value for the column the files do not store; filters,
@@ -1192,6 +1150,7 @@ async fn add_orc_file(s: &iceberg_exec::IcebergSession, table: &str, name: &str,
 /// row positions are needed.
 #[tokio::test]
 async fn orc_data_files_read_beside_parquet_ones() {
+    use common::hive_style::add_orc_file;
     let dir = tempfile::tempdir().unwrap();
     let s = session(dir.path()).await;
     for q in [

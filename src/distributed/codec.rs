@@ -41,7 +41,13 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::from_proto::parse_physical_expr;
-use datafusion_proto::physical_plan::to_proto::serialize_physical_expr;
+use datafusion_proto::physical_plan::from_proto::{
+    parse_protobuf_file_scan_config, parse_table_schema_from_proto,
+};
+use datafusion_proto::physical_plan::to_proto::{
+    serialize_file_scan_config, serialize_physical_expr,
+};
+use datafusion_proto::physical_plan::PhysicalPlanDecodeContext;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use datafusion_proto::protobuf::PhysicalExprNode;
 use prost::Message;
@@ -57,6 +63,7 @@ use crate::dml::merge::rows::{MergeRowsExec, RowsMode};
 use crate::dml::mor_writer::PositionDeleteWriterExec;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};
+use crate::physical_plan::orc::OrcSource;
 use crate::physical_plan::parquet_files::with_recorded_size_reader_indexed;
 use crate::physical_plan::positional_delete::{FileDeletes, PositionalDeleteExec};
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
@@ -90,6 +97,13 @@ struct Encoded {
 enum Node {
     Scan {
         summary: ScanSummary,
+    },
+    /// A scan of ORC data files (a `DataSourceExec` of this crate's ORC source).
+    OrcScan {
+        /// The file scan (datafusion-proto `FileScanExecConf`).
+        config: Vec<u8>,
+        field_ids: Vec<i32>,
+        deletes: HashMap<String, FileDeletes>,
     },
     PositionalDelete {
         deletes: HashMap<String, FileDeletes>,
@@ -358,7 +372,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
         buf: &[u8],
         inputs: &[Arc<dyn ExecutionPlan>],
         ctx: &TaskContext,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let Some(json) = own_json(buf) else {
             return not_impl_err!("not a node of iceberg-exec's plan codec");
@@ -565,6 +579,28 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
             Node::Scan { summary } => {
                 Arc::new(IcebergScanExec::new(one("IcebergScanExec")?, summary))
             }
+            Node::OrcScan {
+                config,
+                field_ids,
+                deletes,
+            } => {
+                let proto = datafusion_proto::protobuf::FileScanExecConf::decode(config.as_slice())
+                    .map_err(|e| {
+                        DataFusionError::Internal(format!("undecodable ORC file scan: {e}"))
+                    })?;
+                let source = OrcSource::new(
+                    parse_table_schema_from_proto(&proto)?,
+                    field_ids.into(),
+                    deletes,
+                );
+                let config = parse_protobuf_file_scan_config(
+                    &proto,
+                    &PhysicalPlanDecodeContext::new(ctx, self),
+                    proto_converter,
+                    Arc::new(source),
+                )?;
+                DataSourceExec::from_data_source(config)
+            }
             Node::PositionalDelete {
                 deletes,
                 positions,
@@ -614,9 +650,29 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
         &self,
         node: Arc<dyn ExecutionPlan>,
         buf: &mut Vec<u8>,
-        _proto_converter: &dyn PhysicalProtoConverterExtension,
+        proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> Result<()> {
-        let encoded = if let Some(scan) = node.downcast_ref::<IcebergScanExec>() {
+        let orc = crate::physical_plan::file_scan(&node)
+            .and_then(|c| Some((c, c.file_source().downcast_ref::<OrcSource>()?)));
+        let encoded = if let Some((config, source)) = orc {
+            // A task's plan holds its share of the files: only their deletes travel.
+            let files: std::collections::HashSet<&str> = config
+                .file_groups
+                .iter()
+                .flat_map(|g| g.iter())
+                .map(|f| f.object_meta.location.as_ref())
+                .collect();
+            Node::OrcScan {
+                config: serialize_file_scan_config(config, self, proto_converter)?.encode_to_vec(),
+                field_ids: source.field_ids().to_vec(),
+                deletes: source
+                    .deletes()
+                    .iter()
+                    .filter(|(location, _)| files.contains(location.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            }
+        } else if let Some(scan) = node.downcast_ref::<IcebergScanExec>() {
             Node::Scan {
                 summary: scan.summary().clone(),
             }

@@ -12,8 +12,8 @@
 //!  DataFusion's projection (partition columns, expressions) over the table's columns
 //! ```
 //! A file without field ids (written before the table was, or by a writer that keeps none)
-//! matches columns by name. Rows come in file order, whole files at a time (no byte-range
-//! splits), numbered as they come: the positions the file's position deletes and deletion
+//! matches columns by name. Rows come in file order, whole files at a time (of a file split into
+//! byte ranges, the first range reads it all), numbered as they come: the positions the file's position deletes and deletion
 //! vectors name are dropped (the set of one file at a time), and the row position column, when
 //! the table schema has it, is each row's number. Filters are applied above the scan.
 
@@ -54,7 +54,7 @@ use orc_rust::ArrowReaderBuilder;
 use prost013::Message;
 use roaring::RoaringTreemap;
 
-use crate::physical_plan::positional_delete::{positions_in, PositionDeleteFile};
+use crate::physical_plan::positional_delete::{positions_in, FileDeletes};
 
 /// The type attribute Iceberg's ORC writer stores a field's id in.
 const ICEBERG_ID: &str = "iceberg.id";
@@ -66,8 +66,9 @@ pub(crate) struct OrcSource {
     /// The Iceberg field id of each column of the table's file schema, in order
     /// ([`POSITION_ID`] for the row position column).
     field_ids: Arc<[i32]>,
-    /// The position delete files of each data file (by object store location).
-    deletes: Arc<HashMap<String, Vec<PositionDeleteFile>>>,
+    /// The position delete files of each data file (by object store location), with the path
+    /// the table records the file by (what they name it by).
+    deletes: Arc<HashMap<String, FileDeletes>>,
     projection: SplitProjection,
     batch_size: Option<usize>,
     metrics: ExecutionPlanMetricsSet,
@@ -87,7 +88,7 @@ impl OrcSource {
     pub(crate) fn new(
         table_schema: TableSchema,
         field_ids: Arc<[i32]>,
-        deletes: HashMap<String, Vec<PositionDeleteFile>>,
+        deletes: HashMap<String, FileDeletes>,
     ) -> Self {
         Self {
             projection: SplitProjection::unprojected(&table_schema),
@@ -97,6 +98,18 @@ impl OrcSource {
             batch_size: None,
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+}
+
+impl OrcSource {
+    /// The field id of each column of the table's file schema.
+    pub(crate) fn field_ids(&self) -> &[i32] {
+        &self.field_ids
+    }
+
+    /// The position deletes of the data files (by object store location).
+    pub(crate) fn deletes(&self) -> &HashMap<String, FileDeletes> {
+        &self.deletes
     }
 }
 
@@ -170,7 +183,7 @@ impl FileSource for OrcSource {
 
 /// Opens one ORC file into batches of `schema` (the table's columns the scan reads).
 struct OrcOpener {
-    deletes: Arc<HashMap<String, Vec<PositionDeleteFile>>>,
+    deletes: Arc<HashMap<String, FileDeletes>>,
     object_store: Arc<dyn ObjectStore>,
     schema: SchemaRef,
     /// The field id of each column of `schema`.
@@ -187,11 +200,16 @@ impl FileOpener for OrcOpener {
         let field_ids = self.field_ids.clone();
         let columns = self.columns.clone();
         let batch_size = self.batch_size;
-        let delete_files = self
+        let file_deletes = self
             .deletes
             .get(file.object_meta.location.as_ref())
-            .cloned()
-            .unwrap_or_default();
+            .cloned();
+        // A file split into byte ranges (a planner that splits every file scan) is read whole
+        // by the range that starts it; the others read nothing, so every row comes once, and
+        // in order (rows are numbered as read).
+        if file.range.as_ref().is_some_and(|r| r.start > 0) {
+            return Ok(futures::future::ready(Ok(futures::stream::empty().boxed())).boxed());
+        }
         Ok(async move {
             let location = file.object_meta.location.clone();
             let size = file.object_meta.size;
@@ -200,10 +218,10 @@ impl FileOpener for OrcOpener {
                 DataFusionError::Execution(format!("ORC data file {shown}: {e}"))
             };
             // The positions deleted in this file; rows are numbered as read, in file order.
-            let deleted = match delete_files.is_empty() {
-                true => None,
-                false => Some(Arc::new(
-                    positions_in(&store, &delete_files, &location_recorded(&file)?).await?,
+            let deleted = match file_deletes {
+                None => None,
+                Some(d) => Some(Arc::new(
+                    positions_in(&store, &d.delete_files, &d.recorded_path).await?,
                 )),
             };
             let mut reader = ObjectReader {
@@ -353,22 +371,6 @@ fn live_rows(batch: RecordBatch, first: u64, deleted: &RoaringTreemap) -> Result
     let keep: BooleanArray = (first..end).map(|p| Some(!deleted.contains(p))).collect();
     Ok(filter_record_batch(&batch, &keep)?)
 }
-
-/// The location a data file is recorded with (what position delete files name it by).
-fn location_recorded(file: &PartitionedFile) -> Result<String> {
-    file.extension::<RecordedPath>()
-        .map(|r| r.0.clone())
-        .ok_or_else(|| {
-            DataFusionError::Internal(format!(
-                "ORC data file {} has position deletes but no recorded path",
-                file.object_meta.location
-            ))
-        })
-}
-
-/// The location a data file is recorded with in the table, carried on its `PartitionedFile`.
-#[derive(Debug, Clone)]
-pub(crate) struct RecordedPath(pub String);
 
 /// The value every row of a file holds in column `at` by its exact statistics (an identity
 /// partition value the file does not store), or NULL.

@@ -401,3 +401,44 @@ pub fn parquet_entry(
         .build()
         .unwrap()
 }
+
+/// Adds the vendored ORC file `name` (tests/data/orc) to `ns.<table>` in the identity
+/// partition `region`, as an `add_files`-style import does (the file does not store `region`).
+pub async fn add_orc_file(s: &iceberg_exec::IcebergSession, table: &str, name: &str, region: &str) {
+    let ident = iceberg::TableIdent::from_strs(["ns", table]).unwrap();
+    let t = s.catalog().load_table(&ident).await.unwrap();
+    let data = std::path::PathBuf::from(t.metadata().location().trim_start_matches("file://"))
+        .join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let path = data.join(format!("{region}-{name}"));
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/orc")
+            .join(name),
+        &path,
+    )
+    .unwrap();
+    let rows = match name {
+        "with_ids.orc" => 5,
+        _ => 3,
+    };
+    let spec_id = t.metadata().default_partition_spec_id();
+    let file = DataFileBuilder::default()
+        .content(DataContentType::Data)
+        .file_path(path.display().to_string())
+        .file_format(DataFileFormat::Orc)
+        .partition(Struct::from_iter([Some(Literal::string(region))]))
+        .partition_spec_id(spec_id)
+        .record_count(rows)
+        .file_size_in_bytes(std::fs::metadata(&path).unwrap().len())
+        .build()
+        .unwrap();
+    let store: Arc<dyn MetadataStore> = s.catalog().clone();
+    commit(
+        store,
+        &ident,
+        SnapshotChanges::append(vec![NewFile { spec_id, file }]),
+    )
+    .await
+    .unwrap();
+}

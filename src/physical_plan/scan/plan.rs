@@ -284,11 +284,7 @@ pub(crate) async fn plan_scan(
             target_partitions,
             req.locations,
             &url,
-            |f, file| {
-                // Position deletes name the file by its recorded path.
-                Ok(decorate(f, file)?
-                    .with_extension(super::super::orc::RecordedPath(f.path.clone())))
-            },
+            &mut decorate,
         )?,
     };
     let hidden_columns = partition_columns.len();
@@ -348,7 +344,10 @@ pub(crate) async fn plan_scan(
                     .collect::<Result<Vec<_>>>()?;
                 deletes.insert(
                     req.locations.object_path_in(&url, &f.path)?.to_string(),
-                    delete_files,
+                    FileDeletes {
+                        recorded_path: f.path.clone(),
+                        delete_files,
+                    },
                 );
             }
             let statistics = statistics_of(orc_schema.table_schema(), &orc_files);
