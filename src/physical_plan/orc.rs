@@ -101,6 +101,7 @@ impl OrcSource {
     }
 }
 
+#[cfg(feature = "distributed")]
 impl OrcSource {
     /// The field id of each column of the table's file schema.
     pub(crate) fn field_ids(&self) -> &[i32] {
