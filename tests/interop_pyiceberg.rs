@@ -1460,3 +1460,45 @@ fn subquery_dml_tables_read_alike_in_pyiceberg_and_duckdb() {
         assert_eq!(duck, mine, "duckdb, {mode}");
     }
 }
+
+/// A table partitioned by `identity(u)` on a uuid column, written by pyiceberg: read with its
+/// uuids in canonical form, filtered by text, and pruned by the partition values.
+#[test]
+fn uuid_partitions_written_by_pyiceberg_filter_and_prune_by_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let theirs = tool(&["uuid-partitioned", "--warehouse", &wh.display().to_string()]);
+    let mine = ours(&wh, "SELECT id, u FROM pyns.up ORDER BY id");
+    let mine: Vec<Vec<Value>> = as_lists(&mine, &["id", "u"])
+        .into_iter()
+        .map(|r| vec![r[0].clone(), canonical("u", &r[1])])
+        .collect();
+    let mut theirs: Vec<Vec<Value>> = theirs["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let r = r.as_array().unwrap();
+            vec![r[0].clone(), canonical("u", &r[1])]
+        })
+        .collect();
+    theirs.sort_by_key(|r| r[0].as_i64());
+    assert_eq!(mine, theirs);
+    let hit = ours(
+        &wh,
+        "SELECT id FROM pyns.up WHERE u = '12345678-1234-5678-1234-567812345678' ORDER BY id",
+    );
+    assert_eq!(
+        as_lists(&hit, &["id"]),
+        [[serde_json::json!(1)], [serde_json::json!(3)]]
+    );
+    let plan = ours(
+        &wh,
+        "EXPLAIN SELECT id FROM pyns.up WHERE u = '00000000-0000-0000-0000-000000000001'",
+    );
+    let plan: String = plan
+        .iter()
+        .filter_map(|r| r.get("plan").and_then(|p| p.as_str()))
+        .collect();
+    assert!(plan.contains("files=1 of 2"), "{plan}");
+}

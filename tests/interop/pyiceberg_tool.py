@@ -672,6 +672,39 @@ def cmd_decimal_evolve(args) -> dict:
     return {"columns": names, "rows": sort_rows(rows)}
 
 
+def cmd_uuid_partitioned(args) -> dict:
+    """Creates pyns.up (id int, u uuid) partitioned by identity(u), written by pyiceberg (whose
+    manifests hold the uuid partition values this project's writer cannot encode)."""
+    import pyarrow as pa
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import IntegerType, NestedField, UUIDType
+
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        catalog.create_namespace("pyns")
+    except Exception:  # noqa: BLE001 - already there
+        pass
+    schema = Schema(
+        NestedField(1, "id", IntegerType(), required=False),
+        NestedField(2, "u", UUIDType(), required=False),
+    )
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="u"))
+    t = catalog.create_table("pyns.up", schema=schema, partition_spec=spec)
+    a = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    b = uuid.UUID("00000000-0000-0000-0000-000000000001")
+    # Fixed-size binary: pyarrow cannot group by its uuid extension type to split partitions.
+    t.append(pa.table({
+        "id": pa.array([1, 2, 3], pa.int32()),
+        "u": pa.array([a.bytes, b.bytes, a.bytes], pa.binary(16)),
+    }))
+    t = catalog.load_table("pyns.up")
+    names, rows = arrow_to_rows(t.scan().to_arrow())
+    return {"columns": names, "rows": sort_rows(rows)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -709,6 +742,10 @@ def build_parser() -> argparse.ArgumentParser:
     de = sub.add_parser("decimal-evolve", help="create pyns.dec and widen its decimal partition column")
     de.add_argument("--warehouse", required=True)
     de.set_defaults(func=cmd_decimal_evolve)
+
+    up = sub.add_parser("uuid-partitioned", help="create pyns.up partitioned by identity(u uuid)")
+    up.add_argument("--warehouse", required=True)
+    up.set_defaults(func=cmd_uuid_partitioned)
 
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)
