@@ -464,7 +464,11 @@ pub(crate) async fn text_for_uuids(
                 insert
                     .columns
                     .iter()
-                    .map(|c| c.0.last().and_then(|p| p.as_ident()).map(ident_name))
+                    .map(|c| {
+                        c.0.last()
+                            .and_then(|p| p.as_ident())
+                            .map(crate::dml::subquery::normalised)
+                    })
                     .collect::<Option<_>>()
                     .unwrap_or_default()
             };
@@ -492,7 +496,11 @@ pub(crate) async fn text_for_uuids(
                 let AssignmentTarget::ColumnName(column) = &a.target else {
                     continue;
                 };
-                let column = column.0.last().and_then(|p| p.as_ident()).map(ident_name);
+                let column = column
+                    .0
+                    .last()
+                    .and_then(|p| p.as_ident())
+                    .map(crate::dml::subquery::normalised);
                 if column.is_some_and(|c| uuids.contains(&c)) {
                     type_it(&mut a.value);
                 }
@@ -501,13 +509,6 @@ pub(crate) async fn text_for_uuids(
         _ => return Ok(None),
     }
     Ok(changed.then(|| s.to_string()))
-}
-
-fn ident_name(i: &datafusion::sql::sqlparser::ast::Ident) -> String {
-    match i.quote_style {
-        Some(_) => i.value.clone(),
-        None => i.value.to_lowercase(),
-    }
 }
 
 #[cfg(test)]

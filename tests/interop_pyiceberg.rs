@@ -46,6 +46,18 @@ fn ours(warehouse: &Path, sql: &str) -> Vec<serde_json::Map<String, Value>> {
         .collect()
 }
 
+/// The newest metadata file under `dir` (a table's `metadata/` folder).
+fn latest_metadata(dir: &Path) -> String {
+    let mut metas: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
+        .collect();
+    metas.sort();
+    metas.last().unwrap().display().to_string()
+}
+
 /// Our JSON rows as lists in `columns` order (absent keys are NULL).
 fn as_lists(rows: &[serde_json::Map<String, Value>], columns: &[&str]) -> Vec<Vec<Value>> {
     rows.iter()
@@ -183,15 +195,7 @@ fn pyiceberg_warehouse_reads_in_our_cli_and_our_tables_read_in_pyiceberg_and_duc
     }
 
     // 3. DuckDB's iceberg extension reads our metadata too.
-    let meta_dir = wh.join("ours/t/metadata");
-    let mut metas: Vec<std::path::PathBuf> = std::fs::read_dir(&meta_dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
-        .collect();
-    metas.sort();
-    let latest = metas.last().unwrap().display().to_string();
+    let latest = latest_metadata(&wh.join("ours/t/metadata"));
     let duck = tool(&["duckdb-read", "--metadata", &latest]);
     let duck_rows: Vec<Vec<Value>> = duck["rows"]
         .as_array()
@@ -365,19 +369,8 @@ fn uuids_written_from_text_read_alike_in_pyiceberg_and_duckdb() {
             .collect()
     };
     assert_eq!(canon(&theirs), canon(&mine), "pyiceberg");
-    let meta_dir = wh.join("ours/u/metadata");
-    let mut metas: Vec<std::path::PathBuf> = std::fs::read_dir(&meta_dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
-        .collect();
-    metas.sort();
-    let duck = tool(&[
-        "duckdb-read",
-        "--metadata",
-        &metas.last().unwrap().display().to_string(),
-    ]);
+    let latest = latest_metadata(&wh.join("ours/u/metadata"));
+    let duck = tool(&["duckdb-read", "--metadata", &latest]);
     let mut duck: Vec<Vec<Value>> = duck["rows"]
         .as_array()
         .unwrap()
@@ -1435,19 +1428,8 @@ fn subquery_dml_tables_read_alike_in_pyiceberg_and_duckdb() {
         );
         theirs.sort_by_key(|r| r[0].as_f64().map(|f| f as i64));
         assert_eq!(theirs, mine, "pyiceberg, {mode}");
-        let mut metas: Vec<std::path::PathBuf> =
-            std::fs::read_dir(wh.join(format!("ours/{t}/metadata")))
-                .unwrap()
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.to_string_lossy().ends_with(".metadata.json"))
-                .collect();
-        metas.sort();
-        let duck = tool(&[
-            "duckdb-read",
-            "--metadata",
-            &metas.last().unwrap().display().to_string(),
-        ]);
+        let latest = latest_metadata(&wh.join(format!("ours/{t}/metadata")));
+        let duck = tool(&["duckdb-read", "--metadata", &latest]);
         let mut duck = normalise(
             duck["rows"]
                 .as_array()

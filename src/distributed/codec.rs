@@ -276,6 +276,24 @@ struct ScanParts {
     recorded_size_reader: Option<bool>,
 }
 
+/// The entries of `deletes` (by object store location) of the files `config` reads.
+fn deletes_of_files(
+    config: &FileScanConfig,
+    deletes: &HashMap<String, FileDeletes>,
+) -> HashMap<String, FileDeletes> {
+    let files: std::collections::HashSet<&str> = config
+        .file_groups
+        .iter()
+        .flat_map(|g| g.iter())
+        .map(|f| f.object_meta.location.as_ref())
+        .collect();
+    deletes
+        .iter()
+        .filter(|(location, _)| files.contains(location.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// The file scan of a parquet `DataSourceExec`.
 fn parquet_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<(&FileScanConfig, &ParquetSource)> {
     let config = crate::physical_plan::file_scan(plan)?;
@@ -656,21 +674,10 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
             .and_then(|c| Some((c, c.file_source().downcast_ref::<OrcSource>()?)));
         let encoded = if let Some((config, source)) = orc {
             // A task's plan holds its share of the files: only their deletes travel.
-            let files: std::collections::HashSet<&str> = config
-                .file_groups
-                .iter()
-                .flat_map(|g| g.iter())
-                .map(|f| f.object_meta.location.as_ref())
-                .collect();
             Node::OrcScan {
                 config: serialize_file_scan_config(config, self, proto_converter)?.encode_to_vec(),
                 field_ids: source.field_ids().to_vec(),
-                deletes: source
-                    .deletes()
-                    .iter()
-                    .filter(|(location, _)| files.contains(location.as_str()))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
+                deletes: deletes_of_files(config, source.deletes()),
             }
         } else if let Some(scan) = node.downcast_ref::<IcebergScanExec>() {
             Node::Scan {
@@ -679,19 +686,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
         } else if let Some(p) = node.downcast_ref::<PositionalDeleteExec>() {
             // A task's plan holds its share of the data files: only their deletes travel.
             let deletes = match node.children().first().and_then(|c| parquet_scan(c)) {
-                Some((config, _)) => {
-                    let files: std::collections::HashSet<&str> = config
-                        .file_groups
-                        .iter()
-                        .flat_map(|g| g.iter())
-                        .map(|f| f.object_meta.location.as_ref())
-                        .collect();
-                    p.deletes()
-                        .iter()
-                        .filter(|(location, _)| files.contains(location.as_str()))
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect()
-                }
+                Some((config, _)) => deletes_of_files(config, p.deletes()),
                 None => p.deletes().clone(),
             };
             Node::PositionalDelete {

@@ -232,7 +232,8 @@ fn target_of(tables: &[TableWithJoins]) -> Option<(String, Vec<Vec<String>>, boo
     Some((target, qualifiers, plain_delete))
 }
 
-fn normalised(i: &datafusion::sql::sqlparser::ast::Ident) -> String {
+/// An identifier as DataFusion resolves it: lower-cased unless quoted.
+pub(crate) fn normalised(i: &datafusion::sql::sqlparser::ast::Ident) -> String {
     match i.quote_style {
         Some(_) => i.value.clone(),
         None => i.value.to_lowercase(),

@@ -26,6 +26,7 @@ use datafusion::sql::sqlparser::ast::{
     Visitor, VisitorMut, WildcardAdditionalOptions,
 };
 
+use crate::dml::subquery::normalised;
 use crate::physical_plan::scan::metadata::NAMES;
 use crate::IcebergTableProvider;
 
@@ -41,11 +42,7 @@ pub(crate) fn names_metadata_column(statement: &DFStatement) -> bool {
 struct FindName;
 
 fn is_metadata_name(i: &Ident) -> bool {
-    let name = match i.quote_style {
-        Some(_) => i.value.clone(),
-        None => i.value.to_lowercase(),
-    };
-    NAMES.contains(&name.as_str())
+    NAMES.contains(&normalised(i).as_str())
 }
 
 impl Visitor for FindName {
@@ -351,10 +348,10 @@ impl Visitor for FindOutsideSubqueries {
 fn normalised_name(name: &ObjectName) -> String {
     name.0
         .iter()
-        .map(|p| match p.as_ident() {
-            Some(i) if i.quote_style.is_some() => i.value.clone(),
-            Some(i) => i.value.to_lowercase(),
-            None => p.to_string(),
+        .map(|p| {
+            p.as_ident()
+                .map(normalised)
+                .unwrap_or_else(|| p.to_string())
         })
         .collect::<Vec<_>>()
         .join(".")
@@ -445,10 +442,7 @@ impl VisitorMut for Rewriter {
 }
 
 fn alias_key(i: &Ident) -> String {
-    match i.quote_style {
-        Some(_) => i.value.clone(),
-        None => i.value.to_lowercase(),
-    }
+    normalised(i)
 }
 
 /// `iceberg_scan('<table>', 'metadata_columns', true) AS <alias>` as a table factor.

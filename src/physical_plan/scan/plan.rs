@@ -244,6 +244,30 @@ pub(crate) async fn plan_scan(
     };
     let url = req.locations.store_url(req.table.metadata().location())?;
     crate::table::register_store(state, req.stores, &url)?;
+    // A data file's position delete files, by its object store location.
+    let deletes_of = |f: &PlannedFile| -> Result<Option<(String, FileDeletes)>> {
+        if f.position_deletes.is_empty() {
+            return Ok(None);
+        }
+        let delete_files = f
+            .position_deletes
+            .iter()
+            .map(|d| {
+                Ok(PositionDeleteFile::of(
+                    d,
+                    req.locations.object_path_in(&url, &d.path)?.to_string(),
+                    &f.path,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some((
+            req.locations.object_path_in(&url, &f.path)?.to_string(),
+            FileDeletes {
+                recorded_path: f.path.clone(),
+                delete_files,
+            },
+        )))
+    };
     // ORC data files are read by their own source (see `orc`), beside the parquet scan.
     let (orc_files, parquet_files): (Vec<PlannedFile>, Vec<PlannedFile>) = files
         .iter()
@@ -328,27 +352,9 @@ pub(crate) async fn plan_scan(
             };
             let mut deletes = HashMap::new();
             for f in &orc_files {
-                if f.position_deletes.is_empty() {
-                    continue;
+                if let Some((location, file_deletes)) = deletes_of(f)? {
+                    deletes.insert(location, file_deletes);
                 }
-                let delete_files = f
-                    .position_deletes
-                    .iter()
-                    .map(|d| {
-                        Ok(PositionDeleteFile::of(
-                            d,
-                            req.locations.object_path_in(&url, &d.path)?.to_string(),
-                            &f.path,
-                        ))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                deletes.insert(
-                    req.locations.object_path_in(&url, &f.path)?.to_string(),
-                    FileDeletes {
-                        recorded_path: f.path.clone(),
-                        delete_files,
-                    },
-                );
             }
             let statistics = statistics_of(orc_schema.table_schema(), &orc_files);
             let source = OrcSource::new(orc_schema, field_ids.into(), deletes);
@@ -400,25 +406,8 @@ pub(crate) async fn plan_scan(
 
     let mut positional = HashMap::new();
     for f in files {
-        let delete_files = f
-            .position_deletes
-            .iter()
-            .map(|d| {
-                Ok(PositionDeleteFile::of(
-                    d,
-                    req.locations.object_path_in(&url, &d.path)?.to_string(),
-                    &f.path,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        if !delete_files.is_empty() {
-            positional.insert(
-                req.locations.object_path_in(&url, &f.path)?.to_string(),
-                FileDeletes {
-                    recorded_path: f.path.clone(),
-                    delete_files,
-                },
-            );
+        if let Some((location, file_deletes)) = deletes_of(f)? {
+            positional.insert(location, file_deletes);
         }
     }
     let threshold =
