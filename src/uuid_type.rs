@@ -74,8 +74,8 @@ impl TypePlanner for IcebergTypePlanner {
 }
 
 /// The analyzer rule that lets text stand for uuids: comparisons, `IN` lists and `BETWEEN` of a
-/// uuid with text parse the text, and text cast to `FixedSizeBinary(16)` (what DataFusion plans
-/// for text written into a uuid column) parses it too; a uuid cast to text is its canonical form.
+/// uuid with text parse the text, and text cast to a uuid (`UUID '…'`, `CAST(… AS UUID)`) parses
+/// it too; a uuid cast to text is its canonical form.
 /// It must run before DataFusion's `TypeCoercion`; [`crate::session_state_builder`] places it so.
 #[derive(Debug, Default)]
 pub struct UuidCoercion;
@@ -158,9 +158,9 @@ fn coerce_expr(expr: Expr, schema: &DFSchema) -> Result<Transformed<Expr>> {
                 Box::new(high),
             )))
         }
-        Expr::Cast(cast)
-            if cast.field.data_type() == &DataType::FixedSizeBinary(16) && text(&cast.expr) =>
-        {
+        // Text cast to a uuid (`UUID '…'`, `CAST(… AS UUID)`); other 16-byte fixed types are
+        // not uuids.
+        Expr::Cast(cast) if is_uuid(&cast.field) && text(&cast.expr) => {
             Transformed::yes(parsed(*cast.expr))
         }
         Expr::Cast(cast)

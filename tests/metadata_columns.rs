@@ -184,6 +184,26 @@ async fn metadata_columns_are_read_by_name_and_stay_out_of_select_star() {
         ["1", "2"]
     );
 
+    // A table of the default schema, named without it (the provider the name resolves to is
+    // read with the columns, not looked up again).
+    for q in [
+        "CREATE SCHEMA IF NOT EXISTS default",
+        "CREATE TABLE plain (id INT)",
+        "INSERT INTO plain VALUES (5), (6)",
+    ] {
+        s.sql(q).await.unwrap().collect().await.unwrap();
+    }
+    assert_eq!(
+        rows(&s, "SELECT id, _pos FROM plain ORDER BY id").await,
+        ["5|0", "6|1"]
+    );
+    // Values may read metadata columns too.
+    rows(&s, "UPDATE plain SET id = _pos + 100 WHERE id = 6").await;
+    assert_eq!(
+        rows(&s, "SELECT id FROM plain ORDER BY id").await,
+        ["5", "101"]
+    );
+
     // An unpartitioned table: _spec_id 0, no _partition.
     s.sql("CREATE TABLE ns.u (id INT)")
         .await
@@ -217,6 +237,9 @@ async fn metadata_columns_are_read_by_name_and_stay_out_of_select_star() {
         .await
         .unwrap();
     assert_eq!(rows(&s, "SELECT _file FROM ns.own").await, ["mine"]);
+    // ... in statements that change it too.
+    rows(&s, "DELETE FROM ns.own WHERE _file = 'mine'").await;
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.own").await, ["0"]);
 }
 
 #[tokio::test]

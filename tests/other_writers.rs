@@ -1265,3 +1265,29 @@ async fn orc_data_files_read_beside_parquet_ones() {
         ["1", "5", "11", "13"]
     );
 }
+
+/// An ORC file whose first column is a struct: the columns after it are found by their ORC
+/// type ids (a nested column's children take ids too), not by their positions.
+#[tokio::test]
+async fn orc_columns_after_a_struct_read_by_their_type_ids() {
+    use common::hive_style::add_orc_file;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE EXTERNAL TABLE ns.n (s STRUCT<a INT>, id BIGINT NOT NULL, name VARCHAR, \
+         region VARCHAR) STORED AS ICEBERG LOCATION '' PARTITIONED BY (region)",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    add_orc_file(&s, "n", "nested.orc", "eu").await;
+    assert_eq!(
+        rows(&s, "SELECT id, name, region FROM ns.n ORDER BY id").await,
+        ["1|n1|eu", "2|n2|eu", "3||eu"]
+    );
+    assert_eq!(rows(&s, "SELECT name FROM ns.n WHERE id = 2").await, ["n2"]);
+    assert_eq!(
+        rows(&s, "SELECT id, s.a FROM ns.n ORDER BY id").await,
+        ["1|10", "2|", "3|30"]
+    );
+}

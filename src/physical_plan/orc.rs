@@ -295,9 +295,13 @@ impl FileOpener for OrcOpener {
             let stream: ArrowStreamReader<ObjectReader> = builder
                 .with_batch_size(batch_size)
                 .with_timestamp_precision(TimestampPrecision::Microsecond)
-                .with_projection(ProjectionMask::roots(&root, read.iter().map(|i| i + 1)))
+                // By ORC type id (pre-order: a nested column's children take ids too).
+                .with_projection(ProjectionMask::roots(
+                    &root,
+                    read.iter()
+                        .map(|&i| root.children()[i].data_type().column_index()),
+                ))
                 .build_async();
-            let names: Arc<[String]> = read.iter().map(|&i| orc_columns[i].0.clone()).collect();
             let mut next_row: u64 = 0;
             let batches = stream.map(move |batch| {
                 let batch = batch.map_err(|e| named(&e))?;
@@ -318,10 +322,10 @@ impl FileOpener for OrcOpener {
                         match (source, constant) {
                             (Some(i), _) => {
                                 let name = &orc_columns[*i].0;
-                                let at = names
-                                    .iter()
-                                    .position(|n| n == name)
-                                    .ok_or_else(|| named(&format!("column {name} was not read")))?;
+                                let at = batch
+                                    .schema()
+                                    .index_of(name)
+                                    .map_err(|_| named(&format!("column {name} was not read")))?;
                                 let column = batch.column(at);
                                 if column.data_type() == field.data_type() {
                                     return Ok(Arc::clone(column));

@@ -7,8 +7,10 @@
 //! ```text
 //! SELECT *, _file FROM ns.t WHERE _pos < 10
 //!   ⇒ SELECT * EXCLUDE (_file, _pos, _spec_id), _file
-//!     FROM iceberg_scan('ns.t', 'metadata_columns', true) AS t WHERE _pos < 10
+//!     FROM __iceberg_exec_statement.s.t<id> AS t WHERE _pos < 10
 //! ```
+//! where `__iceberg_exec_statement.s.t<id>` is the provider `ns.t` resolved to, with the
+//! metadata columns, registered for this statement only.
 //! A table with a column of a metadata column's name keeps its own column. DataFusion has no
 //! hidden columns; this is the statement-level form of them (through
 //! [`IcebergSession::sql`](crate::IcebergSession::sql) and the CLI).
@@ -19,7 +21,7 @@ use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
-use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast::{
     ExcludeSelectItem, Expr, Ident, JoinOperator, ObjectName, Query, Select, SelectItem,
     SelectItemQualifiedWildcardKind, SetExpr, Statement, TableAlias, TableFactor, Visit, VisitMut,
@@ -69,19 +71,24 @@ impl Visitor for FindName {
 pub(crate) struct Rewritten {
     /// The statement to run.
     pub sql: String,
-    _target: Option<StatementTable>,
+    /// The statement-scoped tables: the target first when it is one.
+    tables: Vec<StatementTable>,
 }
 
 impl Rewritten {
     /// `e` with the statement-scoped table named as the statement named it.
     pub(crate) fn named_as_written(&self, e: DataFusionError) -> DataFusionError {
-        let Some(target) = &self._target else {
-            return e;
-        };
-        let text = e.to_string();
-        let scoped = target.name.to_string();
-        match text.contains(&scoped) {
-            true => DataFusionError::Plan(text.replace(&scoped, &target.written)),
+        let mut text = e.to_string();
+        let mut renamed = false;
+        for table in &self.tables {
+            let scoped = table.name.to_string();
+            if text.contains(&scoped) {
+                text = text.replace(&scoped, &table.written);
+                renamed = true;
+            }
+        }
+        match renamed {
+            true => DataFusionError::Plan(text),
             false => e,
         }
     }
@@ -126,23 +133,27 @@ pub(crate) async fn rewrite(
         },
         _ => return Ok(None),
     };
-    let target = match dml_target(inner) {
-        Some(name) if references_metadata(inner) => Some(retarget(ctx, inner, &name).await?),
-        _ => None,
-    };
-    let changed = rewrite_statement(ctx, inner).await?;
-    match changed || target.is_some() {
-        true => Ok(Some(Rewritten {
+    let mut tables = vec![];
+    if let Some(name) = dml_target(inner).filter(|_| references_metadata(inner)) {
+        tables.extend(retarget(ctx, inner, &name).await?);
+    }
+    rewrite_statement(ctx, inner, &mut tables).await?;
+    match tables.is_empty() {
+        true => Ok(None),
+        false => Ok(Some(Rewritten {
             sql: statement.to_string(),
-            _target: target,
+            tables,
         })),
-        false => Ok(None),
     }
 }
 
 /// Points the DELETE or UPDATE `s` at a statement-scoped provider of its target `name` that has
 /// the metadata columns.
-async fn retarget(ctx: &SessionContext, s: &mut Statement, name: &str) -> Result<StatementTable> {
+async fn retarget(
+    ctx: &SessionContext,
+    s: &mut Statement,
+    name: &str,
+) -> Result<Option<StatementTable>> {
     let refuse = |why: &str| {
         Err(DataFusionError::NotImplemented(format!(
             "metadata columns (_file, _pos, ...) in the condition of a statement that changes \
@@ -165,7 +176,30 @@ async fn retarget(ctx: &SessionContext, s: &mut Statement, name: &str) -> Result
     let Some(iceberg) = provider.downcast_ref::<IcebergTableProvider>() else {
         return refuse("need an Iceberg table");
     };
+    // A table with a column of a metadata name keeps its own (nothing to add).
+    if iceberg
+        .schema()
+        .fields()
+        .iter()
+        .any(|f| NAMES.contains(&f.name().as_str()))
+    {
+        return Ok(None);
+    }
     let provider = iceberg.clone().for_conditions_on_metadata_columns()?;
+    let (registered, new_name) = register(ctx, Arc::new(provider), name)?;
+    if let Some(TableFactor::Table { name: n, .. }) = target_factor(s) {
+        *n = new_name;
+    }
+    Ok(Some(registered))
+}
+
+/// Registers `provider` for one statement (until the returned value is dropped); the name it
+/// answers to there. `written` is the name the statement gave the table.
+fn register(
+    ctx: &SessionContext,
+    provider: Arc<dyn datafusion::datasource::TableProvider>,
+    written: &str,
+) -> Result<(StatementTable, ObjectName)> {
     if ctx.catalog(STATEMENT_CATALOG).is_none() {
         let catalog = Arc::new(datafusion::catalog::MemoryCatalogProvider::new());
         datafusion::catalog::CatalogProvider::register_schema(
@@ -177,21 +211,18 @@ async fn retarget(ctx: &SessionContext, s: &mut Statement, name: &str) -> Result
     }
     let table = format!("t{}", uuid::Uuid::new_v4().simple());
     let reference = datafusion::common::TableReference::full(STATEMENT_CATALOG, "s", table.clone());
-    ctx.register_table(reference.clone(), Arc::new(provider))?;
+    ctx.register_table(reference.clone(), provider)?;
     let registered = StatementTable {
         ctx: ctx.clone(),
         name: reference,
-        written: name.to_string(),
+        written: written.to_string(),
     };
-    let new_name = ObjectName::from(vec![
+    let name = ObjectName::from(vec![
         Ident::new(STATEMENT_CATALOG),
         Ident::new("s"),
         Ident::new(table),
     ]);
-    if let Some(TableFactor::Table { name: n, .. }) = target_factor(s) {
-        *n = new_name;
-    }
-    Ok(registered)
+    Ok((registered, name))
 }
 
 fn has_subquery(e: &Expr) -> bool {
@@ -205,11 +236,17 @@ fn has_subquery(e: &Expr) -> bool {
     Visit::visit(e, &mut Find).is_break()
 }
 
-async fn rewrite_statement(ctx: &SessionContext, s: &mut Statement) -> Result<bool> {
+/// Points the tables `s` reads (not the one it changes) at statement-scoped providers with the
+/// metadata columns (added to `tables`), and makes its wildcards exclude those columns.
+async fn rewrite_statement(
+    ctx: &SessionContext,
+    s: &mut Statement,
+    tables: &mut Vec<StatementTable>,
+) -> Result<()> {
     // The plain table names the statement reads.
     let mut names = CollectTables::default();
     let _ = Visit::visit(&*s, &mut names);
-    let mut extras: HashMap<String, Vec<String>> = HashMap::new();
+    let mut extras: HashMap<String, (ObjectName, Vec<String>)> = HashMap::new();
     for name in names.tables {
         if extras.contains_key(&name) {
             continue;
@@ -238,10 +275,13 @@ async fn rewrite_statement(ctx: &SessionContext, s: &mut Statement) -> Result<bo
             .skip(own)
             .map(|f| f.name().clone())
             .collect();
-        extras.insert(name, added);
+        // The provider the name resolved to, read with the columns: not looked up again.
+        let (registered, scoped) = register(ctx, Arc::new(with), &name)?;
+        tables.push(registered);
+        extras.insert(name, (scoped, added));
     }
     if extras.is_empty() {
-        return Ok(false);
+        return Ok(());
     }
     let mut rewriter = Rewriter {
         extras,
@@ -257,7 +297,7 @@ async fn rewrite_statement(ctx: &SessionContext, s: &mut Statement) -> Result<bo
     if let (Some(original), Some(rewritten)) = (target, target_factor(s)) {
         *rewritten = original;
     }
-    Ok(true)
+    Ok(())
 }
 
 /// The relation a DELETE, UPDATE or MERGE changes.
@@ -380,8 +420,8 @@ impl Visitor for CollectTables {
 }
 
 struct Rewriter {
-    /// For each table read, the metadata columns its provider adds.
-    extras: HashMap<String, Vec<String>>,
+    /// For each table read, its statement-scoped name and the metadata columns it adds.
+    extras: HashMap<String, (ObjectName, Vec<String>)>,
     /// For each alias a rewritten table took, the metadata columns it has.
     rewritten: HashMap<String, Vec<String>>,
     error: Option<DataFusionError>,
@@ -402,10 +442,10 @@ impl VisitorMut for Rewriter {
             return ControlFlow::Continue(());
         };
         let table = normalised_name(name);
-        let Some(extras) = self.extras.get(&table) else {
+        let Some((scoped, extras)) = self.extras.get(&table) else {
             return ControlFlow::Continue(());
         };
-        let alias = match alias {
+        let chosen = match alias {
             Some(a) => a.clone(),
             None => TableAlias {
                 explicit: true,
@@ -419,16 +459,10 @@ impl VisitorMut for Rewriter {
                 at: None,
             },
         };
-        let literal = table.replace('\'', "''");
-        let Ok(replacement) = table_function(&literal, &alias) else {
-            self.error = Some(DataFusionError::Internal(format!(
-                "metadata columns: cannot read '{table}' with them"
-            )));
-            return ControlFlow::Break(());
-        };
         self.rewritten
-            .insert(alias_key(&alias.name), extras.clone());
-        *t = replacement;
+            .insert(alias_key(&chosen.name), extras.clone());
+        *name = scoped.clone();
+        *alias = Some(chosen);
         ControlFlow::Continue(())
     }
 
@@ -443,33 +477,6 @@ impl VisitorMut for Rewriter {
 
 fn alias_key(i: &Ident) -> String {
     normalised(i)
-}
-
-/// `iceberg_scan('<table>', 'metadata_columns', true) AS <alias>` as a table factor.
-fn table_function(table: &str, alias: &TableAlias) -> Result<TableFactor> {
-    let sql = format!(
-        "SELECT 1 FROM iceberg_scan('{table}', 'metadata_columns', true) AS {}",
-        alias.name
-    );
-    let mut statements = DFParser::parse_sql(&sql)?;
-    let Some(DFStatement::Statement(s)) = statements.pop_front() else {
-        return Err(DataFusionError::Internal("not a statement".into()));
-    };
-    let Statement::Query(q) = *s else {
-        return Err(DataFusionError::Internal("not a query".into()));
-    };
-    let SetExpr::Select(select) = *q.body else {
-        return Err(DataFusionError::Internal("not a select".into()));
-    };
-    let mut from = select.from;
-    let Some(table) = from.pop() else {
-        return Err(DataFusionError::Internal("no table".into()));
-    };
-    let mut factor = table.relation;
-    if let TableFactor::Table { alias: a, .. } = &mut factor {
-        *a = Some(alias.clone());
-    }
-    Ok(factor)
 }
 
 impl Rewriter {
@@ -503,10 +510,15 @@ impl Rewriter {
             let rewritten = match f {
                 TableFactor::Table {
                     name,
-                    args: Some(_),
                     alias: Some(a),
                     ..
-                } if name.to_string().eq_ignore_ascii_case("iceberg_scan") => {
+                } if name
+                    .0
+                    .first()
+                    .and_then(|p| p.as_ident())
+                    .map(|i| i.value.as_str())
+                    == Some(STATEMENT_CATALOG) =>
+                {
                     self.rewritten.get(&alias_key(&a.name)).cloned()
                 }
                 _ => None,

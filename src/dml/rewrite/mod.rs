@@ -146,6 +146,8 @@ pub(crate) async fn plan(
     }
     if let DmlOp::Update(assignments) = &op {
         for (column, value) in assignments {
+            // Values may read metadata columns too (`SET v = _pos`).
+            expr_to_columns(value, &mut columns)?;
             let field = schema.field_with_name(column).map_err(|_| {
                 DataFusionError::Plan(format!("UPDATE cannot assign column '{column}'"))
             })?;

@@ -2,6 +2,7 @@
 
     python tests/data/orc/make_orc.py tests/data/orc
 
+nested.orc:      a struct column before the others (see below).
 with_ids.orc:    the columns carry Iceberg field ids as ORC type attributes (`iceberg.id`),
                  as Iceberg's ORC writers store them; zstd.
 without_ids.orc: no attributes (a file written before the table had ids); `id` is an ORC int
@@ -55,4 +56,20 @@ orc.write_table(
     }, schema=without_ids),
     f"{out}/without_ids.orc",
     compression="zlib",
+)
+# nested.orc: a struct column first (ORC type ids: root 0, s 1, s.a 2, id 3, name 4), so a
+# column after it is not at its position + 1; ids s=1, s.a=4, id=2, name=3.
+nested = pa.schema([
+    field("s", pa.struct([field("a", pa.int32(), 4)]), 1),
+    field("id", pa.int64(), 2, nullable=False),
+    field("name", pa.string(), 3),
+])
+orc.write_table(
+    pa.table({
+        "s": [{"a": 10}, None, {"a": 30}],
+        "id": pa.array([1, 2, 3], pa.int64()),
+        "name": ["n1", "n2", None],
+    }, schema=nested),
+    f"{out}/nested.orc",
+    compression="zstd",
 )
