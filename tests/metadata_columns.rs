@@ -237,6 +237,17 @@ async fn metadata_columns_are_read_by_name_and_stay_out_of_select_star() {
         .await
         .unwrap();
     assert_eq!(rows(&s, "SELECT _file FROM ns.own").await, ["mine"]);
+    // A statement reading such a table reads every table as it is: `_file` in a subquery over
+    // another table still means the outer table's column.
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id FROM ns.own o WHERE EXISTS \
+             (SELECT 1 FROM ns.u x WHERE x.id = 7 AND _file = 'mine')"
+        )
+        .await,
+        ["1"]
+    );
     // ... in statements that change it too.
     rows(&s, "DELETE FROM ns.own WHERE _file = 'mine'").await;
     assert_eq!(rows(&s, "SELECT count(*) FROM ns.own").await, ["0"]);

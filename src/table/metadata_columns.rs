@@ -247,26 +247,32 @@ async fn rewrite_statement(
     let mut names = CollectTables::default();
     let _ = Visit::visit(&*s, &mut names);
     let mut extras: HashMap<String, (ObjectName, Vec<String>)> = HashMap::new();
+    let mut providers = vec![];
     for name in names.tables {
-        if extras.contains_key(&name) {
+        if providers.iter().any(|(n, _)| n == &name) {
             continue;
         }
         let Ok(provider) = ctx.table_provider(name.as_str()).await else {
             continue;
         };
-        let Some(iceberg) = provider.downcast_ref::<IcebergTableProvider>().cloned() else {
-            continue;
-        };
-        let own = iceberg.schema().fields().len();
-        // A table with a column of a metadata name keeps it (and gets no metadata columns).
-        if iceberg
+        // A table with a column of a metadata name keeps it; and a name the statement uses
+        // could then mean that column anywhere in it (an outer reference from a subquery): the
+        // statement reads every table as it is.
+        if provider
             .schema()
             .fields()
             .iter()
             .any(|f| NAMES.contains(&f.name().as_str()))
         {
-            continue;
+            return Ok(());
         }
+        providers.push((name, provider));
+    }
+    for (name, provider) in providers {
+        let Some(iceberg) = provider.downcast_ref::<IcebergTableProvider>().cloned() else {
+            continue;
+        };
+        let own = iceberg.schema().fields().len();
         let with = iceberg.with_metadata_columns()?;
         let added: Vec<String> = with
             .schema()
