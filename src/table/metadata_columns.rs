@@ -466,7 +466,7 @@ impl VisitorMut for Rewriter {
             },
         };
         self.rewritten
-            .insert(alias_key(&chosen.name), extras.clone());
+            .insert(normalised(&chosen.name), extras.clone());
         *name = scoped.clone();
         *alias = Some(chosen);
         ControlFlow::Continue(())
@@ -479,10 +479,6 @@ impl VisitorMut for Rewriter {
         }
         ControlFlow::Continue(())
     }
-}
-
-fn alias_key(i: &Ident) -> String {
-    normalised(i)
 }
 
 impl Rewriter {
@@ -525,7 +521,7 @@ impl Rewriter {
                     .map(|i| i.value.as_str())
                     == Some(STATEMENT_CATALOG) =>
                 {
-                    self.rewritten.get(&alias_key(&a.name)).cloned()
+                    self.rewritten.get(&normalised(&a.name)).cloned()
                 }
                 _ => None,
             };
@@ -596,9 +592,11 @@ impl Rewriter {
                     SelectItemQualifiedWildcardKind::ObjectName(name),
                     mut options,
                 ) => {
-                    let last = name.0.last().and_then(|p| p.as_ident()).map(alias_key);
+                    let last = name.0.last().and_then(|p| p.as_ident()).map(normalised);
                     let extras = relations.iter().find_map(|(a, r)| {
-                        (Some(alias_key(a)) == last).then_some(r.as_ref()).flatten()
+                        (Some(normalised(a)) == last)
+                            .then_some(r.as_ref())
+                            .flatten()
                     });
                     if let Some(extras) = extras {
                         add_exclude(&mut options, extras)?;
@@ -644,7 +642,7 @@ fn add_exclude(options: &mut WildcardAdditionalOptions, names: &[String]) -> Res
         let present = excluded.iter().any(|e| {
             e.0.last()
                 .and_then(|p| p.as_ident())
-                .is_some_and(|i| alias_key(i) == *n)
+                .is_some_and(|i| normalised(i) == *n)
         });
         if !present {
             excluded.push(ObjectName::from(vec![Ident::new(n.clone())]));

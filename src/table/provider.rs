@@ -357,7 +357,8 @@ impl IcebergTableProvider {
 
         let metadata = self.table.metadata();
         let file_metadata = FileMetadataColumns::of(metadata)?;
-        let appended = crate::physical_plan::scan::metadata::appended_fields(metadata)?.len();
+        // `_file`, `_pos`, then the per-file columns.
+        let appended = 2 + file_metadata.fields().len();
         let base_len = self.schema.fields().len() - appended;
         let base: SchemaRef = Arc::new(self.schema.project(&(0..base_len).collect::<Vec<_>>())?);
         let requested: Vec<usize> = match projection {
