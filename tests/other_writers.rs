@@ -1280,6 +1280,16 @@ async fn orc_columns_after_a_struct_read_by_their_type_ids() {
     ] {
         sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
     }
+    let t = s
+        .catalog()
+        .load_table(&iceberg::TableIdent::from_strs(["ns", "n"]).unwrap())
+        .await
+        .unwrap();
+    let ids: Vec<i32> = ["s", "id", "name", "region", "s.a"]
+        .iter()
+        .map(|n| t.metadata().current_schema().field_by_name(n).unwrap().id)
+        .collect();
+    assert_eq!(ids, [1, 2, 3, 4, 5], "the ids nested.orc carries");
     add_orc_file(&s, "n", "nested.orc", "eu").await;
     assert_eq!(
         rows(&s, "SELECT id, name, region FROM ns.n ORDER BY id").await,
@@ -1290,4 +1300,152 @@ async fn orc_columns_after_a_struct_read_by_their_type_ids() {
         rows(&s, "SELECT id, s.a FROM ns.n ORDER BY id").await,
         ["1|10", "2|", "3|30"]
     );
+}
+
+/// An ORC file written before its table evolved is read by field id at every depth, as parquet
+/// files are: a struct's fields in another order and renamed since, a column the table dropped
+/// left out, columns and nested fields added with an `initial-default` since read as it,
+/// nanosecond timestamps at full precision.
+#[tokio::test]
+async fn orc_files_of_an_evolved_table_read_by_field_id() {
+    use common::hive_style::add_orc_file;
+    use iceberg::spec::{
+        FormatVersion, NestedField, PrimitiveLiteral, PrimitiveType, Schema as IcebergSchema,
+        StructType, Transform, Type, UnboundPartitionSpec,
+    };
+    use iceberg::{NamespaceIdent, TableCreation};
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    sql(&s, "CREATE SCHEMA ns").await.unwrap();
+    let p = |t: PrimitiveType| Type::Primitive(t);
+    let s_type = Type::Struct(StructType::new(vec![
+        NestedField::optional(7, "a", p(PrimitiveType::Int)).into(),
+        NestedField::optional(8, "b", p(PrimitiveType::String)).into(),
+        NestedField::optional(9, "c", p(PrimitiveType::String))
+            .with_initial_default(Literal::Primitive(PrimitiveLiteral::String("dflt".into())))
+            .into(),
+    ]));
+    let schema = IcebergSchema::builder()
+        .with_fields(vec![
+            NestedField::optional(1, "s", s_type).into(),
+            NestedField::required(2, "id", p(PrimitiveType::Long)).into(),
+            NestedField::optional(3, "tsn", p(PrimitiveType::TimestampNs)).into(),
+            NestedField::optional(4, "tsz", p(PrimitiveType::TimestamptzNs)).into(),
+            NestedField::optional(5, "extra", p(PrimitiveType::Int))
+                .with_initial_default(Literal::Primitive(PrimitiveLiteral::Int(42)))
+                .into(),
+            NestedField::optional(6, "region", p(PrimitiveType::String)).into(),
+        ])
+        .build()
+        .unwrap();
+    let spec = UnboundPartitionSpec::builder()
+        .add_partition_field(6, "region", Transform::Identity)
+        .unwrap()
+        .build();
+    let creation = TableCreation::builder()
+        .name("e".to_string())
+        .schema(schema)
+        .partition_spec(spec)
+        .format_version(FormatVersion::V3)
+        .build();
+    let table = s
+        .catalog()
+        .create_table(&NamespaceIdent::new("ns".into()), creation)
+        .await
+        .unwrap();
+    let created = table.metadata().current_schema();
+    let ids: Vec<i32> = [
+        "s", "id", "tsn", "tsz", "extra", "region", "s.a", "s.b", "s.c",
+    ]
+    .iter()
+    .map(|n| created.field_by_name(n).unwrap().id)
+    .collect();
+    assert_eq!(
+        ids,
+        [1, 2, 3, 4, 5, 6, 7, 8, 9],
+        "the ids evolved.orc carries"
+    );
+    add_orc_file(&s, "e", "evolved.orc", "eu").await;
+
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, s.a, s.b, s.c, extra, region FROM ns.e ORDER BY id"
+        )
+        .await,
+        ["1|1|x|dflt|42|eu", "2||||42|eu", "3|3||dflt|42|eu"]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, CAST(tsn AS BIGINT), CAST(tsz AS BIGINT) FROM ns.e ORDER BY id"
+        )
+        .await,
+        [
+            "1|1700000000123456789|1700000000000000001",
+            "2||5",
+            "3|-86400000000000|",
+        ]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id FROM ns.e WHERE s.b = 'x' OR s.a = 3 ORDER BY id"
+        )
+        .await,
+        ["1", "3"]
+    );
+    // The dropped column is not the table's, by any name.
+    let err = sql(&s, "SELECT gone FROM ns.e")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("gone"), "{err}");
+    // A row-changing statement rewrites the file with the values as read.
+    sql(&s, "DELETE FROM ns.e WHERE id = 2").await.unwrap();
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT id, s.b, s.c, extra, CAST(tsn AS BIGINT) FROM ns.e ORDER BY id"
+        )
+        .await,
+        [
+            "1|x|dflt|42|1700000000123456789",
+            "3||dflt|42|-86400000000000"
+        ]
+    );
+}
+
+/// An ORC file without field ids (written before the table had them) is read through the
+/// table's `schema.name-mapping.default`, as parquet files without ids are.
+#[tokio::test]
+async fn orc_files_without_ids_read_through_the_name_mapping() {
+    use common::hive_style::add_orc_file;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    let mapping = r#"[{"field-id": 1, "names": ["id"]}, {"field-id": 2, "names": ["name"]},
+        {"field-id": 3, "names": ["ts"]}, {"field-id": 4, "names": ["d"]}]"#;
+    for q in [
+        "CREATE SCHEMA ns".to_string(),
+        format!(
+            "CREATE EXTERNAL TABLE ns.m (k BIGINT, label VARCHAR, moment TIMESTAMP,              amount DECIMAL(10, 2), region VARCHAR) STORED AS ICEBERG LOCATION ''              PARTITIONED BY (region) OPTIONS ('schema.name-mapping.default' '{}')",
+            mapping.replace('\n', " ")
+        ),
+    ] {
+        sql(&s, &q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    add_orc_file(&s, "m", "without_ids.orc", "us").await;
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT k, label, moment, amount, region FROM ns.m ORDER BY k"
+        )
+        .await,
+        [
+            "11|x|1999-12-31T23:59:59|-1.50|us",
+            "12|y|||us",
+            "13||2000-01-01T00:00:00|99999999.99|us",
+        ]
+    );
+    assert_eq!(rows(&s, "SELECT label FROM ns.m WHERE k = 12").await, ["y"]);
 }

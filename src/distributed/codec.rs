@@ -104,6 +104,8 @@ enum Node {
         config: Vec<u8>,
         field_ids: Vec<i32>,
         deletes: HashMap<String, FileDeletes>,
+        /// The field-id adapter's schema and table properties.
+        adapter: Box<(iceberg::spec::Schema, HashMap<String, String>)>,
     },
     PositionalDelete {
         deletes: HashMap<String, FileDeletes>,
@@ -601,7 +603,9 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 config,
                 field_ids,
                 deletes,
+                adapter,
             } => {
+                let (schema, properties) = *adapter;
                 let proto = datafusion_proto::protobuf::FileScanExecConf::decode(config.as_slice())
                     .map_err(|e| {
                         DataFusionError::Internal(format!("undecodable ORC file scan: {e}"))
@@ -610,6 +614,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     parse_table_schema_from_proto(&proto)?,
                     field_ids.into(),
                     deletes,
+                    Arc::new(FieldIdAdapterFactory::new(&schema, &properties)),
                 );
                 let config = parse_protobuf_file_scan_config(
                     &proto,
@@ -678,6 +683,10 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                 config: serialize_file_scan_config(config, self, proto_converter)?.encode_to_vec(),
                 field_ids: source.field_ids().to_vec(),
                 deletes: deletes_of_files(config, source.deletes()),
+                adapter: {
+                    let (schema, properties) = source.adapter().source();
+                    Box::new((schema.clone(), properties.clone()))
+                },
             }
         } else if let Some(scan) = node.downcast_ref::<IcebergScanExec>() {
             Node::Scan {

@@ -2,20 +2,23 @@
 //! `orc-rust`.
 //!
 //! ```text
-//!  ORC file ── footer: the Iceberg field id of each column (type attribute `iceberg.id`)
+//!  ORC file ── footer: the Iceberg field id of each type (type attribute `iceberg.id`)
 //!     │
-//!     ▼  orc-rust: the stripes' columns the scan needs, as Arrow (timestamps in µs)
-//!  batch in the file's types ──► the table's columns by field id, cast to the table's types
-//!     (promotions, binary → fixed/uuid, long → time); a column the file lacks is its identity
-//!     partition value (exact per-file statistics), else NULL
+//!     ▼  the file's schema as the decoder gives it: field ids on every field, nested struct
+//!     │  fields named as the table names their ids, timestamps in the table's unit (ns or µs)
+//!     ▼  orc-rust: the stripes' columns the scan needs, as Arrow
+//!  batch in the file's types ──► the table's columns through the field-id adapter parquet
+//!     files go through (ids, else the table's name mapping, else names; promotions; structs
+//!     by field name; `initial-default` of what the file lacks); a column the file lacks that
+//!     its identity partition fixes is that value (exact per-file statistics)
 //!     ▼
 //!  DataFusion's projection (partition columns, expressions) over the table's columns
 //! ```
-//! A file without field ids (written before the table was, or by a writer that keeps none)
-//! matches columns by name. Rows come in file order, whole files at a time (of a file split into
-//! byte ranges, the first range reads it all), numbered as they come: the positions the file's position deletes and deletion
-//! vectors name are dropped (the set of one file at a time), and the row position column, when
-//! the table schema has it, is each row's number. Filters are applied above the scan.
+//! Rows come in file order, whole files at a time (of a file split into byte ranges, the first
+//! range reads it all), numbered as they come: the positions the file's position deletes and
+//! deletion vectors name are dropped (the set of one file at a time), and the row position
+//! column, when the table schema has it, is each row's number. Filters are applied above the
+//! scan.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -26,8 +29,7 @@ use arrow::array::{
     new_null_array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
 };
 use arrow::compute::filter_record_batch;
-use arrow::compute::{cast_with_options, CastOptions};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -39,7 +41,9 @@ use datafusion::datasource::physical_plan::{
 use datafusion::datasource::projection::{ProjectionOpener, SplitProjection};
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr_adapter::PhysicalExprAdapterFactory;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
 use datafusion::physical_plan::projection::ProjectionExprs;
 use datafusion::physical_plan::DisplayFormatType;
@@ -49,12 +53,16 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use orc_rust::async_arrow_reader::ArrowStreamReader;
 use orc_rust::projection::ProjectionMask;
 use orc_rust::reader::AsyncChunkReader;
-use orc_rust::schema::TimestampPrecision;
+use orc_rust::schema::{ArrowSchemaOptions, DataType as OrcType, RootDataType, TimestampPrecision};
 use orc_rust::ArrowReaderBuilder;
 use prost013::Message;
 use roaring::RoaringTreemap;
 
+use iceberg::spec::{PrimitiveType, Schema as IcebergSchema, Type as IcebergType};
+
 use crate::physical_plan::positional_delete::{positions_in, FileDeletes};
+use crate::scan::field_ids::PARQUET_FIELD_ID;
+use crate::scan::FieldIdAdapterFactory;
 
 /// The type attribute Iceberg's ORC writer stores a field's id in.
 const ICEBERG_ID: &str = "iceberg.id";
@@ -69,6 +77,9 @@ pub(crate) struct OrcSource {
     /// The position delete files of each data file (by object store location), with the path
     /// the table records the file by (what they name it by).
     deletes: Arc<HashMap<String, FileDeletes>>,
+    /// Matches a file's columns to the table's (field ids, the name mapping, defaults), as it
+    /// does for parquet files.
+    adapter: Arc<FieldIdAdapterFactory>,
     projection: SplitProjection,
     batch_size: Option<usize>,
     metrics: ExecutionPlanMetricsSet,
@@ -84,17 +95,19 @@ impl fmt::Debug for OrcSource {
 
 impl OrcSource {
     /// A source of `table_schema`'s columns, whose field ids are `field_ids` (one per column of
-    /// its file schema).
+    /// its file schema), read as `adapter` maps files onto the table.
     pub(crate) fn new(
         table_schema: TableSchema,
         field_ids: Arc<[i32]>,
         deletes: HashMap<String, FileDeletes>,
+        adapter: Arc<FieldIdAdapterFactory>,
     ) -> Self {
         Self {
             projection: SplitProjection::unprojected(&table_schema),
             table_schema,
             field_ids,
             deletes: Arc::new(deletes),
+            adapter,
             batch_size: None,
             metrics: ExecutionPlanMetricsSet::new(),
         }
@@ -111,6 +124,11 @@ impl OrcSource {
     /// The position deletes of the data files (by object store location).
     pub(crate) fn deletes(&self) -> &HashMap<String, FileDeletes> {
         &self.deletes
+    }
+
+    /// How files are matched to the table's columns.
+    pub(crate) fn adapter(&self) -> &FieldIdAdapterFactory {
+        &self.adapter
     }
 }
 
@@ -129,6 +147,7 @@ impl FileSource for OrcSource {
             schema: Arc::new(file_schema.project(&indices)?),
             field_ids: indices.iter().map(|&i| self.field_ids[i]).collect(),
             columns: indices,
+            adapter: Arc::clone(&self.adapter),
             batch_size: self.batch_size.unwrap_or(8192),
         }) as Arc<dyn FileOpener>;
         ProjectionOpener::try_new(self.projection.clone(), opener, file_schema)
@@ -191,6 +210,7 @@ struct OrcOpener {
     field_ids: Vec<i32>,
     /// The index of each column of `schema` in the table's file schema (for the statistics).
     columns: Vec<usize>,
+    adapter: Arc<FieldIdAdapterFactory>,
     batch_size: usize,
 }
 
@@ -200,6 +220,7 @@ impl FileOpener for OrcOpener {
         let schema = Arc::clone(&self.schema);
         let field_ids = self.field_ids.clone();
         let columns = self.columns.clone();
+        let adapter = Arc::clone(&self.adapter);
         let batch_size = self.batch_size;
         let file_deletes = self
             .deletes
@@ -247,36 +268,25 @@ impl FileOpener for OrcOpener {
                 .map_err(|e| named(&e))?;
             let root = builder.file_metadata().root_data_type().clone();
             let rows = builder.file_metadata().number_of_rows();
-            let orc_columns: Vec<(String, Option<i32>)> = root
-                .children()
-                .iter()
-                .map(|c| {
-                    (
-                        c.name().to_string(),
-                        ids.get(c.data_type().column_index()).copied().flatten(),
-                    )
-                })
-                .collect();
-            let by_id = orc_columns.iter().any(|(_, id)| id.is_some());
-            // Where each wanted column is in the file (by field id, or by name in a file
-            // without ids).
-            let sources: Vec<Option<usize>> = schema
+            // The file's columns as the decoder is to give them: with their field ids, nested
+            // fields named as the table names them, timestamps in the table's unit.
+            let (table, _) = adapter.source();
+            let file_schema = decoded_schema(&root, &ids, table);
+            // The table column each file column reads into (by field id, else the name
+            // mapping, else by name), and the file columns the scan needs.
+            let renamed = adapter.renamed(&file_schema);
+            let wanted: Vec<Option<usize>> = schema
                 .fields()
                 .iter()
                 .zip(&field_ids)
-                .map(|(f, id)| {
-                    if *id == POSITION_ID {
-                        return None;
-                    }
-                    orc_columns.iter().position(|(name, file_id)| match by_id {
-                        true => *file_id == Some(*id),
-                        false => name == f.name(),
-                    })
+                .map(|(f, id)| match *id == POSITION_ID {
+                    true => None,
+                    false => renamed.fields().iter().position(|r| r.name() == f.name()),
                 })
                 .collect();
-            // Columns the file lacks: their per-file constant (identity partition values), or
-            // NULL.
-            let constants: Vec<Option<ScalarValue>> = sources
+            // Columns the file lacks whose per-file statistics make them constant (identity
+            // partition values) read as that value, as the parquet opener reads them.
+            let constants: Vec<Option<ScalarValue>> = wanted
                 .iter()
                 .zip(&columns)
                 .zip(schema.fields())
@@ -284,23 +294,44 @@ impl FileOpener for OrcOpener {
                 .map(|(((source, &at), field), id)| match source {
                     Some(_) => Ok(None),
                     None if *id == POSITION_ID => Ok(None),
-                    None => {
-                        constant(file.statistics.as_deref(), at, rows, field.data_type()).map(Some)
-                    }
+                    None => constant(file.statistics.as_deref(), at, rows, field.data_type()),
                 })
                 .collect::<Result<_>>()?;
-            let mut read: Vec<usize> = sources.iter().flatten().copied().collect();
+            let mut read: Vec<usize> = wanted.iter().flatten().copied().collect();
             read.sort_unstable();
             read.dedup();
+            let physical = Arc::new(file_schema.project(&read)?);
+            // Every other column through the same field-id adapter parquet files go through:
+            // promotions and casts (structs by field name), `initial-default` values of the
+            // columns and nested fields the file lacks, NULL otherwise.
+            let logical: Vec<(usize, FieldRef)> = schema
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| field_ids[*i] != POSITION_ID && constants[*i].is_none())
+                .map(|(i, f)| (i, Arc::clone(f)))
+                .collect();
+            let logical_schema = Arc::new(Schema::new(
+                logical
+                    .iter()
+                    .map(|(_, f)| Arc::clone(f))
+                    .collect::<Vec<_>>(),
+            ));
+            let expr_adapter = adapter.create(logical_schema, Arc::clone(&physical))?;
+            let mut exprs: Vec<Option<Arc<dyn PhysicalExpr>>> = vec![None; schema.fields().len()];
+            for (at, (i, f)) in logical.iter().enumerate() {
+                let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(f.name(), at));
+                exprs[*i] = Some(expr_adapter.rewrite(column)?);
+            }
             let stream: ArrowStreamReader<ObjectReader> = builder
                 .with_batch_size(batch_size)
-                .with_timestamp_precision(TimestampPrecision::Microsecond)
                 // By ORC type id (pre-order: a nested column's children take ids too).
                 .with_projection(ProjectionMask::roots(
                     &root,
                     read.iter()
                         .map(|&i| root.children()[i].data_type().column_index()),
                 ))
+                .with_schema(physical)
                 .build_async();
             let mut next_row: u64 = 0;
             let batches = stream.map(move |batch| {
@@ -310,40 +341,23 @@ impl FileOpener for OrcOpener {
                 let arrays = schema
                     .fields()
                     .iter()
-                    .zip(&sources)
+                    .zip(&exprs)
                     .zip(&constants)
                     .zip(&field_ids)
-                    .map(|(((field, source), constant), id)| -> Result<ArrayRef> {
+                    .map(|(((field, expr), constant), id)| -> Result<ArrayRef> {
                         if *id == POSITION_ID {
                             let positions: Int64Array =
                                 (first as i64..(first + batch.num_rows() as u64) as i64).collect();
                             return Ok(Arc::new(positions));
                         }
-                        match (source, constant) {
-                            (Some(i), _) => {
-                                let name = &orc_columns[*i].0;
-                                let at = batch
-                                    .schema()
-                                    .index_of(name)
-                                    .map_err(|_| named(&format!("column {name} was not read")))?;
-                                let column = batch.column(at);
-                                if column.data_type() == field.data_type() {
-                                    return Ok(Arc::clone(column));
-                                }
-                                cast_with_options(
-                                    column,
-                                    field.data_type(),
-                                    &CastOptions::default(),
-                                )
+                        match (expr, constant) {
+                            (_, Some(value)) => Ok(value.to_array_of_size(batch.num_rows())?),
+                            (Some(expr), None) => expr
+                                .evaluate(&batch)
+                                .and_then(|v| v.into_array(batch.num_rows()))
                                 .map_err(|e| {
-                                    named(&format!(
-                                        "column {name} ({}) does not read as {}: {e}",
-                                        column.data_type(),
-                                        field.data_type()
-                                    ))
-                                })
-                            }
-                            (None, Some(value)) => Ok(value.to_array_of_size(batch.num_rows())?),
+                                    named(&format!("column {} does not read: {e}", field.name()))
+                                }),
                             (None, None) => Ok(new_null_array(field.data_type(), batch.num_rows())),
                         }
                     })
@@ -378,28 +392,129 @@ fn live_rows(batch: RecordBatch, first: u64, deleted: &RoaringTreemap) -> Result
 }
 
 /// The value every row of a file holds in column `at` by its exact statistics (an identity
-/// partition value the file does not store), or NULL.
+/// partition value the file does not store, or NULL in every row), if they fix one.
 fn constant(
     statistics: Option<&Statistics>,
     at: usize,
     rows: u64,
     ty: &DataType,
-) -> Result<ScalarValue> {
-    let null = || ScalarValue::try_from(ty);
+) -> Result<Option<ScalarValue>> {
     let Some(column) = statistics.and_then(|s| s.column_statistics.get(at)) else {
-        return null();
+        return Ok(None);
     };
     match (&column.min_value, &column.max_value, &column.null_count) {
         (Precision::Exact(min), Precision::Exact(max), _) if min == max && !min.is_null() => {
-            if min.data_type() == *ty {
-                Ok(min.clone())
-            } else {
-                min.cast_to(ty)
+            match min.data_type() == *ty {
+                true => Ok(Some(min.clone())),
+                false => min.cast_to(ty).map(Some),
             }
         }
-        (_, _, Precision::Exact(n)) if *n as u64 == rows => null(),
-        _ => null(),
+        (_, _, Precision::Exact(n)) if *n as u64 == rows => ScalarValue::try_from(ty).map(Some),
+        _ => Ok(None),
     }
+}
+
+/// The Arrow schema the decoder is to give `root`'s columns in, whose ORC types have the field
+/// ids `ids` (by type id): each field carries its field id as parquet files carry theirs; a
+/// nested struct field is named and made nullable as `table`'s field of its id (one the table
+/// dropped gets a name no field has, so it is left out); timestamps are read in nanoseconds
+/// where the table's type has them, microseconds elsewhere.
+fn decoded_schema(root: &RootDataType, ids: &[Option<i32>], table: &IcebergSchema) -> Schema {
+    let base = root.create_arrow_schema_with_options(
+        &HashMap::new(),
+        ArrowSchemaOptions::new().with_timestamp_precision(TimestampPrecision::Microsecond),
+    );
+    let fields: Vec<Field> = base
+        .fields()
+        .iter()
+        .zip(root.children())
+        .map(|(f, c)| decoded_field(f, c.data_type(), ids, table, Nesting::Top))
+        .collect();
+    Schema::new(fields)
+}
+
+/// Where a field is: a top-level column, a struct's field, or a list's or map's child.
+#[derive(Clone, Copy, PartialEq)]
+enum Nesting {
+    Top,
+    InStruct,
+    Other,
+}
+
+fn decoded_field(
+    field: &Field,
+    orc: &OrcType,
+    ids: &[Option<i32>],
+    table: &IcebergSchema,
+    nesting: Nesting,
+) -> Field {
+    let id = ids.get(orc.column_index()).copied().flatten();
+    let in_table = id.and_then(|id| table.field_by_id(id));
+    let data_type = match (field.data_type(), orc) {
+        (DataType::Struct(children), OrcType::Struct { children: orc, .. }) => DataType::Struct(
+            children
+                .iter()
+                .zip(orc)
+                .map(|(f, c)| decoded_field(f, c.data_type(), ids, table, Nesting::InStruct))
+                .collect(),
+        ),
+        (DataType::List(child), OrcType::List { child: orc, .. }) => DataType::List(Arc::new(
+            decoded_field(child, orc, ids, table, Nesting::Other),
+        )),
+        (DataType::Map(entries, sorted), OrcType::Map { key, value, .. }) => {
+            let entries = match entries.data_type() {
+                DataType::Struct(kv) if kv.len() == 2 => {
+                    let kv: Fields = vec![
+                        decoded_field(&kv[0], key, ids, table, Nesting::Other),
+                        decoded_field(&kv[1], value, ids, table, Nesting::Other),
+                    ]
+                    .into();
+                    Arc::new(
+                        entries
+                            .as_ref()
+                            .clone()
+                            .with_data_type(DataType::Struct(kv)),
+                    )
+                }
+                _ => Arc::clone(entries),
+            };
+            DataType::Map(entries, *sorted)
+        }
+        (DataType::Timestamp(_, zone), _)
+            if in_table.is_some_and(|f| {
+                matches!(
+                    *f.field_type,
+                    IcebergType::Primitive(
+                        PrimitiveType::TimestampNs | PrimitiveType::TimestamptzNs
+                    )
+                )
+            }) =>
+        {
+            DataType::Timestamp(TimeUnit::Nanosecond, zone.clone())
+        }
+        (other, _) => other.clone(),
+    };
+    let mut out = field.clone().with_data_type(data_type);
+    if nesting != Nesting::Top {
+        match (in_table, id) {
+            (Some(f), _) => {
+                out = out.with_nullable(!f.required);
+                if nesting == Nesting::InStruct {
+                    out = out.with_name(f.name.clone());
+                }
+            }
+            (None, Some(id)) if nesting == Nesting::InStruct => {
+                out = out.with_name(format!("__iceberg_dropped_{id}"));
+            }
+            _ => {}
+        }
+    }
+    if let Some(id) = id {
+        let mut metadata = out.metadata().clone();
+        metadata.insert(PARQUET_FIELD_ID.to_string(), id.to_string());
+        out = out.with_metadata(metadata);
+    }
+    out
 }
 
 /// An ORC file in an object store, read by range (its size known from the manifest).

@@ -29,7 +29,7 @@ static MADE: std::sync::Mutex<Vec<std::sync::Weak<FieldIdAdapterFactory>>> =
     std::sync::Mutex::new(Vec::new());
 
 /// Parquet's field-id key in Arrow field metadata.
-const PARQUET_FIELD_ID: &str = "PARQUET:field_id";
+pub(crate) const PARQUET_FIELD_ID: &str = "PARQUET:field_id";
 
 /// Maps each file's columns onto the table's columns by field id.
 #[derive(Debug, Clone)]
@@ -129,7 +129,7 @@ impl FieldIdAdapterFactory {
     }
 
     /// The file schema with each column renamed to the table column of the same field id.
-    fn renamed(&self, physical: &Schema) -> Schema {
+    pub(crate) fn renamed(&self, physical: &Schema) -> Schema {
         let ids: Vec<Option<i32>> = physical
             .fields()
             .iter()

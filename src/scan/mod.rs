@@ -5,7 +5,7 @@ mod bounded;
 mod cache;
 mod defaults;
 mod deletes;
-mod field_ids;
+pub(crate) mod field_ids;
 mod manifest;
 mod predicate;
 pub(crate) mod strict;

@@ -9,7 +9,7 @@
 //! table through such a provider only in statements that name one, with its wildcards
 //! excluding them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, FieldRef, Fields};
@@ -77,12 +77,22 @@ impl FileMetadataColumns {
                 by_id.insert(field.field_id, (field.name.clone(), result));
             }
         }
+        // A name two fields have had (a field dropped and another added under its name) is
+        // the newest field's; the older ones are `name_<field id>`.
+        let newest: HashMap<&str, i32> = by_id
+            .iter()
+            .map(|(id, (name, _))| (name.as_str(), *id))
+            .collect();
         let fields: Vec<_> = by_id
             .iter()
             .map(|(id, (name, ty))| {
+                let name = match newest.get(name.as_str()) == Some(id) {
+                    true => name.clone(),
+                    false => format!("{name}_{id}"),
+                };
                 Arc::new(NestedField::optional(
                     *id,
-                    name.clone(),
+                    name,
                     Type::Primitive(ty.clone()),
                 ))
             })
@@ -187,4 +197,64 @@ pub(crate) fn appended_fields(metadata: &TableMetadata) -> Result<Vec<FieldRef>>
     ];
     fields.extend(FileMetadataColumns::of(metadata)?.fields());
     Ok(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use iceberg::spec::{
+        FormatVersion, NestedField, PrimitiveType, Schema, SortOrder, Transform, Type,
+        UnboundPartitionSpec,
+    };
+
+    use super::*;
+
+    /// A partition field name two specs gave different fields: `_partition` keeps both, the
+    /// older by `name_<field id>`.
+    #[test]
+    fn a_partition_name_reused_by_a_newer_field_keeps_both() {
+        let schema = Schema::builder()
+            .with_fields(vec![NestedField::optional(
+                1,
+                "ts",
+                Type::Primitive(PrimitiveType::Timestamp),
+            )
+            .into()])
+            .build()
+            .unwrap();
+        let by = |t: Transform| {
+            UnboundPartitionSpec::builder()
+                .add_partition_field(1, "p", t)
+                .unwrap()
+                .build()
+        };
+        let metadata = iceberg::spec::TableMetadataBuilder::new(
+            schema,
+            by(Transform::Day),
+            SortOrder::unsorted_order(),
+            "file:///t".to_string(),
+            FormatVersion::V2,
+            HashMap::new(),
+        )
+        .unwrap()
+        .add_partition_spec(by(Transform::Month))
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata;
+        let ids: Vec<i32> = metadata
+            .partition_specs_iter()
+            .flat_map(|s| s.fields().iter().map(|f| f.field_id))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(ids.len(), 2, "two fields: {ids:?}");
+        let columns = FileMetadataColumns::of(&metadata).unwrap();
+        let Some(DataType::Struct(fields)) = columns.partition_type() else {
+            panic!("no _partition struct");
+        };
+        let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, [format!("p_{}", ids[0]).as_str(), "p"]);
+        assert_eq!(fields[0].data_type(), &DataType::Date32);
+        assert_eq!(fields[1].data_type(), &DataType::Int32);
+    }
 }

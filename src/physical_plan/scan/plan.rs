@@ -357,7 +357,12 @@ pub(crate) async fn plan_scan(
                 }
             }
             let statistics = statistics_of(orc_schema.table_schema(), &orc_files);
-            let source = OrcSource::new(orc_schema, field_ids.into(), deletes);
+            let source = OrcSource::new(
+                orc_schema,
+                field_ids.into(),
+                deletes,
+                Arc::new(adapter.clone()),
+            );
             let config = FileScanConfigBuilder::new(url.clone(), Arc::new(source))
                 .with_file_groups(orc_groups)
                 .with_statistics(statistics)

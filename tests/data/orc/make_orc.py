@@ -7,7 +7,13 @@ with_ids.orc:    the columns carry Iceberg field ids as ORC type attributes (`ic
                  as Iceberg's ORC writers store them; zstd.
 without_ids.orc: no attributes (a file written before the table had ids); `id` is an ORC int
                  (the table's is a long); zlib.
-Neither file stores the identity partition column `region`.
+evolved.orc:     written before the table evolved: its struct `s` holds `b_old` (since renamed
+                 `b`) before `a`, it has a column the table dropped (`gone`, id 99), and
+                 nanosecond timestamps (`tsn`, `tsz`); field ids s=1, id=2, tsn=3, tsz=4,
+                 s.a=7, s.b=8. (pyarrow writes the nanoseconds of a time before 1970 that is
+                 not a whole second negative, which other readers read otherwise: such
+                 values are left out.)
+No file stores the identity partition column `region`.
 """
 import datetime as dt
 import decimal
@@ -58,9 +64,10 @@ orc.write_table(
     compression="zlib",
 )
 # nested.orc: a struct column first (ORC type ids: root 0, s 1, s.a 2, id 3, name 4), so a
-# column after it is not at its position + 1; ids s=1, s.a=4, id=2, name=3.
+# column after it is not at its position + 1; field ids s=1, id=2, name=3, s.a=5 (the table's
+# region is 4).
 nested = pa.schema([
-    field("s", pa.struct([field("a", pa.int32(), 4)]), 1),
+    field("s", pa.struct([field("a", pa.int32(), 5)]), 1),
     field("id", pa.int64(), 2, nullable=False),
     field("name", pa.string(), 3),
 ])
@@ -71,5 +78,24 @@ orc.write_table(
         "name": ["n1", "n2", None],
     }, schema=nested),
     f"{out}/nested.orc",
+    compression="zstd",
+)
+
+evolved = pa.schema([
+    field("s", pa.struct([field("b_old", pa.string(), 8), field("a", pa.int32(), 7)]), 1),
+    field("id", pa.int64(), 2, nullable=False),
+    field("gone", pa.int32(), 99),
+    field("tsn", pa.timestamp("ns"), 3),
+    field("tsz", pa.timestamp("ns", tz="UTC"), 4),
+])
+orc.write_table(
+    pa.table({
+        "s": [{"b_old": "x", "a": 1}, None, {"b_old": None, "a": 3}],
+        "id": pa.array([1, 2, 3], pa.int64()),
+        "gone": pa.array([7, 8, 9], pa.int32()),
+        "tsn": pa.array([1_700_000_000_123_456_789, None, -86_400_000_000_000], pa.timestamp("ns")),
+        "tsz": pa.array([1_700_000_000_000_000_001, 5, None], pa.timestamp("ns", tz="UTC")),
+    }, schema=evolved),
+    f"{out}/evolved.orc",
     compression="zstd",
 )
