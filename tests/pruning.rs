@@ -420,3 +420,92 @@ async fn broken_files_are_named_in_errors() {
         .to_string();
     assert!(err.contains(&name(&data)), "missing: {err}");
 }
+
+/// The scan reports what the manifests record about its columns to DataFusion's planner (min,
+/// max, null counts, sizes), inexact since deletes and bound truncation make them so, and the
+/// row count exactly only when nothing filters or deletes rows; estimates never change answers.
+#[tokio::test]
+async fn scans_report_the_manifests_column_statistics() {
+    use datafusion::common::stats::Precision;
+    use datafusion::common::ScalarValue;
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    for q in [
+        "CREATE SCHEMA ns",
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT, name VARCHAR, v DOUBLE, d DATE) STORED AS ICEBERG \
+         LOCATION '' OPTIONS ('write.delete.mode' 'merge-on-read')",
+        "INSERT INTO ns.t VALUES (5, 'b', NULL, DATE '2024-01-02'), (9, NULL, 1.5, NULL)",
+        "INSERT INTO ns.t VALUES (-3, 'zz', NULL, DATE '2023-12-31'), (7, 'a', NULL, NULL)",
+    ] {
+        sql(&s, q).await.unwrap_or_else(|e| panic!("{q}: {e}"));
+    }
+    let stats = |q: &'static str| {
+        let s = s.clone();
+        async move {
+            let plan = s
+                .context()
+                .sql(q)
+                .await
+                .unwrap()
+                .create_physical_plan()
+                .await
+                .unwrap();
+            let mut node = plan;
+            // The scan under whatever DataFusion put on top of it.
+            while !node.name().contains("IcebergScan") {
+                node = Arc::clone(node.children()[0]);
+            }
+            datafusion::physical_plan::StatisticsContext::new()
+                .compute(
+                    node.as_ref(),
+                    &datafusion::physical_plan::StatisticsArgs::new(),
+                )
+                .unwrap()
+        }
+    };
+    let all = stats("SELECT id, name, v, d FROM ns.t").await;
+    assert_eq!(all.num_rows, Precision::Exact(4));
+    let c = &all.column_statistics;
+    assert_eq!(
+        c[0].min_value,
+        Precision::Inexact(ScalarValue::Int64(Some(-3)))
+    );
+    assert_eq!(
+        c[0].max_value,
+        Precision::Inexact(ScalarValue::Int64(Some(9)))
+    );
+    assert_eq!(c[0].null_count, Precision::Inexact(0));
+    assert_eq!(c[0].byte_size, Precision::Inexact(32));
+    assert_eq!(c[1].null_count, Precision::Inexact(1));
+    let text = |p: &Precision<ScalarValue>| match p {
+        Precision::Inexact(v) => v.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(text(&c[1].min_value), "a");
+    assert_eq!(text(&c[1].max_value), "zz");
+    assert!(matches!(c[1].byte_size, Precision::Inexact(n) if n > 0));
+    // A file of NULLs only bounds nothing; the other file bounds the column.
+    assert_eq!(
+        c[2].min_value,
+        Precision::Inexact(ScalarValue::Float64(Some(1.5)))
+    );
+    assert_eq!(c[2].null_count, Precision::Inexact(3));
+    assert_eq!(text(&c[3].min_value), "2023-12-31");
+    assert_eq!(all.total_byte_size, Precision::Absent);
+
+    // A filter or a delete leaves the row count an estimate; answers stay right.
+    let filtered = stats("SELECT id FROM ns.t WHERE id > 6").await;
+    assert_eq!(filtered.num_rows, Precision::Inexact(4));
+    sql(&s, "DELETE FROM ns.t WHERE id = 9").await.unwrap();
+    let deleted = stats("SELECT id FROM ns.t").await;
+    assert_eq!(deleted.num_rows, Precision::Inexact(4));
+    assert_eq!(
+        deleted.column_statistics[0].max_value,
+        Precision::Inexact(ScalarValue::Int64(Some(9)))
+    );
+    assert_eq!(
+        rows(&s, "SELECT count(*), max(id), count(v) FROM ns.t").await,
+        ["3|7|0"]
+    );
+    assert_eq!(rows(&s, "SELECT count(name) FROM ns.t").await, ["3"]);
+}

@@ -12,6 +12,7 @@
 //! bench-engine worker CATALOG [--listen ADDR] (feature distributed: prints {"listening": URL},
 //!     then serves until killed)
 //! bench-engine datafusion --sql SQL [--parquet NAME=LISTFILE].. [--memory-limit 64M] [--repeat N]
+//!     [--set KEY=VALUE]..
 //!     [--catalog-prop KEY=VALUE].. [--store s3://BUCKET].. [--cold]
 //! ```
 //!
@@ -566,6 +567,12 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
     }
     let runtime = runtime.build_arc()?;
     let ctx = SessionContext::new_with_config_rt(config, Arc::clone(&runtime));
+    for kv in args.all("--set") {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| DataFusionError::Plan(format!("--set {kv}: expected KEY=VALUE")))?;
+        run(&ctx, &format!("SET {k} = '{v}'")).await?;
+    }
     // With --cold the clock covers registering the files too (DataFusion reads every footer
     // then, for the schema): what a first query over the files costs.
     let registration = Instant::now();

@@ -71,6 +71,7 @@ pub(super) async fn splice_update(
         files: touched.to_vec(),
         equality_deletes: job.checked.equality_deletes.clone(),
         streamed: job.checked.streamed,
+        columns: job.checked.columns.clone(),
     };
     if moves_rows(metadata, &columns) || !files_allow_splice(&files, metadata) {
         return Ok(None);

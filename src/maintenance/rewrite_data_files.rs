@@ -754,6 +754,7 @@ impl GroupRewriter {
             files: group.files.clone(),
             equality_deletes: self.equality_deletes.clone(),
             streamed: self.streamed,
+            columns: None,
         };
         let scan = plan_statement_scan(&self.state, &req, &files).await?;
         // Counts the live rows (the condition selects none: every row passes).

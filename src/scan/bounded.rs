@@ -159,6 +159,7 @@ impl Assignment {
             files,
             equality_deletes: self.equality,
             streamed: true,
+            columns: None,
         }
     }
 }
@@ -369,7 +370,8 @@ mod tests {
                     .collect(),
                 deletes: DeleteIndex::new(deletes.clone()),
             };
-            let indexed = normal(listing.plan(|_| true));
+            let indexed =
+                normal(listing.plan(&iceberg::spec::Schema::builder().build().unwrap(), |_| true));
             let mut index = DataIndex::new(
                 data.iter()
                     .map(|d| PlannedFile::new(d.clone(), 10, 10))

@@ -3,6 +3,7 @@
 mod avro_manifest;
 mod bounded;
 mod cache;
+mod column_stats;
 mod defaults;
 mod deletes;
 pub(crate) mod field_ids;
@@ -15,6 +16,7 @@ pub use cache::{
     manifest_cache_stats, set_manifest_cache_capacity, ManifestCacheStats,
     DEFAULT_MANIFEST_CACHE_BYTES,
 };
+pub use column_stats::{distinct_counts, ColumnSummary};
 pub use deletes::{BlobRange, DataFileRef, DeleteFileRef, DeleteIndex};
 pub use field_ids::FieldIdAdapterFactory;
 pub(crate) use manifest::load_entries;
@@ -77,6 +79,9 @@ pub struct ScanFiles {
     /// Whether the delete manifests were streamed past the data files (above the planning
     /// threshold) instead of indexed.
     pub streamed: bool,
+    /// What the files' manifest entries record about their columns, summed up (for the
+    /// planner's estimates), when planning gathered it.
+    pub columns: Option<Arc<ColumnSummary>>,
 }
 
 impl ScanFiles {
@@ -179,24 +184,27 @@ pub async fn plan_files_pruned(
         return bounded::plan(table, &list, filter).await;
     }
     let listing = list_snapshot(table, locations, snapshot).await?;
+    let metadata = table.metadata();
+    let schema = metadata
+        .schema_by_id(snapshot.schema_id().unwrap_or(metadata.current_schema_id()))
+        .unwrap_or_else(|| metadata.current_schema());
     // Without a filter, every file; with one, the files whose partition values and column
     // bounds may hold matching rows (the manifests' files are listed, and cached, either way).
     let prune = match (&filter.schema, filter.exprs.is_empty()) {
         (Some(schema), false) => Some((schema, filter_columns(&filter.exprs)?)),
         _ => None,
     };
-    let Some((schema, columns)) = prune else {
-        return Ok(listing.plan(|_| true));
+    let Some((filter_schema, columns)) = prune else {
+        return Ok(listing.plan(schema, |_| true));
     };
-    let metadata = table.metadata();
-    Ok(listing.plan(|f| {
+    Ok(listing.plan(schema, |f| {
         let (Some(file), Some(spec)) = (
             f.stats.as_deref(),
             metadata.partition_spec_by_id(f.data.spec_id),
         ) else {
             return true;
         };
-        !strict::FileStats::of(file, spec, schema, &columns).none_match(&filter.exprs)
+        !strict::FileStats::of(file, spec, filter_schema, &columns).none_match(&filter.exprs)
     }))
 }
 
@@ -351,9 +359,15 @@ struct SnapshotListing {
 
 impl SnapshotListing {
     /// The data files `keep` accepts, with the delete files that apply to them.
-    fn plan(self, keep: impl Fn(&ListedFile) -> bool) -> ScanFiles {
+    /// The data files `keep` accepts, with the delete files that apply to them and the summed
+    /// statistics of `schema`'s columns.
+    fn plan(self, schema: &iceberg::spec::Schema, keep: impl Fn(&ListedFile) -> bool) -> ScanFiles {
         let deletes = self.deletes;
         let kept: Vec<ListedFile> = self.data.into_iter().filter(|f| keep(f)).collect();
+        let mut columns = ColumnSummary::new(schema);
+        for f in &kept {
+            columns.add(f.stats.as_deref());
+        }
         let equality_deletes = deletes.equality_deletes_for(kept.iter().map(|f| &f.data));
         let files = kept
             .into_iter()
@@ -383,6 +397,7 @@ impl SnapshotListing {
             files,
             equality_deletes,
             streamed: false,
+            columns: Some(Arc::new(columns)),
         }
     }
 }
@@ -533,7 +548,7 @@ fn deletion_vector(file: &DataFile) -> Result<Option<BlobRange>> {
 pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<PlannedFile>> {
     Ok(list_snapshot(table, &LocationMap::default(), snapshot)
         .await?
-        .plan(|_| true)
+        .plan(&iceberg::spec::Schema::builder().build().df()?, |_| true)
         .files)
 }
 

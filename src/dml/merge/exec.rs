@@ -545,6 +545,7 @@ async fn changes(
                     files: touched.clone(),
                     equality_deletes: files.equality_deletes.clone(),
                     streamed: files.streamed,
+                    columns: files.columns.clone(),
                 };
                 let scan = job.scan(&rewrite, None).await?;
                 let spliced = Arc::new(AtomicU64::new(0));

@@ -298,6 +298,7 @@ impl DmlJob {
             files: to_check,
             equality_deletes: candidates.equality_deletes,
             streamed: candidates.streamed,
+            columns: candidates.columns,
         };
         let pass1 = match self.checked.files.is_empty() {
             true => None,
@@ -448,6 +449,7 @@ impl DmlJob {
             files,
             equality_deletes: self.checked.equality_deletes.clone(),
             streamed: self.checked.streamed,
+            columns: self.checked.columns.clone(),
         };
         // On a table with row lineage the rows moved to new files keep their ids; the ones the
         // statement changes take the new files' sequence number.

@@ -136,15 +136,64 @@ pub(crate) async fn plan_scan(
     let has_deletes = scan.has_deletes();
     // Manifest row counts are exact only without filters and without deletes.
     let exact = !(req.filtered || has_deletes);
+    let distinct = req
+        .table
+        .metadata()
+        .current_snapshot_id()
+        .map(|id| crate::scan::distinct_counts(req.table.metadata(), id))
+        .unwrap_or_default();
     let statistics_of = |schema: &SchemaRef, files: &[PlannedFile]| {
         let rows = files.iter().map(|f| f.record_count).sum::<u64>() as usize;
-        let bytes = files.iter().map(|f| f.size).sum::<u64>() as usize;
-        Statistics::new_unknown(schema)
-            .with_num_rows(match exact {
-                true => Precision::Exact(rows),
-                false => Precision::Inexact(rows),
-            })
-            .with_total_byte_size(Precision::Inexact(bytes))
+        // No total byte size: the files' sizes hold every column, compressed, and DataFusion's
+        // join planning would take them for the projected rows' size; the columns' sizes below
+        // are what it sizes parquet scans by.
+        let mut statistics = Statistics::new_unknown(schema).with_num_rows(match exact {
+            true => Precision::Exact(rows),
+            false => Precision::Inexact(rows),
+        });
+        // What the manifests record about the columns (bounds, null counts) and the table's
+        // statistics files (distinct counts), for the planner's estimates: inexact, since
+        // bounds may be truncated and deletes remove rows.
+        for (field, column) in schema
+            .fields()
+            .iter()
+            .zip(statistics.column_statistics.iter_mut())
+        {
+            let Some(f) = req.read_schema.as_struct().field_by_name(field.name()) else {
+                continue;
+            };
+            let iceberg::spec::Type::Primitive(ty) = f.field_type.as_ref() else {
+                continue;
+            };
+            let value = |d: Option<&iceberg::spec::Datum>| {
+                d.and_then(|d| crate::scan::strict::literal_scalar(ty, d.literal()))
+                    .and_then(|v| match v.data_type() == *field.data_type() {
+                        true => Some(v),
+                        false => v.cast_to(field.data_type()).ok(),
+                    })
+                    .map(Precision::Inexact)
+                    .unwrap_or(Precision::Absent)
+            };
+            if let Some(summary) = scan.columns.as_deref() {
+                column.min_value = value(summary.lower(f.id));
+                column.max_value = value(summary.upper(f.id));
+                if let Some(n) = summary.nulls(f.id) {
+                    column.null_count = Precision::Inexact(n as usize);
+                }
+                // As DataFusion sizes parquet columns: fixed-width values by their width,
+                // others by what the files store.
+                column.byte_size = match field.data_type().primitive_width() {
+                    Some(width) => Precision::Inexact(width * rows),
+                    None => summary
+                        .stored_bytes(f.id)
+                        .map_or(Precision::Absent, |n| Precision::Inexact(n as usize)),
+                };
+            }
+            if let Some(n) = distinct.get(&f.id) {
+                column.distinct_count = Precision::Inexact(*n as usize);
+            }
+        }
+        statistics
     };
     let eq = EqualityDeletes::collect(&scan.equality_deletes);
     let requested: Vec<usize> = match req.projection {
