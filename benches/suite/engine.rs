@@ -8,6 +8,7 @@
 //! bench-engine generate-planning --warehouse DIR --delete-files N
 //! bench-engine generate-orphans --warehouse DIR --listed N --orphans M
 //! bench-engine sql CATALOG --sql SQL [--memory-limit 64M] [--set KEY=VALUE].. [--repeat N]
+//!     [--parquet NAME=LISTFILE]..           (parquet files as table bare.public.NAME)
 //!     [--workers URL,URL..]                 (feature distributed: run over these workers)
 //! bench-engine worker CATALOG [--listen ADDR] (feature distributed: prints {"listening": URL},
 //!     then serves until killed)
@@ -479,6 +480,32 @@ async fn sql(args: &Args) -> Result<Value> {
         ));
     }
     let ctx = s.context();
+    // Parquet files to load from, as tables of the catalog `bare` (schema `public`).
+    if !args.all("--parquet").is_empty() {
+        use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
+        let bare = Arc::new(MemoryCatalogProvider::new());
+        let public = Arc::new(MemorySchemaProvider::new());
+        for spec in args.all("--parquet") {
+            let (name, list) = spec.split_once('=').ok_or_else(|| {
+                DataFusionError::Plan(format!("--parquet {spec}: expected NAME=LISTFILE"))
+            })?;
+            let files: Vec<String> = std::fs::read_to_string(list)?
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect();
+            let df = ctx
+                .read_parquet(files, ParquetReadOptions::default())
+                .await?;
+            datafusion::catalog::SchemaProvider::register_table(
+                public.as_ref(),
+                name.to_string(),
+                df.into_view(),
+            )?;
+        }
+        bare.register_schema("public", public)?;
+        ctx.register_catalog("bare", bare);
+    }
     for kv in args.all("--set") {
         let (k, v) = kv
             .split_once('=')

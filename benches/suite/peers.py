@@ -15,6 +15,11 @@ interpreter's start or imports.
   delta-scan      --path P --aggs JSON
   delta-delete    --path P --predicate SQL
   delta-append    --path P --rows N --sort-by COL
+  tpch-gen        --sf SF --out DIR                 (setup) TPC-H tables as parquet, with DuckDB's
+                                                    dbgen; its 22 queries and official answers
+  duckdb-tables   --table NAME=SOURCE.. --sql SQL   DuckDB over several tables: SOURCE is an
+                                                    Iceberg metadata file (iceberg_scan) or a
+                                                    list file of parquet files; every row answered
   chart           --report JSON --out PNG
 """
 
@@ -367,6 +372,51 @@ def cmd_chart(a) -> dict:
     return {"seconds": 0.0, "answer": [a.out]}
 
 
+def cmd_tpch_gen(a) -> dict:
+    """TPC-H at scale factor `sf` (DuckDB's dbgen): DIR/<table>.parquet, DIR/queries/qN.sql,
+    and DIR/answers/qN.json (the official answer's rows as text) where DuckDB ships one."""
+    con = duckdb_connection(extensions=("tpch",))
+    start = time.perf_counter()
+    con.execute(f"CALL dbgen(sf={a.sf})")
+    os.makedirs(os.path.join(a.out, "queries"), exist_ok=True)
+    os.makedirs(os.path.join(a.out, "answers"), exist_ok=True)
+    tables = [t for (t,) in con.execute("SHOW TABLES").fetchall()]
+    for t in tables:
+        con.execute(f"COPY {t} TO '{os.path.join(a.out, t + '.parquet')}' (FORMAT parquet)")
+    for nr, q in con.execute("SELECT query_nr, query FROM tpch_queries()").fetchall():
+        open(os.path.join(a.out, "queries", f"q{nr}.sql"), "w").write(q)
+    answered = 0
+    for nr, answer in con.execute(
+        "SELECT query_nr, answer FROM tpch_answers() WHERE scale_factor = ?", [a.sf]
+    ).fetchall():
+        # A header line, then one line per row (an empty line is a row of one NULL); the text
+        # ends with a newline.
+        lines = answer.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        rows = [l.split("|") for l in lines[1:]]
+        json.dump(rows, open(os.path.join(a.out, "answers", f"q{nr}.json"), "w"))
+        answered += 1
+    return {"seconds": time.perf_counter() - start, "answer": [str(len(tables)), str(answered)]}
+
+
+def cmd_duckdb_tables(a) -> dict:
+    con = duckdb_connection()
+    for spec in a.table:
+        name, source = spec.split("=", 1)
+        if source.endswith(".json"):
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM iceberg_scan('{os.path.abspath(source)}')")
+        else:
+            files = [l for l in open(source).read().splitlines() if l]
+            listed = ", ".join(f"'{f}'" for f in files)
+            con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet([{listed}])")
+    start = time.perf_counter()
+    rows = con.execute(a.sql).fetchall()
+    seconds = time.perf_counter() - start
+    rows = [[text(v) for v in r] for r in rows]
+    return {"seconds": seconds, "answer": rows[0] if rows else [], "rows": rows}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -423,6 +473,12 @@ def main() -> int:
     c.add_argument("--files", required=True)
     c.add_argument("--rows", type=int, required=True)
     c.add_argument("--changes", type=int, required=True)
+    c = sub.add_parser("tpch-gen")
+    c.add_argument("--sf", type=float, required=True)
+    c.add_argument("--out", required=True)
+    c = sub.add_parser("duckdb-tables")
+    c.add_argument("--table", action="append", required=True)
+    c.add_argument("--sql", required=True)
     c = sub.add_parser("chart")
     c.add_argument("--report", required=True)
     c.add_argument("--out", required=True)
