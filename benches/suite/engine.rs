@@ -485,15 +485,7 @@ async fn sql(args: &Args) -> Result<Value> {
         use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
         let bare = Arc::new(MemoryCatalogProvider::new());
         let public = Arc::new(MemorySchemaProvider::new());
-        for spec in args.all("--parquet") {
-            let (name, list) = spec.split_once('=').ok_or_else(|| {
-                DataFusionError::Plan(format!("--parquet {spec}: expected NAME=LISTFILE"))
-            })?;
-            let files: Vec<String> = std::fs::read_to_string(list)?
-                .lines()
-                .filter(|l| !l.is_empty())
-                .map(str::to_string)
-                .collect();
+        for (name, files) in parquet_tables(args)? {
             let df = ctx
                 .read_parquet(files, ParquetReadOptions::default())
                 .await?;
@@ -580,6 +572,25 @@ async fn worker(args: &Args) -> Result<Value> {
     Ok(json!({ "stopped": url.as_str() }))
 }
 
+/// The `--parquet NAME=LISTFILE` options: each table's name and its files (one per line of
+/// the list file).
+fn parquet_tables(args: &Args) -> Result<Vec<(String, Vec<String>)>> {
+    args.all("--parquet")
+        .into_iter()
+        .map(|spec| {
+            let (name, list) = spec.split_once('=').ok_or_else(|| {
+                DataFusionError::Plan(format!("--parquet {spec}: expected NAME=LISTFILE"))
+            })?;
+            let files = std::fs::read_to_string(list)?
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect();
+            Ok((name.to_string(), files))
+        })
+        .collect()
+}
+
 /// `datafusion`: plain DataFusion (the physical limit), parquet files registered as tables.
 async fn datafusion_sql(args: &Args) -> Result<Value> {
     let mut config = SessionConfig::new();
@@ -611,15 +622,7 @@ async fn datafusion_sql(args: &Args) -> Result<Value> {
     for url in args.all("--store") {
         stores.register_in(&runtime, &ObjectStoreUrl::parse(url)?)?;
     }
-    for spec in args.all("--parquet") {
-        let (name, list) = spec.split_once('=').ok_or_else(|| {
-            DataFusionError::Plan(format!("--parquet {spec}: expected NAME=LISTFILE"))
-        })?;
-        let files: Vec<String> = std::fs::read_to_string(list)?
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect();
+    for (name, files) in parquet_tables(args)? {
         for file in files.iter().filter(|f| f.contains("://")) {
             let url = ObjectStoreUrl::parse(file.split('/').take(3).collect::<Vec<_>>().join("/"))?;
             stores.register_in(&runtime, &url)?;
