@@ -25,12 +25,11 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow::array::{
-    new_null_array, ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions,
-};
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, RecordBatchOptions};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use bytes::Bytes;
+use datafusion::common::internal_err;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{ScalarValue, Statistics};
@@ -318,11 +317,22 @@ impl FileOpener for OrcOpener {
                     .collect::<Vec<_>>(),
             ));
             let expr_adapter = adapter.create(logical_schema, Arc::clone(&physical))?;
-            let mut exprs: Vec<Option<Arc<dyn PhysicalExpr>>> = vec![None; schema.fields().len()];
-            for (at, (i, f)) in logical.iter().enumerate() {
-                let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(f.name(), at));
-                exprs[*i] = Some(expr_adapter.rewrite(column)?);
-            }
+            let mut exprs = logical.iter().enumerate().map(|(at, (_, f))| {
+                expr_adapter.rewrite(Arc::new(Column::new(f.name(), at)) as Arc<dyn PhysicalExpr>)
+            });
+            // How each output column is made.
+            let outputs: Vec<Output> = constants
+                .into_iter()
+                .zip(&field_ids)
+                .map(|(constant, id)| match (constant, *id == POSITION_ID) {
+                    (_, true) => Ok(Output::Position),
+                    (Some(value), false) => Ok(Output::Constant(value)),
+                    (None, false) => exprs
+                        .next()
+                        .unwrap_or_else(|| internal_err!("ORC column without an expression"))
+                        .map(Output::Read),
+                })
+                .collect::<Result<_>>()?;
             let stream: ArrowStreamReader<ObjectReader> = builder
                 .with_batch_size(batch_size)
                 // By ORC type id (pre-order: a nested column's children take ids too).
@@ -341,24 +351,22 @@ impl FileOpener for OrcOpener {
                 let arrays = schema
                     .fields()
                     .iter()
-                    .zip(&exprs)
-                    .zip(&constants)
-                    .zip(&field_ids)
-                    .map(|(((field, expr), constant), id)| -> Result<ArrayRef> {
-                        if *id == POSITION_ID {
-                            let positions: Int64Array =
-                                (first as i64..(first + batch.num_rows() as u64) as i64).collect();
-                            return Ok(Arc::new(positions));
-                        }
-                        match (expr, constant) {
-                            (_, Some(value)) => Ok(value.to_array_of_size(batch.num_rows())?),
-                            (Some(expr), None) => expr
+                    .zip(&outputs)
+                    .map(|(field, output)| -> Result<ArrayRef> {
+                        let rows = batch.num_rows();
+                        match output {
+                            Output::Position => {
+                                let positions: Int64Array =
+                                    (first as i64..(first + rows as u64) as i64).collect();
+                                Ok(Arc::new(positions))
+                            }
+                            Output::Constant(value) => Ok(value.to_array_of_size(rows)?),
+                            Output::Read(expr) => expr
                                 .evaluate(&batch)
-                                .and_then(|v| v.into_array(batch.num_rows()))
+                                .and_then(|v| v.into_array(rows))
                                 .map_err(|e| {
                                     named(&format!("column {} does not read: {e}", field.name()))
                                 }),
-                            (None, None) => Ok(new_null_array(field.data_type(), batch.num_rows())),
                         }
                     })
                     .collect::<Result<Vec<_>>>()?;
@@ -376,6 +384,16 @@ impl FileOpener for OrcOpener {
         }
         .boxed())
     }
+}
+
+/// How the opener makes one output column of a file.
+enum Output {
+    /// The row's position in the file.
+    Position,
+    /// The value the file's statistics fix for every row.
+    Constant(ScalarValue),
+    /// The file's column as the field-id adapter maps it (cast, defaulted, or NULL).
+    Read(Arc<dyn PhysicalExpr>),
 }
 
 /// The id the row position column takes among a source's field ids (no Iceberg field has it).

@@ -370,8 +370,7 @@ mod tests {
                     .collect(),
                 deletes: DeleteIndex::new(deletes.clone()),
             };
-            let indexed =
-                normal(listing.plan(&iceberg::spec::Schema::builder().build().unwrap(), |_| true));
+            let indexed = normal(listing.plan(None, |_| true));
             let mut index = DataIndex::new(
                 data.iter()
                     .map(|d| PlannedFile::new(d.clone(), 10, 10))

@@ -195,9 +195,9 @@ pub async fn plan_files_pruned(
         _ => None,
     };
     let Some((filter_schema, columns)) = prune else {
-        return Ok(listing.plan(schema, |_| true));
+        return Ok(listing.plan(Some(schema), |_| true));
     };
-    Ok(listing.plan(schema, |f| {
+    Ok(listing.plan(Some(schema), |f| {
         let (Some(file), Some(spec)) = (
             f.stats.as_deref(),
             metadata.partition_spec_by_id(f.data.spec_id),
@@ -359,15 +359,22 @@ struct SnapshotListing {
 
 impl SnapshotListing {
     /// The data files `keep` accepts, with the delete files that apply to them.
-    /// The data files `keep` accepts, with the delete files that apply to them and the summed
-    /// statistics of `schema`'s columns.
-    fn plan(self, schema: &iceberg::spec::Schema, keep: impl Fn(&ListedFile) -> bool) -> ScanFiles {
+    /// The data files `keep` accepts, with the delete files that apply to them and, given a
+    /// schema, the summed statistics of its columns.
+    fn plan(
+        self,
+        schema: Option<&iceberg::spec::Schema>,
+        keep: impl Fn(&ListedFile) -> bool,
+    ) -> ScanFiles {
         let deletes = self.deletes;
         let kept: Vec<ListedFile> = self.data.into_iter().filter(|f| keep(f)).collect();
-        let mut columns = ColumnSummary::new(schema);
-        for f in &kept {
-            columns.add(f.stats.as_deref());
-        }
+        let columns = schema.map(|schema| {
+            let mut columns = ColumnSummary::new(schema);
+            for f in &kept {
+                columns.add(f.stats.as_deref());
+            }
+            Arc::new(columns)
+        });
         let equality_deletes = deletes.equality_deletes_for(kept.iter().map(|f| &f.data));
         let files = kept
             .into_iter()
@@ -397,7 +404,7 @@ impl SnapshotListing {
             files,
             equality_deletes,
             streamed: false,
-            columns: Some(Arc::new(columns)),
+            columns,
         }
     }
 }
@@ -548,7 +555,7 @@ fn deletion_vector(file: &DataFile) -> Result<Option<BlobRange>> {
 pub async fn plan_files(table: &Table, snapshot: &SnapshotRef) -> Result<Vec<PlannedFile>> {
     Ok(list_snapshot(table, &LocationMap::default(), snapshot)
         .await?
-        .plan(&iceberg::spec::Schema::builder().build().df()?, |_| true)
+        .plan(None, |_| true)
         .files)
 }
 
