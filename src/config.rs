@@ -30,6 +30,10 @@ extensions_options! {
         /// How `MERGE` changes rows: `copy-on-write` or `merge-on-read`; empty means the
         /// table's `write.merge.mode` (copy-on-write when unset).
         pub merge_mode: String, default = String::new()
+        /// Bytes a hash join's build side may take (the session's memory limit, when
+        /// `IcebergSession` has one): a join whose build side may not fit (estimated from
+        /// statistics, or unknown) is planned as a sort-merge join, which spills. 0: no bound.
+        pub join_memory_budget: u64, default = 0
     }
 }
 

@@ -118,6 +118,18 @@ pub fn session_state_builder(config: SessionConfig) -> SessionStateBuilder {
     } else {
         config.with_option_extension(crate::IcebergOptions::default())
     };
+    // Under a memory budget, hash joins that may not fit become sort-merge joins, chosen
+    // right after DataFusion's own join selection (before distribution and sorts are added).
+    let mut physical_rules =
+        datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
+    let at = physical_rules
+        .iter()
+        .position(|r| r.name() == "join_selection")
+        .map_or(0, |i| i + 1);
+    physical_rules.insert(
+        at,
+        Arc::new(crate::physical_plan::join_choice::SpillingJoins),
+    );
     let mut analyzer_rules = datafusion::optimizer::Analyzer::new().rules;
     // Text standing for uuids is parsed before DataFusion's type coercion sees the pair.
     analyzer_rules.insert(0, Arc::new(crate::uuid_type::UuidCoercion));
@@ -127,6 +139,7 @@ pub fn session_state_builder(config: SessionConfig) -> SessionStateBuilder {
         .with_query_planner(Arc::new(crate::IcebergQueryPlanner::new()))
         .with_type_planner(Arc::new(crate::uuid_type::IcebergTypePlanner))
         .with_analyzer_rules(analyzer_rules)
+        .with_physical_optimizer_rules(physical_rules)
         .with_extension_type_registry(Arc::new(
             datafusion::logical_expr::registry::MemoryExtensionTypeRegistry::new_with_canonical_extension_types(),
         ));
@@ -199,6 +212,11 @@ impl IcebergSession {
             .build_arc()?;
         let mut config = SessionConfig::new();
         if let Some(limit) = memory_limit {
+            let options = crate::IcebergOptions {
+                join_memory_budget: limit as u64,
+                ..Default::default()
+            };
+            config = config.with_option_extension(options);
             // Each sort holds this much back for its final merge; DataFusion's 10 MiB default
             // would not leave room for two parallel sorts under a small limit.
             let options = config.options_mut();

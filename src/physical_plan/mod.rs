@@ -3,6 +3,7 @@
 pub mod change_rows;
 pub mod commit;
 pub mod equality_delete;
+pub(crate) mod join_choice;
 pub(crate) mod keep_rows;
 pub(crate) mod memory_share;
 pub(crate) mod orc;
