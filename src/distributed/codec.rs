@@ -63,6 +63,7 @@ use crate::dml::merge::rows::{MergeRowsExec, RowsMode};
 use crate::dml::mor_writer::PositionDeleteWriterExec;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};
+use crate::physical_plan::join_choice::CompactViewsExec;
 use crate::physical_plan::orc::OrcSource;
 use crate::physical_plan::parquet_files::with_recorded_size_reader_indexed;
 use crate::physical_plan::positional_delete::{FileDeletes, PositionalDeleteExec};
@@ -98,6 +99,9 @@ enum Node {
     Scan {
         summary: ScanSummary,
     },
+    /// String views copied out of shared buffers (under a sort-merge join chosen for a memory
+    /// limit).
+    CompactViews,
     /// A scan of ORC data files (a `DataSourceExec` of this crate's ORC source).
     OrcScan {
         /// The file scan (datafusion-proto `FileScanExecConf`).
@@ -599,6 +603,7 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
             Node::Scan { summary } => {
                 Arc::new(IcebergScanExec::new(one("IcebergScanExec")?, summary))
             }
+            Node::CompactViews => Arc::new(CompactViewsExec::new(one("CompactViewsExec")?)),
             Node::OrcScan {
                 config,
                 field_ids,
@@ -688,6 +693,8 @@ impl PhysicalExtensionCodec for IcebergPhysicalCodec {
                     Box::new((schema.clone(), properties.clone()))
                 },
             }
+        } else if node.downcast_ref::<CompactViewsExec>().is_some() {
+            Node::CompactViews
         } else if let Some(scan) = node.downcast_ref::<IcebergScanExec>() {
             Node::Scan {
                 summary: scan.summary().clone(),

@@ -16,14 +16,23 @@
 
 use std::sync::Arc;
 
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, RecordBatchOptions};
 use arrow::compute::SortOptions;
-use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
+use arrow::datatypes::DataType;
+use datafusion::common::internal_err;
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
+use datafusion::execution::TaskContext;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::joins::{HashJoinExec, SortMergeJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, PlanProperties, SendableRecordBatchStream,
+};
 use datafusion::physical_plan::{ExecutionPlan, Statistics, StatisticsArgs, StatisticsContext};
+use futures::StreamExt;
 
 use crate::IcebergOptions;
 
@@ -51,9 +60,15 @@ impl PhysicalOptimizerRule for SpillingJoins {
             if join.null_aware || fits(join.left().as_ref(), budget)? {
                 return Ok(Transformed::no(node));
             }
+            let input = |plan: &Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
+                match CompactViewsExec::needed(plan.as_ref()) {
+                    true => Arc::new(CompactViewsExec::new(Arc::clone(plan))),
+                    false => Arc::clone(plan),
+                }
+            };
             let merge: Arc<dyn ExecutionPlan> = Arc::new(SortMergeJoinExec::try_new(
-                Arc::clone(join.left()),
-                Arc::clone(join.right()),
+                input(join.left()),
+                input(join.right()),
                 join.on().to_vec(),
                 join.filter().cloned(),
                 *join.join_type(),
@@ -120,4 +135,179 @@ fn estimated_bytes(stats: &Statistics, plan: &dyn ExecutionPlan) -> Option<usize
         total = total.saturating_add(bytes);
     }
     Some(total)
+}
+
+/// Passes batches on with their string and binary views copied into buffers of their own
+/// when they share larger buffers: a join's output rows point into the whole build side's
+/// buffers, and a sort reserves every buffer a batch holds, so one batch would count as the
+/// build side's size (tens of MiB) and starve the pool. Placed under a sort-merge join's
+/// inputs by [`SpillingJoins`].
+#[derive(Debug)]
+pub(crate) struct CompactViewsExec {
+    input: Arc<dyn ExecutionPlan>,
+}
+
+impl CompactViewsExec {
+    /// Compacts the batches of `input`.
+    pub(crate) fn new(input: Arc<dyn ExecutionPlan>) -> Self {
+        Self { input }
+    }
+
+    /// Whether a plan's rows hold views worth compacting.
+    fn needed(plan: &dyn ExecutionPlan) -> bool {
+        plan.schema()
+            .fields()
+            .iter()
+            .any(|f| matches!(f.data_type(), DataType::Utf8View | DataType::BinaryView))
+    }
+}
+
+impl DisplayAs for CompactViewsExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "CompactViewsExec")
+    }
+}
+
+impl ExecutionPlan for CompactViewsExec {
+    fn name(&self) -> &str {
+        "CompactViewsExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(
+            &Arc<dyn datafusion::physical_plan::PhysicalExpr>,
+        ) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        match <[_; 1]>::try_from(children) {
+            Ok([input]) => Ok(Arc::new(Self::new(input))),
+            Err(_) => internal_err!("CompactViewsExec has one child"),
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let stream = self.input.execute(partition, context)?;
+        let schema = stream.schema();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            stream.map(|batch| batch.map(compact)),
+        )))
+    }
+}
+
+/// `batch` with each view column that holds more than twice the bytes it shows copied into
+/// buffers of its own.
+fn compact(batch: RecordBatch) -> RecordBatch {
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| {
+            if let Some(views) = c.as_string_view_opt() {
+                if sparse(views.data_buffers(), views.views(), views.len()) {
+                    return Arc::new(views.gc()) as ArrayRef;
+                }
+            } else if let Some(views) = c.as_binary_view_opt() {
+                if sparse(views.data_buffers(), views.views(), views.len()) {
+                    return Arc::new(views.gc()) as ArrayRef;
+                }
+            }
+            Arc::clone(c)
+        })
+        .collect();
+    RecordBatch::try_new_with_options(
+        batch.schema(),
+        columns,
+        &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+    .unwrap_or(batch)
+}
+
+/// Whether views of `rows` values keep more than twice the out-of-line bytes they show.
+fn sparse(buffers: &[arrow::buffer::Buffer], views: &[u128], rows: usize) -> bool {
+    let held: usize = buffers.iter().map(|b| b.capacity()).sum();
+    if held == 0 || rows == 0 {
+        return false;
+    }
+    // Values longer than 12 bytes live in the buffers (their length is the view's low 32 bits).
+    let shown: usize = views
+        .iter()
+        .map(|v| (*v as u32) as usize)
+        .filter(|&len| len > 12)
+        .sum();
+    // (A builder's first block, 8 to 32 KiB, is not worth copying.)
+    held > 2 * shown + 32 * 1024
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::StringViewArray;
+    use arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    #[test]
+    fn views_sharing_a_larger_buffer_are_copied_out_and_read_alike() {
+        let values: Vec<String> = (0..10_000)
+            .map(|i| format!("a long string value {i}"))
+            .collect();
+        let all = StringViewArray::from_iter_values(values.iter());
+        // Ten rows that still hold the buffers of ten thousand (as a join's output rows do).
+        let few = all.slice(500, 10);
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "s",
+            DataType::Utf8View,
+            false,
+        )]));
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(few.clone())]).unwrap();
+        let held = |b: &RecordBatch| -> usize {
+            b.column(0)
+                .as_string_view()
+                .data_buffers()
+                .iter()
+                .map(|d| d.capacity())
+                .sum()
+        };
+        let before = held(&batch);
+        let compacted = compact(batch);
+        assert!(
+            held(&compacted) * 20 < before,
+            "{} of {before}",
+            held(&compacted)
+        );
+        assert_eq!(compacted.column(0).as_string_view(), &few);
+
+        // Views that use their buffers are passed on as they are.
+        let own = RecordBatch::try_new(
+            compacted.schema(),
+            vec![Arc::new(StringViewArray::from_iter_values(
+                values.iter().take(10),
+            ))],
+        )
+        .unwrap();
+        let before = held(&own);
+        assert_eq!(held(&compact(own)), before);
+    }
 }
