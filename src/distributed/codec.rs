@@ -968,6 +968,22 @@ mod tests {
 
     use super::*;
 
+    /// A sort-merge join chosen for a memory limit travels with its inputs' view compaction.
+    #[test]
+    fn compacted_join_inputs_travel_to_workers() {
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8View, true)]));
+        let input: Arc<dyn ExecutionPlan> =
+            Arc::new(datafusion::physical_plan::empty::EmptyExec::new(schema));
+        let node: Arc<dyn ExecutionPlan> = Arc::new(CompactViewsExec::new(input));
+        let codec = IcebergPhysicalCodec;
+        let bytes = physical_plan_to_bytes_with_extension_codec(node, &codec).unwrap();
+        let ctx = SessionContext::new();
+        let decoded =
+            physical_plan_from_bytes_with_extension_codec(&bytes, &ctx.task_ctx(), &codec).unwrap();
+        assert!(decoded.downcast_ref::<CompactViewsExec>().is_some());
+        assert_eq!(decoded.children()[0].name(), "EmptyExec");
+    }
+
     /// A task's rewrite carries the changed positions of its own files only, and they decode
     /// to the same bitmaps.
     #[test]
