@@ -23,6 +23,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import sqlite3
 import sys
 import time
@@ -39,7 +40,7 @@ def close(got: str, want: str) -> bool:
     """Equal as text, or as numbers to the official answers' precision (they print averages
     with more digits than a decimal result holds)."""
     got, want = got.strip(), want.strip()
-    if got == want or (got == "NULL" and want == ""):
+    if got == want or {got, want} == {"NULL", ""}:
         return True
     try:
         g, w = float(got), float(want)
@@ -59,19 +60,106 @@ def verdict(rows, want) -> str:
     return "ok"
 
 
+DUCKDB_NATIVE = "DuckDB 1.5.5, native tables"
+OURS_PYICEBERG = "iceberg-exec, tables written by pyiceberg"
+MODES = ("copy-on-write", "merge-on-read")
+ORDERS = ["o_orderkey", "o_custkey", "o_orderstatus", "o_totalprice", "o_orderdate", "o_orderpriority",
+          "o_clerk", "o_shippriority", "o_comment"]
+LINEITEM = ["l_orderkey", "l_partkey", "l_suppkey", "l_linenumber", "l_quantity", "l_extendedprice",
+            "l_discount", "l_tax", "l_returnflag", "l_linestatus", "l_shipdate", "l_commitdate",
+            "l_receiptdate", "l_shipinstruct", "l_shipmode", "l_comment"]
+
+
+def refresh_functions(r: int) -> list:
+    """Round `r` (from 1) of TPC-H's refresh functions, in SQL both engines run as written.
+
+    Orders keys come in groups of 32 of which 8 are used; a slice is every group whose number is
+    the same modulo 1000, so 1/1000 of the orders (1,500 x SF, as the specification's refresh
+    sets), spread over the whole key range and so over every data file. RF1 copies the orders of
+    slice 500 + r and their lineitems under new keys (the old ones + r x 10^8, in the same slice,
+    never copied again); RF2 deletes the lineitems of slice r's orders (a subquery, as the
+    specification's delete set is a list of order keys), then those orders."""
+    new, gone, off = 32 * (500 + r), 32 * r, 100_000_000 * r
+
+    def copy(table, cols):
+        return (f"INSERT INTO {table} SELECT {cols[0]} + {off}, {', '.join(cols[1:])} FROM {table} "
+                f"WHERE {cols[0]} % 32000 BETWEEN {new} AND {new + 31}")
+
+    return [
+        ("RF1", copy("orders", ORDERS)),
+        ("RF1", copy("lineitem", LINEITEM)),
+        ("RF2", "DELETE FROM lineitem WHERE l_orderkey IN (SELECT o_orderkey FROM orders "
+                f"WHERE o_orderkey % 32000 BETWEEN {gone} AND {gone + 31})"),
+        ("RF2", f"DELETE FROM orders WHERE o_orderkey % 32000 BETWEEN {gone} AND {gone + 31}"),
+    ]
+
+
+def load(s, data: str, wh: str, work: str) -> None:
+    """The tables loaded through iceberg-exec's own commit path: `CREATE TABLE tpch.<t> AS SELECT`
+    from the generated files."""
+    sources = []
+    for t in TABLES:
+        listfile = os.path.join(work, f"source-{t}.txt")
+        open(listfile, "w").write(os.path.join(data, f"{t}.parquet") + "\n")
+        sources += ["--parquet", f"{t}={listfile}"]
+    s.engine_json("sql", "--warehouse", wh, "--sql", "CREATE SCHEMA IF NOT EXISTS tpch")
+    for t in TABLES:
+        t0 = time.monotonic()
+        s.engine_json("sql", "--warehouse", wh, *sources, "--sql",
+                      f"CREATE TABLE tpch.{t} AS SELECT * FROM bare.public.{t}")
+        log(f"  {os.path.basename(wh)} tpch.{t}: {time.monotonic() - t0:.1f} s")
+
+
+def metadata_locations(wh: str) -> dict:
+    con = sqlite3.connect(os.path.join(wh, "catalog.db"))
+    try:
+        return {
+            name: loc.removeprefix("file://")
+            for name, loc in con.execute(
+                "SELECT table_name, metadata_location FROM iceberg_tables WHERE table_namespace = 'tpch'"
+            ).fetchall()
+        }
+    finally:
+        con.close()
+
+
+def phase(s, args, data, wanted, label, title, goal, engines_for, reference) -> list:
+    """One scenario per query; every run's rows checked against `reference(n)` (None: not
+    checked). Returns the phase's scenarios."""
+    before = len(s.scenarios)
+    for n in wanted:
+        q = open(os.path.join(data, "queries", f"q{n}.sql")).read()
+        want = reference(n, q)
+        s.scenario(
+            f"{label}q{n}", f"TPC-H Q{n}, {title}", goal, engines_for(q),
+            expected=lambda e, want=want: ["ok"] if want is not None else None,
+            after_each=lambda e, run, want=want: [verdict(run.doc.get("rows"), want) if want is not None else "ok"],
+        )
+    return s.scenarios[before:]
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sf", type=float, help="scale factor (default 1; 0.01 with --quick)")
-    p.add_argument("--quick", action="store_true", help="sf 0.01, debug build, one run")
+    p.add_argument("--quick", action="store_true", help="sf 0.01, debug build, one run, 2 refresh rounds")
     p.add_argument("--runs", type=int, help="runs per engine (default 3; 1 with --quick)")
     p.add_argument("--cap", type=float, default=600.0, help="seconds before a run is killed")
     p.add_argument("--queries", help="comma-separated query numbers (default all 22)")
     p.add_argument("--memory-limit", help="iceberg-exec's and the limit's memory pool, e.g. 256MiB")
+    p.add_argument("--rounds", type=int, help="refresh rounds (RF1 + RF2) per write mode (default 10; 2 "
+                   "with --quick; 0: none)")
+    p.add_argument("--modes", default=",".join(MODES), help="write modes of the refresh rounds")
+    p.add_argument("--no-pyiceberg", action="store_true", help="skip the queries over tables pyiceberg wrote")
     p.add_argument("--out", default=os.path.join(compare.REPO, "target", "bench-report"))
     p.add_argument("--venv", default=os.environ.get("ICEBERG_EXEC_VENV") or os.path.expanduser("~/.cache/iceberg-exec-venv"))
     args = p.parse_args()
     sf = args.sf or (0.01 if args.quick else 1.0)
     args.runs = args.runs or (1 if args.quick else 3)
+    rounds = args.rounds if args.rounds is not None else (2 if args.quick else 10)
+    modes = [m for m in args.modes.split(",") if m] if rounds else []
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"--modes: {m} is not one of {', '.join(MODES)}")
     # What compare.py's Suite reads.
     args.no_build_peers, args.distributed, args.scenarios = True, False, None
     args.work = os.path.join(target_dir(), "bench-work", f"tpch-sf{sf:g}")
@@ -87,34 +175,28 @@ def main() -> int:
         s_gen = compare.run_process(s.peers("tpch-gen", "--sf", str(sf), "--out", data), 3600)
         if s_gen.status != "ok":
             raise SystemExit(f"tpch-gen: {s_gen.status} {s_gen.detail}")
+    parquet = {t: os.path.join(data, f"{t}.parquet") for t in TABLES}
     wh = os.path.join(args.work, "warehouse")
     stamp = os.path.join(wh, "loaded")
     if not os.path.exists(stamp):
         log("loading the tables through iceberg-exec (CREATE TABLE ... AS SELECT)")
-        sources = []
-        for t in TABLES:
-            listfile = os.path.join(args.work, f"source-{t}.txt")
-            open(listfile, "w").write(os.path.join(data, f"{t}.parquet") + "\n")
-            sources += ["--parquet", f"{t}={listfile}"]
-        s.engine_json("sql", "--warehouse", wh, "--sql", "CREATE SCHEMA IF NOT EXISTS tpch")
-        for t in TABLES:
-            t0 = time.monotonic()
-            s.engine_json("sql", "--warehouse", wh, *sources, "--sql",
-                          f"CREATE TABLE tpch.{t} AS SELECT * FROM bare.public.{t}")
-            log(f"  tpch.{t}: {time.monotonic() - t0:.1f} s")
+        shutil.rmtree(wh, ignore_errors=True)
+        os.makedirs(wh)
+        load(s, data, wh, args.work)
         open(stamp, "w").write("ok")
+    py_wh = os.path.join(args.work, "warehouse-pyiceberg")
+    if not args.no_pyiceberg and not os.path.exists(os.path.join(py_wh, "loaded")):
+        log("loading the tables through pyiceberg (its SqlCatalog, append)")
+        shutil.rmtree(py_wh, ignore_errors=True)
+        os.makedirs(py_wh)
+        run = compare.run_process(s.peers("pyiceberg-load", "--warehouse", py_wh, "--namespace", "tpch",
+                                          *[a for t in TABLES for a in ("--table", f"{t}={parquet[t]}")]), 3600)
+        if run.status != "ok":
+            raise SystemExit(f"pyiceberg-load: {run.status} {run.detail}")
+        open(os.path.join(py_wh, "loaded"), "w").write("ok")
 
     # The tables' metadata files and data files (freshly created: every file in data/ is live).
-    con = sqlite3.connect(os.path.join(wh, "catalog.db"))
-    try:
-        metadata = {
-            name: loc.removeprefix("file://")
-            for name, loc in con.execute(
-                "SELECT table_name, metadata_location FROM iceberg_tables WHERE table_namespace = 'tpch'"
-            ).fetchall()
-        }
-    finally:
-        con.close()
+    metadata = metadata_locations(wh)
     lists = {}
     for t in TABLES:
         files = sorted(glob.glob(os.path.join(wh, "tpch", t, "data", "*.parquet")))
@@ -123,74 +205,249 @@ def main() -> int:
     bare = [a for t in TABLES for a in ("--parquet", f"{t}={lists[t]}")]
     pool = ["--memory-limit", args.memory_limit] if args.memory_limit else []
 
-    wanted = [int(q) for q in args.queries.split(",")] if args.queries else list(range(1, 23))
-    for n in wanted:
-        q = open(os.path.join(data, "queries", f"q{n}.sql")).read()
+    def ours(warehouse):
+        return [E, "sql", "--warehouse", warehouse, "--set", "datafusion.catalog.default_schema=tpch", *pool]
+
+    def duckdb_iceberg(warehouse):
+        m = metadata_locations(warehouse)
+        return s.peers("duckdb-tables", *[a for t in TABLES for a in ("--table", f"{t}={m[t]}")])
+
+    def official(n, q):
         answer_file = os.path.join(data, "answers", f"q{n}.json")
-        official = json.load(open(answer_file)) if os.path.exists(answer_file) else None
-        engines = [
-            (OURS, [E, "sql", "--warehouse", wh, "--set", "datafusion.catalog.default_schema=tpch", *pool,
-                    "--sql", q]),
+        return json.load(open(answer_file)) if os.path.exists(answer_file) else None
+
+    wanted = [int(q) for q in args.queries.split(",")] if args.queries else list(range(1, 23))
+    pyiceberg = [] if args.no_pyiceberg else [(OURS_PYICEBERG, ours(py_wh))]
+    queries = phase(
+        s, args, data, wanted, "tpch_", f"sf {sf:g}", "within 1.05x of the limit",
+        lambda q: [
+            (OURS, [*ours(wh), "--sql", q]),
             (LIMIT, [E, "datafusion", *bare, *pool, "--sql", q]),
-            (DUCKDB, s.peers("duckdb-tables", *[a for t in TABLES for a in ("--table", f"{t}={metadata[t]}")],
-                             "--sql", q)),
+            (DUCKDB, [*duckdb_iceberg(wh), "--sql", q]),
             (DUCKDB_BARE, s.peers("duckdb-tables", *[a for t in TABLES for a in ("--table", f"{t}={lists[t]}")],
                                   "--sql", q)),
-        ]
-        # Each run's rows against the official answer; the verdict is what is compared.
-        s.scenario(
-            f"tpch_q{n}", f"TPC-H Q{n}, sf {sf:g}", "within 1.05x of the limit",
-            engines,
-            expected=lambda e: ["ok"] if official is not None else None,
-            after_each=lambda e, run: [verdict(run.doc.get("rows"), official) if official is not None else "ok"],
-        )
+            *[(e, [*argv, "--sql", q]) for e, argv in pyiceberg],
+        ],
+        official,
+    )
+
+    refresh = {}
+    for mode in modes:
+        refresh[mode] = refresh_rounds(s, args, data, wanted, parquet, mode, rounds, ours, duckdb_iceberg)
 
     report = {"sf": sf, "machine": compare.machine(), "memory_limit": args.memory_limit,
-              "seconds": round(time.monotonic() - started), "queries": s.scenarios}
+              "seconds": round(time.monotonic() - started), "queries": queries, "rounds": rounds,
+              "refresh": refresh}
     md = markdown(report)
     json.dump(report, open(os.path.join(args.out, "tpch.json"), "w"), indent=1)
     open(os.path.join(args.out, "tpch.md"), "w").write(md)
+    chart = compare.run_process(s.peers("tpch-chart", "--report", os.path.join(args.out, "tpch.json"),
+                                        "--out", os.path.join(args.out, "tpch.png")), 300)
+    if chart.status != "ok":
+        log(f"no chart: {chart.status} {chart.detail}")
     print(md)
-    wrong = [sc["name"] for sc in s.scenarios for r in sc["engines"] if r["engine"] == OURS and r["status"] != "ok"]
+    wrong = [sc["name"] for sc in queries for r in sc["engines"]
+             if r["engine"] in (OURS, OURS_PYICEBERG) and r["status"] != "ok"]
+    for mode, doc in refresh.items():
+        wrong += [f"{mode} {st['sql'][:40]}" for st in doc["statements"] if st["ours"]["status"] != "ok"]
+        for ph in ("before", "after", "compacted"):
+            wrong += [f"{mode} {sc['name']}" for sc in doc[ph] for r in sc["engines"]
+                      if r["engine"] == OURS and r["status"] != "ok"]
     if wrong:
         log(f"iceberg-exec did not answer right: {wrong}")
         return 1
     return 0
 
 
+def refresh_rounds(s, args, data, wanted, parquet, mode, rounds, ours, duckdb_iceberg) -> dict:
+    """Fresh tables in `mode` (ours through our commit path, DuckDB's native ones from the same
+    files); the queries before, `rounds` rounds of RF1 + RF2 (each statement in a fresh process
+    per engine, the rows changed compared), the queries after, compaction, the queries again.
+    Every query's rows are checked against DuckDB's native tables in the same state."""
+    log(f"refresh rounds, {mode}")
+    wh = os.path.join(args.work, f"refresh-{mode}")
+    db = os.path.join(args.work, f"refresh-{mode}.duckdb")
+    shutil.rmtree(wh, ignore_errors=True)
+    os.makedirs(wh)
+    for f in (db, db + ".wal"):
+        if os.path.exists(f):
+            os.remove(f)
+    load(s, data, wh, args.work)
+    for t in ("orders", "lineitem"):
+        props = ", ".join(f"'write.{op}.mode' = '{mode}'" for op in ("delete", "update", "merge"))
+        s.engine_json("sql", "--warehouse", wh, "--sql", f"ALTER TABLE tpch.{t} SET TBLPROPERTIES ({props})")
+    run = compare.run_process(s.peers("duckdb-native", "--db", db,
+                                      *[a for t in TABLES for a in ("--load", f"{t}={parquet[t]}")],
+                                      "--sql", "SELECT count(*) FROM lineitem"), 3600)
+    if run.status != "ok":
+        raise SystemExit(f"duckdb-native load: {run.status} {run.detail}")
+
+    def native(q):
+        return s.peers("duckdb-native", "--db", db, "--sql", q)
+
+    refs = {}
+
+    def reference(n, q):
+        run = compare.run_process(native(q), args.cap)
+        if run.status != "ok":
+            raise SystemExit(f"DuckDB's native tables, Q{n}: {run.status} {run.detail}")
+        refs[n] = run.doc["rows"]
+        return refs[n]
+
+    goal = {"copy-on-write": "within 1.1x of before", "merge-on-read": "within 1.3x of before"}[mode]
+    doc = {"statements": []}
+    doc["before"] = phase(s, args, data, wanted, f"{mode}_before_", f"{mode}, before the refresh rounds", goal,
+                          lambda q: [(OURS, [*ours(wh), "--sql", q]), (DUCKDB_NATIVE, native(q))], reference)
+    for r in range(1, rounds + 1):
+        for kind, sql in refresh_functions(r):
+            row = {"round": r, "kind": kind, "sql": sql}
+            for key, argv in (("ours", [*ours(wh), "--sql", sql]), ("duckdb", native(sql))):
+                run = compare.run_process(argv, args.cap)
+                row[key] = {"status": run.status, "seconds": run.seconds, "rss_mib": run.rss_mib,
+                            "answer": run.answer, "detail": run.detail}
+            if row["ours"]["status"] == "ok" and row["duckdb"]["status"] == "ok" and \
+                    row["ours"]["answer"] != row["duckdb"]["answer"]:
+                row["ours"]["status"] = "wrong"
+                row["ours"]["detail"] = f"changed {row['ours']['answer']} rows, DuckDB {row['duckdb']['answer']}"
+            log(f"  round {r} {kind}: ours {row['ours']['status']} {row['ours']['seconds']} "
+                f"DuckDB {row['duckdb']['status']} {row['duckdb']['seconds']} rows {row['ours']['answer']} "
+                f"{row['ours']['detail']}")
+            doc["statements"].append(row)
+    doc["after"] = phase(s, args, data, wanted, f"{mode}_after_", f"{mode}, after {rounds} refresh rounds", goal,
+                         lambda q: [(OURS, [*ours(wh), "--sql", q]), (DUCKDB, [*duckdb_iceberg(wh), "--sql", q]),
+                                    (DUCKDB_NATIVE, native(q))], reference)
+    doc["compaction"] = []
+    for t in ("orders", "lineitem"):
+        sql = (f"CALL system.rewrite_data_files(table => 'tpch.{t}', options => "
+               "map('delete-file-threshold', '1', 'remove-dangling-deletes', 'true'))")
+        run = compare.run_process([*ours(wh), "--sql", sql], args.cap)
+        if run.status != "ok":
+            raise SystemExit(f"{mode} compaction of {t}: {run.status} {run.detail}")
+        doc["compaction"].append({"table": t, "seconds": run.seconds, "answer": run.answer})
+        log(f"  compaction of {t}: {run.seconds:.2f} s {run.answer}")
+    doc["compacted"] = phase(s, args, data, wanted, f"{mode}_compacted_", f"{mode}, after compaction", goal,
+                             lambda q: [(OURS, [*ours(wh), "--sql", q]), (DUCKDB, [*duckdb_iceberg(wh), "--sql", q])],
+                             lambda n, q: refs[n])
+    return doc
+
+
+def geomean(values) -> str:
+    values = [v for v in values if v]
+    return f"{math.exp(sum(map(math.log, values)) / len(values)):.2f}x" if values else "-"
+
+
+def cell(r: dict) -> str:
+    if r.get("status") == "ok":
+        return f"{r['median_s']:.3f}"
+    return f"{r.get('status')}: {r.get('detail', '')[:60]}" if r else "-"
+
+
 def markdown(report: dict) -> str:
     engines = [OURS, LIMIT, DUCKDB, DUCKDB_BARE]
+    py = any(r["engine"] == OURS_PYICEBERG for sc in report["queries"] for r in sc["engines"])
     lines = [
         f"# TPC-H sf {report['sf']:g}" + (f" under --memory-limit {report['memory_limit']}" if report["memory_limit"] else ""),
         "",
         f"Machine: {report['machine']}. Median seconds per engine (statement only); the ratio is "
         "iceberg-exec's time over the engine's (below 1: iceberg-exec faster). Every answer checked "
-        "against TPC-H's official one.",
+        "against TPC-H's official one."
+        + (f" The last time column is iceberg-exec over the same data in tables pyiceberg wrote "
+           "(its SqlCatalog, `append`)." if py else ""),
         "",
-        "| query | " + " | ".join(engines) + " | ours / limit | ours / DuckDB | peak RSS ours (MiB) |",
-        "|---|" + "---|" * (len(engines) + 3),
+        "| query | " + " | ".join(engines) + " | ours / limit | ours / DuckDB | peak RSS ours (MiB) |"
+        + (" iceberg-exec, pyiceberg's tables |" if py else ""),
+        "|---|" + "---|" * (len(engines) + 3 + py),
     ]
     ratios = {LIMIT: [], DUCKDB: []}
     for sc in report["queries"]:
         rows = {r["engine"]: r for r in sc["engines"]}
-        cells = []
-        for e in engines:
-            r = rows.get(e, {})
-            cells.append(f"{r['median_s']:.3f}" if r.get("status") == "ok" else f"{r.get('status')}: {r.get('detail', '')[:60]}")
+        cells = [cell(rows.get(e, {})) for e in engines]
         ours = rows.get(OURS, {})
         out = []
         for e in (LIMIT, DUCKDB):
             ratio = rows.get(e, {}).get("ours_over_engine")
-            if ratio is not None:
-                ratios[e].append(ratio)
+            ratios[e].append(ratio)
             out.append(f"{ratio:.2f}x" if ratio is not None else "-")
         rss = f"{ours['rss_mib']:.0f}" if ours.get("rss_mib") else "-"
-        lines.append(f"| {sc['name'].removeprefix('tpch_').upper()} | " + " | ".join(cells) + f" | {out[0]} | {out[1]} | {rss} |")
-    geo = [f"{math.exp(sum(map(math.log, v)) / len(v)):.2f}x" if v else "-" for v in ratios.values()]
-    lines.append("| geometric mean | " + " | ".join("" for _ in engines) + f" | {geo[0]} | {geo[1]} | |")
+        extra = f" {cell(rows.get(OURS_PYICEBERG, {}))} |" if py else ""
+        lines.append(f"| {sc['name'].removeprefix('tpch_').upper()} | " + " | ".join(cells)
+                     + f" | {out[0]} | {out[1]} | {rss} |" + extra)
+    lines.append("| geometric mean | " + " | ".join("" for _ in engines)
+                 + f" | {geomean(ratios[LIMIT])} | {geomean(ratios[DUCKDB])} | |" + (" |" if py else ""))
+    for mode, doc in report.get("refresh", {}).items():
+        lines += refresh_markdown(report, mode, doc)
     lines.append("")
     lines.append(f"Whole run: {report['seconds']} s.")
     return "\n".join(lines) + "\n"
+
+
+def median_of(sc: dict, engine: str):
+    r = next((r for r in sc["engines"] if r["engine"] == engine), None)
+    return r["median_s"] if r and r["status"] == "ok" else None
+
+
+def refresh_markdown(report: dict, mode: str, doc: dict) -> list:
+    rounds = report["rounds"]
+    lines = ["", f"## {mode}: {rounds} refresh rounds", ""]
+    lines.append(
+        "Each round: RF1 copies 1/1000 of the orders with their lineitems under new keys (two `INSERT "
+        "... SELECT`), RF2 deletes another 1/1000 spread over the key range (`DELETE FROM lineitem WHERE "
+        "l_orderkey IN (SELECT ...)`, then the orders). Each statement runs in a fresh process; DuckDB "
+        "runs the same statements on its native tables loaded from the same files. Seconds summed "
+        "over the rounds, median round in brackets."
+    )
+    lines += ["", "| statement | iceberg-exec | DuckDB native | ours / DuckDB |", "|---|---|---|---|"]
+    for kind in ("RF1", "RF2"):
+        per_round = {}
+        for st in doc["statements"]:
+            if st["kind"] != kind:
+                continue
+            agg = per_round.setdefault(st["round"], {"ours": 0.0, "duckdb": 0.0, "ok": True})
+            for k in ("ours", "duckdb"):
+                if st[k]["status"] == "ok":
+                    agg[k] += st[k]["seconds"]
+                else:
+                    agg["ok"] = False
+        ok = [a for a in per_round.values() if a["ok"]]
+        if len(ok) != len(per_round) or not ok:
+            failed = [st for st in doc["statements"] if st["kind"] == kind and
+                      (st["ours"]["status"] != "ok" or st["duckdb"]["status"] != "ok")]
+            detail = failed[0]["ours"]["detail"] or failed[0]["duckdb"]["detail"] if failed else ""
+            lines.append(f"| {kind} | failed: {detail[:80]} | | |")
+            continue
+        ours = sum(a["ours"] for a in ok)
+        duck = sum(a["duckdb"] for a in ok)
+        mo = sorted(a["ours"] for a in ok)[len(ok) // 2]
+        md = sorted(a["duckdb"] for a in ok)[len(ok) // 2]
+        lines.append(f"| {kind} | {ours:.2f} ({mo:.3f}) | {duck:.2f} ({md:.3f}) | {ours / duck:.2f}x |")
+    for c in doc["compaction"]:
+        lines.append(f"| rewrite_data_files {c['table']} | {c['seconds']:.2f} | | |")
+    lines += [
+        "",
+        "Queries: iceberg-exec's median seconds before the rounds, after them, after compaction; the "
+        "ratios are to before. Rows checked against DuckDB's native tables in the same state.",
+        "",
+        f"| query | before | after | after / before | compacted | compacted / before | {DUCKDB} after | "
+        f"{DUCKDB_NATIVE} after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    after_r, comp_r = [], []
+    for b, a, c in zip(doc["before"], doc["after"], doc["compacted"]):
+        tb, ta, tc = median_of(b, OURS), median_of(a, OURS), median_of(c, OURS)
+        ra = ta / tb if ta and tb else None
+        rc = tc / tb if tc and tb else None
+        after_r.append(ra)
+        comp_r.append(rc)
+        rows = {r["engine"]: r for r in a["engines"]}
+        name = b["name"].rsplit("_", 1)[-1].upper()
+        lines.append(
+            f"| {name} | {cell(next(r for r in b['engines'] if r['engine'] == OURS))} | "
+            f"{cell(rows.get(OURS, {}))} | {f'{ra:.2f}x' if ra else '-'} | "
+            f"{cell(next(r for r in c['engines'] if r['engine'] == OURS))} | {f'{rc:.2f}x' if rc else '-'} | "
+            f"{cell(rows.get(DUCKDB, {}))} | {cell(rows.get(DUCKDB_NATIVE, {}))} |"
+        )
+    lines.append(f"| geometric mean | | | {geomean(after_r)} | | {geomean(comp_r)} | | |")
+    return lines
 
 
 if __name__ == "__main__":

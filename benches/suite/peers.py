@@ -20,7 +20,13 @@ interpreter's start or imports.
   duckdb-tables   --table NAME=SOURCE.. --sql SQL   DuckDB over several tables: SOURCE is an
                                                     Iceberg metadata file (iceberg_scan) or a
                                                     list file of parquet files; every row answered
+  duckdb-native   --db FILE [--load NAME=PARQUET].. --sql SQL   DuckDB over its own database
+                                                    file (loading, untimed, makes the tables);
+                                                    every row answered
+  pyiceberg-load  --warehouse W --namespace NS --table NAME=PARQUET..   (setup) tables written
+                                                    by pyiceberg into its SqlCatalog (SQLite)
   chart           --report JSON --out PNG
+  tpch-chart      --report JSON --out PNG           benches/tpch.py's report as a chart
 """
 
 import argparse
@@ -372,6 +378,50 @@ def cmd_chart(a) -> dict:
     return {"seconds": 0.0, "answer": [a.out]}
 
 
+def cmd_tpch_chart(a) -> dict:
+    """TPC-H: per query, iceberg-exec's time over each peer's (1 is parity, below is faster);
+    then per write mode, each query's time after the refresh rounds and after compaction over
+    its time before them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    report = json.load(open(a.report))
+
+    def median(sc, engine):
+        r = next((r for r in sc["engines"] if r["engine"] == engine), None)
+        return r["median_s"] if r and r["status"] == "ok" else None
+
+    panels = [("iceberg-exec / peer", [sc["name"].rsplit("_", 1)[-1].upper() for sc in report["queries"]],
+               {peer: [(median(sc, "iceberg-exec") or 0) / m if (m := median(sc, peer)) else 0
+                       for sc in report["queries"]]
+                for peer in ("DataFusion, bare parquet (limit)", "DuckDB 1.5.5 iceberg_scan")})]
+    for mode, doc in report.get("refresh", {}).items():
+        names = [sc["name"].rsplit("_", 1)[-1].upper() for sc in doc["before"]]
+        series = {}
+        for phase, label in (("after", f"after {report['rounds']} rounds"), ("compacted", "after compaction")):
+            series[label] = [
+                (median(x, "iceberg-exec") or 0) / b if (b := median(sc, "iceberg-exec")) else 0
+                for sc, x in zip(doc["before"], doc[phase])
+            ]
+        panels.append((f"{mode}: time / time before the rounds", names, series))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, 3.2 * len(panels) + 0.6), squeeze=False)
+    for ax, (title, names, series) in zip(axes.flat, panels):
+        width = 0.8 / max(1, len(series))
+        for i, (label, values) in enumerate(series.items()):
+            ax.bar([x + i * width for x in range(len(names))], values, width, label=label)
+        ax.axhline(1.0, color="#444", linewidth=0.8)
+        ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(names))], names, fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8)
+        ax.tick_params(axis="y", labelsize=8)
+    fig.suptitle(f"TPC-H sf {report['sf']:g} ({report['machine']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+    return {"seconds": 0.0, "answer": [a.out]}
+
+
 def cmd_tpch_gen(a) -> dict:
     """TPC-H at scale factor `sf` (DuckDB's dbgen): DIR/<table>.parquet, DIR/queries/qN.sql,
     and DIR/answers/qN.json (the official answer's rows as text) where DuckDB ships one."""
@@ -415,6 +465,43 @@ def cmd_duckdb_tables(a) -> dict:
     seconds = time.perf_counter() - start
     rows = [[text(v) for v in r] for r in rows]
     return {"seconds": seconds, "answer": rows[0] if rows else [], "rows": rows}
+
+
+def cmd_duckdb_native(a) -> dict:
+    import duckdb
+
+    con = duckdb.connect(a.db)
+    con.execute(f"SET threads = {THREADS}")
+    for spec in a.load or []:
+        name, source = spec.split("=", 1)
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM read_parquet(?)", [source])
+    start = time.perf_counter()
+    rows = con.execute(a.sql).fetchall()
+    seconds = time.perf_counter() - start
+    con.close()
+    rows = [[text(v) for v in r] for r in rows]
+    return {"seconds": seconds, "answer": rows[0] if rows else [], "rows": rows}
+
+
+def cmd_pyiceberg_load(a) -> dict:
+    import pyarrow.parquet as pq
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog(
+        "default",
+        uri="sqlite:///" + os.path.join(os.path.abspath(a.warehouse), "catalog.db"),
+        warehouse="file://" + os.path.abspath(a.warehouse),
+    )
+    catalog.create_namespace_if_not_exists(a.namespace)
+    start = time.perf_counter()
+    rows = 0
+    for spec in a.table:
+        name, source = spec.split("=", 1)
+        data = pq.read_table(source)
+        table = catalog.create_table(f"{a.namespace}.{name}", schema=data.schema)
+        table.append(data)
+        rows += data.num_rows
+    return {"seconds": time.perf_counter() - start, "answer": [str(rows)]}
 
 
 def main() -> int:
@@ -479,6 +566,17 @@ def main() -> int:
     c = sub.add_parser("duckdb-tables")
     c.add_argument("--table", action="append", required=True)
     c.add_argument("--sql", required=True)
+    c = sub.add_parser("duckdb-native")
+    c.add_argument("--db", required=True)
+    c.add_argument("--load", action="append")
+    c.add_argument("--sql", required=True)
+    c = sub.add_parser("pyiceberg-load")
+    c.add_argument("--warehouse", required=True)
+    c.add_argument("--namespace", required=True)
+    c.add_argument("--table", action="append", required=True)
+    c = sub.add_parser("tpch-chart")
+    c.add_argument("--report", required=True)
+    c.add_argument("--out", required=True)
     c = sub.add_parser("chart")
     c.add_argument("--report", required=True)
     c.add_argument("--out", required=True)
