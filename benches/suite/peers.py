@@ -398,14 +398,16 @@ def cmd_tpch_chart(a) -> dict:
                        for sc in report["queries"]]
                 for peer in ("DataFusion, bare parquet (limit)", "DuckDB 1.5.5 iceberg_scan")})]
     for mode, doc in report.get("refresh", {}).items():
-        names = [sc["name"].rsplit("_", 1)[-1].upper() for sc in doc["before"]]
+        names = [sc["name"].rsplit("_", 1)[-1].upper() for sc in doc["after"]]
         series = {}
         for phase, label in (("after", f"after {report['rounds']} rounds"), ("compacted", "after compaction")):
             series[label] = [
-                (median(x, "iceberg-exec") or 0) / b if (b := median(sc, "iceberg-exec")) else 0
-                for sc, x in zip(doc["before"], doc[phase])
+                (median(sc, "iceberg-exec") or 0) / b if (b := median(sc, "iceberg-exec, before the rounds")) else 0
+                for sc in doc[phase]
             ]
-        panels.append((f"{mode}: time / time before the rounds", names, series))
+        panels.append((f"{mode}: time / time before the rounds (measured side by side)", names, series))
+    if not report["queries"]:
+        panels = panels[1:]
     fig, axes = plt.subplots(len(panels), 1, figsize=(13, 3.2 * len(panels) + 0.6), squeeze=False)
     for ax, (title, names, series) in zip(axes.flat, panels):
         width = 0.8 / max(1, len(series))
