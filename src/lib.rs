@@ -45,7 +45,9 @@ pub use catalog::{
 pub use config::IcebergOptions;
 pub use dml::IcebergQueryPlanner;
 pub use location::LocationMap;
-pub use session::{parse_size, session_state_builder, IcebergSession, WarehouseConfig};
+pub use session::{
+    parse_size, session_state_builder, CatalogChoice, IcebergSession, WarehouseConfig,
+};
 pub use storage::{ObjectStores, StorageOptions, TableStorage, TableStorageFactory};
 pub use table::{
     find_metadata_file, open_table_at, IcebergScanFunction, IcebergSnapshotsFunction,

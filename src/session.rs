@@ -1,6 +1,7 @@
 //! A ready-to-use DataFusion session over an Iceberg warehouse: the SQL catalog registered as the
 //! default catalog, `STORED AS ICEBERG` enabled, and an optional memory limit.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -47,6 +48,52 @@ impl WarehouseConfig {
         }
     }
 
+    /// The catalog `choice` names, as the CLI's options and the Python `Session` name it: a
+    /// catalog of pyiceberg's configuration by name (its `uri` picks a REST or SQL catalog, its
+    /// `warehouse` applies unless given), with `properties` and `uri` overriding it; else by
+    /// `uri` and `warehouse` (default: `./warehouse` with its SQLite catalog).
+    pub fn resolve(choice: &CatalogChoice, memory_limit: Option<usize>) -> Result<Self> {
+        let mut properties = BTreeMap::new();
+        let mut catalog_name = choice
+            .catalog_name
+            .clone()
+            .unwrap_or_else(|| "default".to_string());
+        if let Some(name) = &choice.pyiceberg {
+            properties = crate::catalog::pyiceberg_catalog(name)?;
+            catalog_name = name.clone();
+        }
+        properties.extend(choice.properties.iter().cloned());
+        let catalog_uri = choice.uri.clone().or_else(|| {
+            choice
+                .pyiceberg
+                .as_ref()
+                .and_then(|_| properties.remove("uri"))
+        });
+        if choice.pyiceberg.is_some() && catalog_uri.is_none() {
+            return Err(DataFusionError::Configuration(format!(
+                "catalog '{catalog_name}' has no uri"
+            )));
+        }
+        let rest = catalog_uri
+            .as_deref()
+            .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"));
+        let warehouse = match &choice.warehouse {
+            Some(w) => w.clone(),
+            None if rest => String::new(),
+            None => match properties.get("warehouse") {
+                Some(w) if choice.pyiceberg.is_some() => w.clone(),
+                _ => "./warehouse".to_string(),
+            },
+        };
+        Ok(WarehouseConfig {
+            warehouse,
+            catalog_uri,
+            catalog_name,
+            memory_limit,
+            properties,
+        })
+    }
+
     /// The catalog URI in effect.
     pub fn effective_catalog_uri(&self) -> Result<String> {
         if let Some(uri) = &self.catalog_uri {
@@ -69,6 +116,21 @@ impl WarehouseConfig {
             Path::new(local).join("catalog.db").display()
         ))
     }
+}
+
+/// How a catalog is chosen (see [`WarehouseConfig::resolve`]).
+#[derive(Debug, Clone, Default)]
+pub struct CatalogChoice {
+    /// A catalog of pyiceberg's configuration (`.pyiceberg.yaml`, `PYICEBERG_CATALOG__*`).
+    pub pyiceberg: Option<String>,
+    /// The catalog's name when not chosen by pyiceberg's (default `default`).
+    pub catalog_name: Option<String>,
+    /// The catalog URI (a database or an Iceberg REST catalog).
+    pub uri: Option<String>,
+    /// The warehouse: a directory or an object-store URI; a REST catalog's warehouse name.
+    pub warehouse: Option<String>,
+    /// Catalog and storage properties, in order; later ones win.
+    pub properties: Vec<(String, String)>,
 }
 
 /// Parses a memory size: plain bytes (`1048576`) or with a unit (`64MiB`, `1GiB`, `512KiB`,

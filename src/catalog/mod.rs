@@ -21,7 +21,7 @@ use iceberg::{TableIdent, TableRequirement, TableUpdate};
 pub(crate) use names::check_location;
 pub use pointer::{MetadataPointer, SwapOutcome};
 pub use provider::{IcebergCatalogProvider, IcebergSchemaProvider};
-pub use pyiceberg_config::{pyiceberg_catalog, pyiceberg_config_path};
+pub use pyiceberg_config::{pyiceberg_catalog, pyiceberg_config_path, pyiceberg_execution};
 pub use rest::RestCatalog;
 pub use sql::{SqlCatalog, SqlCatalogConfig};
 pub use uri::CatalogUri;

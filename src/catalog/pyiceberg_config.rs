@@ -43,6 +43,65 @@ pub fn pyiceberg_catalog(name: &str) -> Result<BTreeMap<String, String>> {
     catalog_from(name, text.as_deref(), &shown, std::env::vars())
 }
 
+/// The engine's own settings from pyiceberg's configuration: the `execution` section of
+/// `.pyiceberg.yaml` (`memory-limit`, `planning-threshold`, ...) and the
+/// `PYICEBERG_EXECUTION__<KEY>` variables, which override it. Keys lower-cased, `-` for `_`.
+pub fn pyiceberg_execution() -> Result<BTreeMap<String, String>> {
+    let path = pyiceberg_config_path();
+    let text = match &path {
+        Some(p) if p.is_file() => Some(std::fs::read_to_string(p).map_err(|e| {
+            DataFusionError::Configuration(format!("cannot read {}: {e}", p.display()))
+        })?),
+        _ => None,
+    };
+    let shown = path
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| ".pyiceberg.yaml".into());
+    execution_from(text.as_deref(), &shown, std::env::vars())
+}
+
+/// The `execution` settings of the configuration `text` (shown as `shown` in errors) and `env`.
+pub(crate) fn execution_from(
+    text: Option<&str>,
+    shown: &str,
+    env: impl Iterator<Item = (String, String)>,
+) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    if let Some(text) = text {
+        let docs = YamlLoader::load_from_str(text).map_err(|e| {
+            DataFusionError::Configuration(format!("{shown} is not valid YAML: {e}"))
+        })?;
+        if let Some(Yaml::Hash(top)) = docs.first() {
+            for (k, v) in top {
+                if !scalar(k).is_some_and(|k| k.eq_ignore_ascii_case("execution")) {
+                    continue;
+                }
+                let Yaml::Hash(entries) = v else {
+                    return Err(DataFusionError::Configuration(format!(
+                        "{shown}: 'execution' is not a mapping of settings"
+                    )));
+                };
+                for (k, v) in entries {
+                    let (Some(k), Some(v)) = (scalar(k), scalar(v)) else {
+                        return Err(DataFusionError::Configuration(format!(
+                            "{shown}: 'execution' has a setting that is not a plain value"
+                        )));
+                    };
+                    out.insert(k.to_lowercase(), v);
+                }
+            }
+        }
+    }
+    for (var, value) in env {
+        let lower = var.to_lowercase();
+        if let Some(key) = lower.strip_prefix("pyiceberg_execution__") {
+            out.insert(key.replace("__", ".").replace('_', "-"), value);
+        }
+    }
+    Ok(out)
+}
+
 /// A YAML scalar as pyiceberg reads it: a string.
 fn scalar(value: &Yaml) -> Option<String> {
     match value {
@@ -171,6 +230,25 @@ catalog:
         )
         .unwrap();
         assert_eq!(only_env["uri"], "sqlite:///x.db");
+    }
+
+    #[test]
+    fn execution_settings_from_the_file_then_the_environment() {
+        let text = "catalog:\n  x:\n    uri: sqlite:///x.db\nexecution:\n  Memory-Limit: 536870912\n  planning-threshold: 100000\n";
+        let env = vec![(
+            "PYICEBERG_EXECUTION__PLANNING_THRESHOLD".to_string(),
+            "5".to_string(),
+        )];
+        let got = execution_from(Some(text), "f", env.into_iter()).unwrap();
+        assert_eq!(got["memory-limit"], "536870912");
+        assert_eq!(got["planning-threshold"], "5");
+        assert!(execution_from(None, "f", std::iter::empty())
+            .unwrap()
+            .is_empty());
+        let e = execution_from(Some("execution: 3"), "f", std::iter::empty())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a mapping"), "{e}");
     }
 
     #[test]

@@ -36,7 +36,8 @@ struct Cli {
     catalog_name: String,
     /// A catalog configured for pyiceberg (.pyiceberg.yaml in $PYICEBERG_HOME or ~, and
     /// PYICEBERG_CATALOG__<NAME>__<KEY> variables): its uri picks a REST (http(s)://) or SQL
-    /// (sqlite://, postgresql://) catalog; --catalog-prop and --catalog-uri override it.
+    /// (sqlite://, postgresql://) catalog; --catalog-prop and --catalog-uri override it. Its
+    /// `execution: memory-limit` applies unless --memory-limit is given.
     #[arg(long, global = true, value_name = "NAME")]
     catalog: Option<String>,
     /// A catalog property, e.g. s3.endpoint=http://127.0.0.1:9000 or s3.region=eu-west-1
@@ -129,41 +130,16 @@ fn main() -> ExitCode {
 
 /// The warehouse and catalog the options name.
 fn warehouse_config(cli: &Cli, memory_limit: Option<usize>) -> Result<WarehouseConfig> {
-    let mut properties = std::collections::BTreeMap::new();
-    let mut catalog_name = cli.catalog_name.clone();
-    if let Some(name) = &cli.catalog {
-        properties = iceberg_exec::catalog::pyiceberg_catalog(name)?;
-        catalog_name = name.clone();
-    }
-    properties.extend(cli.catalog_props.iter().cloned());
-    let catalog_uri = cli
-        .catalog_uri
-        .clone()
-        .or_else(|| cli.catalog.as_ref().and_then(|_| properties.remove("uri")));
-    if cli.catalog.is_some() && catalog_uri.is_none() {
-        return Err(DataFusionError::Configuration(format!(
-            "catalog '{}' has no uri",
-            catalog_name
-        )));
-    }
-    let rest = catalog_uri
-        .as_deref()
-        .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"));
-    let warehouse = match &cli.warehouse {
-        Some(w) => w.clone(),
-        None if rest => String::new(),
-        None => match properties.get("warehouse") {
-            Some(w) if cli.catalog.is_some() => w.clone(),
-            _ => "./warehouse".to_string(),
+    WarehouseConfig::resolve(
+        &iceberg_exec::CatalogChoice {
+            pyiceberg: cli.catalog.clone(),
+            catalog_name: Some(cli.catalog_name.clone()),
+            uri: cli.catalog_uri.clone(),
+            warehouse: cli.warehouse.clone(),
+            properties: cli.catalog_props.clone(),
         },
-    };
-    Ok(WarehouseConfig {
-        warehouse,
-        catalog_uri,
-        catalog_name,
         memory_limit,
-        properties,
-    })
+    )
 }
 
 /// A `KEY=VALUE` property.
@@ -188,7 +164,14 @@ fn one_line(e: &DataFusionError) -> String {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let memory_limit = cli.memory_limit.as_deref().map(parse_size).transpose()?;
+    let mut memory_limit = cli.memory_limit.as_deref().map(parse_size).transpose()?;
+    // A catalog of pyiceberg's configuration brings its `execution: memory-limit` along.
+    if memory_limit.is_none() && cli.catalog.is_some() {
+        memory_limit = iceberg_exec::catalog::pyiceberg_execution()?
+            .get("memory-limit")
+            .map(|v| parse_size(v))
+            .transpose()?;
+    }
     let config = warehouse_config(&cli, memory_limit)?;
     let session = IcebergSession::open(config).await?;
     #[cfg(feature = "distributed")]

@@ -1,0 +1,498 @@
+//! `iceberg_exec._native`: the engine for Python. A [`Session`] runs SQL on an Iceberg catalog
+//! through [`IcebergSession`]; a [`QueryResult`] hands its rows to Python through the Arrow
+//! PyCapsule interface (`__arrow_c_stream__`), batch by batch, without copies. The Python
+//! package (`iceberg_exec/__init__.py`) builds pyiceberg-shaped verbs on these.
+//!
+//! The engine runs on a Tokio runtime of this module's own, with the GIL released; a statement
+//! waited on checks for Ctrl-C ten times a second and is dropped (cancelled) when Python raises
+//! `KeyboardInterrupt`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use arrow::array::{RecordBatch, RecordBatchReader};
+use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
+use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
+use datafusion::catalog::streaming::StreamingTable;
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
+use datafusion::datasource::MemTable;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
+use datafusion::physical_plan::streaming::PartitionStream;
+use datafusion::prelude::DataFrame;
+use futures::StreamExt;
+use iceberg_exec::{parse_size, CatalogChoice, IcebergSession, WarehouseConfig};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyCapsule;
+
+/// The runtime every statement runs on.
+static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("iceberg-exec")
+        .build()
+        .expect("a Tokio runtime")
+});
+
+/// The catalog and schema where [`Session::register_arrow`] puts Python's data.
+const INPUT_CATALOG: &str = "python";
+const INPUT_SCHEMA: &str = "input";
+
+/// An error as one line: its causes joined.
+fn one_line(e: &DataFusionError) -> String {
+    e.to_string()
+        .split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// The Python exception for an engine error (classes of `iceberg_exec.errors`): a concurrent
+/// change is `CommitConflict`; an unknown table `TableNotFound` (a `KeyError`); bad SQL, bad
+/// names and bad settings `InvalidInput` (a `ValueError`); the rest `IcebergExecError`.
+fn to_py(e: DataFusionError) -> PyErr {
+    let message = one_line(&e);
+    let kind = if iceberg_exec::snapshot::is_concurrent_change(&e)
+        || message.contains("was changed concurrently")
+    {
+        "CommitConflict"
+    } else if is_not_found(&message) {
+        "TableNotFound"
+    } else {
+        match e.find_root() {
+            DataFusionError::SQL(..)
+            | DataFusionError::Plan(_)
+            | DataFusionError::Configuration(_)
+            | DataFusionError::SchemaError(..) => "InvalidInput",
+            _ => "IcebergExecError",
+        }
+    };
+    Python::attach(|py| {
+        let class = py
+            .import("iceberg_exec.errors")
+            .and_then(|m| m.getattr(kind));
+        match class {
+            Ok(class) => match class.call1((message.clone(),)) {
+                Ok(instance) => PyErr::from_value(instance),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        }
+    })
+}
+
+/// Whether `message` says a table does not exist (DataFusion's and the catalogs' words).
+fn is_not_found(message: &str) -> bool {
+    let m = message.to_lowercase();
+    m.contains("table '") && (m.contains("' not found") || m.contains("does not exist"))
+        || m.contains("no such table")
+}
+
+/// Runs `fut` to completion with the GIL released, checking for Ctrl-C (and any other signal
+/// Python handles) every 100 ms; the future is dropped, which cancels the statement, when a
+/// handler raises.
+fn wait<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let step = py.detach(|| {
+            RUNTIME.block_on(async {
+                tokio::time::timeout(Duration::from_millis(100), &mut fut).await
+            })
+        });
+        match step {
+            Ok(out) => return Ok(out),
+            Err(_elapsed) => py.check_signals()?,
+        }
+    }
+}
+
+/// A memory size from Python: bytes as an int, or text such as `"64MiB"`.
+fn memory_size(value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if let Ok(n) = value.extract::<i64>() {
+        return usize::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| {
+            PyValueError::new_err(format!("memory_limit must be positive, got {n}"))
+        });
+    }
+    let text: String = value.extract().map_err(|_| {
+        PyValueError::new_err("memory_limit must be bytes (int) or a size such as '64MiB'")
+    })?;
+    parse_size(&text).map_err(|e| PyValueError::new_err(format!("memory_limit: {}", plain(&e))))
+}
+
+/// The message of a configuration error, without DataFusion's prefix.
+fn plain(e: &DataFusionError) -> String {
+    match e {
+        DataFusionError::Configuration(m) => m.clone(),
+        other => one_line(other),
+    }
+}
+
+/// A session on one Iceberg catalog: SQL in, Arrow out, in bounded memory.
+#[pyclass(module = "iceberg_exec._native", name = "Session", frozen)]
+struct Session {
+    inner: IcebergSession,
+    /// Python data registered for statements to read (`python.input.<name>`).
+    inputs: Arc<MemorySchemaProvider>,
+}
+
+#[pymethods]
+impl Session {
+    #[new]
+    #[pyo3(signature = (catalog=None, *, uri=None, warehouse=None, properties=None, memory_limit=None))]
+    fn new(
+        py: Python<'_>,
+        catalog: Option<String>,
+        uri: Option<String>,
+        warehouse: Option<String>,
+        properties: Option<BTreeMap<String, String>>,
+        memory_limit: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let limit = match &memory_limit {
+            Some(v) if !v.is_none() => Some(memory_size(v)?),
+            _ => iceberg_exec::catalog::pyiceberg_execution()
+                .map_err(to_py)?
+                .get("memory-limit")
+                .map(|v| parse_size(v))
+                .transpose()
+                .map_err(|e| {
+                    PyValueError::new_err(format!(
+                        "execution: memory-limit of .pyiceberg.yaml: {}",
+                        plain(&e)
+                    ))
+                })?,
+        };
+        let choice = CatalogChoice {
+            pyiceberg: catalog,
+            catalog_name: None,
+            uri,
+            warehouse,
+            properties: properties.unwrap_or_default().into_iter().collect(),
+        };
+        let config = WarehouseConfig::resolve(&choice, limit).map_err(to_py)?;
+        let inner = wait(py, IcebergSession::open(config))?.map_err(to_py)?;
+        let inputs = Arc::new(MemorySchemaProvider::new());
+        let catalog = MemoryCatalogProvider::new();
+        catalog
+            .register_schema(INPUT_SCHEMA, Arc::clone(&inputs) as _)
+            .map_err(to_py)?;
+        inner
+            .context()
+            .register_catalog(INPUT_CATALOG, Arc::new(catalog));
+        Ok(Self { inner, inputs })
+    }
+
+    /// Runs `query`. Statements that change something (DML, DDL, CALL) run now; a query runs
+    /// when its rows are read.
+    fn sql(&self, py: Python<'_>, query: &str) -> PyResult<QueryResult> {
+        let session = self.inner.clone();
+        let query = query.to_string();
+        let df = wait(py, async move { session.sql(&query).await })?.map_err(to_py)?;
+        let eager = matches!(
+            df.logical_plan(),
+            LogicalPlan::Dml(_)
+                | LogicalPlan::Ddl(_)
+                | LogicalPlan::Copy(_)
+                | LogicalPlan::Statement(_)
+        );
+        if !eager {
+            return Ok(QueryResult::lazy(df));
+        }
+        let schema = Arc::new(df.schema().as_arrow().clone());
+        let batches = wait(py, async move { df.collect().await })?.map_err(to_py)?;
+        Ok(QueryResult::done(schema, batches))
+    }
+
+    /// Registers `data` (anything with `__arrow_c_stream__`: a pyarrow Table or
+    /// RecordBatchReader, a polars or pandas frame through pyarrow, ...) as the table
+    /// `python.input.<name>`. With `once` the stream is read as a statement scans it, once and
+    /// in bounded memory; otherwise it is read now and kept, for statements that scan it more
+    /// than once.
+    #[pyo3(signature = (name, data, once=true))]
+    fn register_arrow(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        data: &Bound<'_, PyAny>,
+        once: bool,
+    ) -> PyResult<()> {
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(PyValueError::new_err(format!(
+                "input name '{name}': letters, digits and '_' only"
+            )));
+        }
+        let capsule = data.call_method0("__arrow_c_stream__").map_err(|_| {
+            PyValueError::new_err(
+                "data must support the Arrow PyCapsule interface (__arrow_c_stream__)",
+            )
+        })?;
+        let capsule = capsule.cast_into::<PyCapsule>()?;
+        let reader = unsafe {
+            // The capsule holds an ArrowArrayStream (its producer's contract); it is moved out
+            // and the capsule left with a released one.
+            let pointer = capsule.pointer_checked(Some(c"arrow_array_stream"))?;
+            let stream =
+                FFI_ArrowArrayStream::from_raw(pointer.as_ptr() as *mut FFI_ArrowArrayStream);
+            ArrowArrayStreamReader::try_new(stream)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?
+        };
+        let schema = reader.schema();
+        let table: Arc<dyn datafusion::catalog::TableProvider> = if once {
+            let partition = OneShot {
+                schema: Arc::clone(&schema),
+                reader: Mutex::new(Some(Box::new(reader))),
+                name: name.to_string(),
+            };
+            Arc::new(
+                StreamingTable::try_new(Arc::clone(&schema), vec![Arc::new(partition)])
+                    .map_err(to_py)?,
+            )
+        } else {
+            let batches = py
+                .detach(|| reader.collect::<Result<Vec<RecordBatch>, ArrowError>>())
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            Arc::new(MemTable::try_new(schema, vec![batches]).map_err(to_py)?)
+        };
+        datafusion::catalog::SchemaProvider::register_table(
+            self.inputs.as_ref(),
+            name.to_string(),
+            table,
+        )
+        .map_err(to_py)?;
+        Ok(())
+    }
+
+    /// Removes the input `name` registered by [`Session::register_arrow`].
+    fn deregister_arrow(&self, name: &str) -> PyResult<()> {
+        datafusion::catalog::SchemaProvider::deregister_table(self.inputs.as_ref(), name)
+            .map_err(to_py)?;
+        Ok(())
+    }
+
+    /// Bytes the session's memory pool holds now (0 between statements).
+    fn reserved_memory(&self) -> usize {
+        self.inner.memory_pool().reserved()
+    }
+
+    /// The catalog's name.
+    #[getter]
+    fn catalog_name(&self) -> String {
+        self.inner.catalog().name().to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Session(catalog={:?})", self.inner.catalog().name())
+    }
+}
+
+/// A Python stream read once, when a statement scans it.
+struct OneShot {
+    schema: SchemaRef,
+    reader: Mutex<Option<Box<dyn RecordBatchReader + Send>>>,
+    name: String,
+}
+
+impl std::fmt::Debug for OneShot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "OneShot({})", self.name)
+    }
+}
+
+impl PartitionStream for OneShot {
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let taken = self.reader.lock().map(|mut r| r.take()).unwrap_or(None);
+        let mut builder = RecordBatchReceiverStreamBuilder::new(Arc::clone(&self.schema), 2);
+        let tx = builder.tx();
+        let name = self.name.clone();
+        builder.spawn_blocking(move || {
+            let Some(reader) = taken else {
+                return Err(DataFusionError::Execution(format!(
+                    "input '{name}' is a stream and was read already: register it with once=False \
+                     to scan it more than once"
+                )));
+            };
+            // Reading may call into Python (a generator behind the stream): that thread takes
+            // the GIL itself; the caller waits with it released.
+            for batch in reader {
+                if tx
+                    .blocking_send(batch.map_err(DataFusionError::from))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            Ok(())
+        });
+        builder.build()
+    }
+}
+
+/// What a statement gives back: rows to read (a query, run when read) or the rows a
+/// statement that changed something returned.
+#[pyclass(module = "iceberg_exec._native", name = "Result", frozen)]
+struct QueryResult {
+    df: Option<DataFrame>,
+    batches: Vec<RecordBatch>,
+    schema: SchemaRef,
+}
+
+impl QueryResult {
+    fn lazy(df: DataFrame) -> Self {
+        let schema = Arc::new(df.schema().as_arrow().clone());
+        Self {
+            df: Some(df),
+            batches: vec![],
+            schema,
+        }
+    }
+
+    fn done(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+        Self {
+            df: None,
+            batches,
+            schema,
+        }
+    }
+}
+
+/// The rows of a running query for a reader on another thread (the Arrow C stream's consumer):
+/// each batch is waited for on the runtime.
+struct Streamed {
+    schema: SchemaRef,
+    stream: SendableRecordBatchStream,
+}
+
+impl Iterator for Streamed {
+    type Item = Result<RecordBatch, ArrowError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let next = match tokio::runtime::Handle::try_current() {
+            // Read from inside a runtime thread: the engine's own executor (never expected).
+            Ok(_) => futures::executor::block_on(self.stream.next()),
+            Err(_) => RUNTIME.block_on(self.stream.next()),
+        };
+        next.map(|r| r.map_err(|e| ArrowError::ExternalError(Box::new(e))))
+    }
+}
+
+impl RecordBatchReader for Streamed {
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+}
+
+#[pymethods]
+impl QueryResult {
+    /// The Arrow PyCapsule stream of the rows: a query is run now and streamed batch by batch
+    /// (memory bounded by the session's pool, not the result's size).
+    #[pyo3(signature = (requested_schema=None))]
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        // A requested schema is a hint (the interface lets producers ignore it): rows come in
+        // the schema the statement gives them.
+        let _ = requested_schema;
+        let reader: Box<dyn RecordBatchReader + Send> = match &self.df {
+            Some(df) => {
+                let df = df.clone();
+                let stream = wait(py, async move { df.execute_stream().await })?.map_err(to_py)?;
+                Box::new(Streamed {
+                    schema: Arc::clone(&self.schema),
+                    stream,
+                })
+            }
+            None => Box::new(arrow::array::RecordBatchIterator::new(
+                self.batches.clone().into_iter().map(Ok),
+                Arc::clone(&self.schema),
+            )),
+        };
+        let stream = FFI_ArrowArrayStream::new(reader);
+        PyCapsule::new_with_value(py, stream, c"arrow_array_stream")
+    }
+
+    /// The plan of a query (`analyze`: run it and show what each operator did), as text.
+    #[pyo3(signature = (analyze=false))]
+    fn explain(&self, py: Python<'_>, analyze: bool) -> PyResult<String> {
+        let Some(df) = &self.df else {
+            return Err(PyValueError::new_err(
+                "explain: this statement has run already (only a query's plan can be shown)",
+            ));
+        };
+        let df = df.clone();
+        let batches = wait(
+            py,
+            async move { df.explain(false, analyze)?.collect().await },
+        )?
+        .map_err(to_py)?;
+        let mut out = String::new();
+        for batch in &batches {
+            let kinds = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>();
+            let plans = batch
+                .column(1)
+                .as_any()
+                .downcast_ref::<arrow::array::StringArray>();
+            let (Some(kinds), Some(plans)) = (kinds, plans) else {
+                continue;
+            };
+            for i in 0..batch.num_rows() {
+                out.push_str(kinds.value(i));
+                out.push_str(":\n");
+                out.push_str(plans.value(i));
+                out.push('\n');
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the statement ran already (it changed something); a query runs when read.
+    #[getter]
+    fn executed(&self) -> bool {
+        self.df.is_none()
+    }
+
+    /// The names of the result's columns.
+    #[getter]
+    fn column_names(&self) -> Vec<String> {
+        self.schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Result(columns={:?}, executed={})",
+            self.column_names(),
+            self.df.is_none()
+        )
+    }
+}
+
+/// The module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Session>()?;
+    m.add_class::<QueryResult>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
