@@ -12,10 +12,13 @@ Results cross to pyarrow, polars, pandas and DuckDB through the Arrow PyCapsule 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import _native
 from .errors import CommitConflict, IcebergExecError, InvalidInput, TableNotFound
+from .expressions import column, literal, quote, to_sql
 
 if TYPE_CHECKING:
     import pandas
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Session",
     "Result",
+    "UpsertResult",
     "IcebergExecError",
     "CommitConflict",
     "TableNotFound",
@@ -88,6 +92,17 @@ class Result:
         return repr(self._native)
 
 
+@dataclass(frozen=True)
+class UpsertResult:
+    """What `Session.upsert` did, as pyiceberg's `UpsertResult` says it."""
+
+    rows_updated: int = 0
+    rows_inserted: int = 0
+
+
+_inputs = itertools.count()
+
+
 class Session:
     """A session on one Iceberg catalog.
 
@@ -98,8 +113,170 @@ class Session:
     `properties` (Iceberg's names: `s3.endpoint`, `s3.access-key-id`, ...) override the
     configuration's. `memory_limit` (bytes, or text such as `"512MiB"`) bounds what statements
     hold in memory, spilling beyond it; by default the `execution: memory-limit` of
-    `.pyiceberg.yaml`, else unbounded.
+    `.pyiceberg.yaml`, else unbounded. `catalog_name` is the catalog's name in its database
+    (pyiceberg's SqlCatalog name; `default` unless chosen by pyiceberg's configuration).
+
+    The verbs (`scan`, `delete`, `append`, `upsert`, maintenance) take a table as pyiceberg
+    names it: a pyiceberg `Table` of this catalog, an identifier tuple, or `"ns.table"`.
     """
+
+    @classmethod
+    def for_catalog(cls, catalog: Any, *, memory_limit: int | str | None = None) -> "Session":
+        """A session on the catalog of a pyiceberg `Catalog` (SQL or REST): same database or
+        server, same name, same properties, so commits go through it."""
+        props = dict(catalog.properties)
+        uri = props.pop("uri", None)
+        if uri is None:
+            raise InvalidInput(f"catalog '{catalog.name}' has no uri: only SQL and REST catalogs can be opened")
+        if uri.startswith("sqlite:") and "+" in uri.split(":", 1)[0]:
+            uri = "sqlite:" + uri.split(":", 1)[1]
+        warehouse = props.pop("warehouse", None)
+        if warehouse is not None and warehouse.startswith("file://"):
+            warehouse = warehouse.removeprefix("file://")
+        return cls(uri=uri, warehouse=warehouse, properties=props, memory_limit=memory_limit,
+                   catalog_name=catalog.name)
+
+    @staticmethod
+    def _name(table: Any) -> str:
+        if isinstance(table, str):
+            parts = table.split(".")
+        elif isinstance(table, (tuple, list)):
+            parts = list(table)
+        elif hasattr(table, "name") and callable(table.name):
+            parts = list(table.name())  # a pyiceberg Table: its identifier
+        else:
+            raise InvalidInput(f"not a table: {table!r} (a pyiceberg Table, an identifier tuple or 'ns.table')")
+        if not parts or any(not p for p in parts):
+            raise InvalidInput(f"not a table name: {table!r}")
+        return ".".join(quote(p) for p in parts)
+
+    def _count(self, query: str) -> int:
+        return int(self.sql(query).to_arrow().column(0)[0].as_py() or 0)
+
+    def scan(
+        self,
+        table: Any,
+        row_filter: Any = "",
+        selected_fields: Sequence[str] = ("*",),
+        snapshot_id: int | None = None,
+        limit: int | None = None,
+    ) -> "pyarrow.RecordBatchReader":
+        """pyiceberg's `Table.scan(...).to_arrow_batch_reader()`, by this engine: deletes of every
+        kind applied, streamed in bounded memory. `row_filter` is a pyiceberg
+        `BooleanExpression` or its string form."""
+        source = self._name(table)
+        if snapshot_id is not None:
+            plain = source.replace('"', "")
+            source = f"iceberg_scan({literal(plain)}, 'snapshot_id', {int(snapshot_id)})"
+        fields = "*" if tuple(selected_fields) == ("*",) else ", ".join(column(f) for f in selected_fields)
+        query = f"SELECT {fields} FROM {source}"
+        if row_filter not in ("", None):
+            query += f" WHERE {to_sql(row_filter)}"
+        if limit is not None:
+            query += f" LIMIT {int(limit)}"
+        return self.sql(query).to_reader()
+
+    def delete(self, table: Any, delete_filter: Any) -> int:
+        """pyiceberg's `Table.delete(delete_filter)`: in the table's write mode
+        (`write.delete.mode`, merge-on-read or copy-on-write). Returns the rows deleted."""
+        query = f"DELETE FROM {self._name(table)} WHERE {to_sql(delete_filter)}"
+        return self._count_of(self.sql(query))
+
+    @staticmethod
+    def _count_of(result: Result) -> int:
+        got = result.to_arrow()
+        return int(got.column(0)[0].as_py()) if got.num_rows else 0
+
+    def append(self, table: Any, data: object) -> int:
+        """pyiceberg's `Table.append(df)` for any Arrow data (a pyarrow Table or
+        RecordBatchReader, a polars frame, ...): read once as a stream and written in bounded
+        memory, sorted and partitioned as the table says. Returns the rows written."""
+        name = f"append_{next(_inputs)}"
+        src = self.register_arrow(name, data)
+        try:
+            return self._count_of(self.sql(f"INSERT INTO {self._name(table)} SELECT * FROM {src}"))
+        finally:
+            self.deregister_arrow(name)
+
+    def upsert(self, table: Any, df: object, join_cols: Sequence[str] | None = None) -> UpsertResult:
+        """pyiceberg's `Table.upsert(df, join_cols)` as one MERGE (one commit): rows of `df`
+        whose keys match a row of the table update it when a column differs, the others are
+        inserted. `join_cols` defaults to the table's identifier fields (a pyiceberg Table's
+        schema). Duplicate keys in `df` are refused and nothing changes; NULL keys never match.
+
+        The counts are taken just before the MERGE, on the snapshot it starts from."""
+        if join_cols is None:
+            schema = getattr(table, "schema", None)
+            ids = list(schema().identifier_field_names()) if callable(schema) else []
+            if not ids:
+                raise InvalidInput("upsert: give join_cols (the table has no identifier fields)")
+            join_cols = sorted(ids)
+        if not join_cols:
+            raise InvalidInput("upsert: join_cols is empty")
+        target = self._name(table)
+        name = f"upsert_{next(_inputs)}"
+        src = self.register_arrow(name, df, once=False)
+        try:
+            cols = self.sql(f"SELECT * FROM {src} LIMIT 0").column_names
+            missing = [c for c in join_cols if c not in cols]
+            if missing:
+                raise InvalidInput(f"upsert: join column(s) {missing} not in the data")
+            keys = ", ".join(column(c) for c in join_cols)
+            if self._count(f"SELECT count(*) FROM (SELECT {keys} FROM {src} GROUP BY {keys} HAVING count(*) > 1)"):
+                raise InvalidInput("Duplicate rows found in source dataset based on the key columns. No upsert executed")
+            on = " AND ".join(f"t.{column(c)} = s.{column(c)}" for c in join_cols)
+            others = [c for c in cols if c not in join_cols]
+            differs = " OR ".join(f"(t.{column(c)} IS DISTINCT FROM s.{column(c)})" for c in others) or "FALSE"
+            updated = self._count(f"SELECT count(*) FROM {src} s JOIN {target} t ON {on} WHERE {differs}")
+            inserted = self._count(
+                f"SELECT count(*) FROM {src} s WHERE NOT EXISTS (SELECT 1 FROM {target} t WHERE {on})")
+            sets = ", ".join(f"{column(c)} = s.{column(c)}" for c in others)
+            names = ", ".join(column(c) for c in cols)
+            values = ", ".join(f"s.{column(c)}" for c in cols)
+            merge = f"MERGE INTO {target} AS t USING {src} AS s ON {on} "
+            if others:
+                merge += f"WHEN MATCHED AND ({differs}) THEN UPDATE SET {sets} "
+            merge += f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
+            if updated or inserted:
+                self.sql(merge)
+            return UpsertResult(rows_updated=updated, rows_inserted=inserted)
+        finally:
+            self.deregister_arrow(name)
+
+    def rewrite_data_files(self, table: Any, **options: Any) -> dict:
+        """Compaction (`CALL system.rewrite_data_files`), Spark's options as keywords (dashes as
+        underscores): e.g. `delete_file_threshold=1`. Returns Spark's result columns."""
+        return self._call("rewrite_data_files", table, options=options)
+
+    def expire_snapshots(self, table: Any, older_than: Any = None, retain_last: int | None = None) -> dict:
+        """`CALL system.expire_snapshots`: snapshots older than `older_than` (a datetime;
+        default 5 days ago) beyond the newest `retain_last`, and the files only they reach."""
+        args = {}
+        if older_than is not None:
+            args["older_than"] = literal(older_than)
+        if retain_last is not None:
+            args["retain_last"] = str(int(retain_last))
+        return self._call("expire_snapshots", table, args=args)
+
+    def remove_orphan_files(self, table: Any, older_than: Any = None, dry_run: bool = False) -> "pyarrow.Table":
+        """`CALL system.remove_orphan_files`: files under the table's location nothing reaches."""
+        args = {"dry_run": literal(bool(dry_run))}
+        if older_than is not None:
+            args["older_than"] = literal(older_than)
+        return self.sql(self._call_sql("remove_orphan_files", table, args, {})).to_arrow()
+
+    def _call_sql(self, procedure: str, table: Any, args: dict, options: dict) -> str:
+        plain = self._name(table).replace('"', "")
+        parts = [f"table => {literal(plain)}"] + [f"{k} => {v}" for k, v in args.items()]
+        if options:
+            pairs = ", ".join(f"{literal(k.replace('_', '-'))}, {literal(str(v))}" for k, v in options.items())
+            parts.append(f"options => map({pairs})")
+        return f"CALL system.{procedure}({', '.join(parts)})"
+
+    def _call(self, procedure: str, table: Any, args: dict | None = None, options: dict | None = None) -> dict:
+        got = self.sql(self._call_sql(procedure, table, args or {}, options or {})).to_arrow()
+        return {name: got.column(name)[0].as_py() for name in got.column_names} if got.num_rows else {}
+
 
     def __init__(
         self,
@@ -109,9 +286,11 @@ class Session:
         warehouse: str | None = None,
         properties: Mapping[str, str] | None = None,
         memory_limit: int | str | None = None,
+        catalog_name: str | None = None,
     ) -> None:
         self._native = _native.Session(
             catalog,
+            catalog_name=catalog_name,
             uri=uri,
             warehouse=warehouse,
             properties=dict(properties) if properties is not None else None,

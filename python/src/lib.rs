@@ -13,7 +13,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use arrow::array::{RecordBatch, RecordBatchReader};
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::ffi_stream::{ArrowArrayStreamReader, FFI_ArrowArrayStream};
 use datafusion::catalog::streaming::StreamingTable;
@@ -149,7 +149,8 @@ struct Session {
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (catalog=None, *, uri=None, warehouse=None, properties=None, memory_limit=None))]
+    #[pyo3(signature = (catalog=None, *, uri=None, warehouse=None, properties=None, memory_limit=None, catalog_name=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         catalog: Option<String>,
@@ -157,6 +158,7 @@ impl Session {
         warehouse: Option<String>,
         properties: Option<BTreeMap<String, String>>,
         memory_limit: Option<Bound<'_, PyAny>>,
+        catalog_name: Option<String>,
     ) -> PyResult<Self> {
         let limit = match &memory_limit {
             Some(v) if !v.is_none() => Some(memory_size(v)?),
@@ -174,7 +176,7 @@ impl Session {
         };
         let choice = CatalogChoice {
             pyiceberg: catalog,
-            catalog_name: None,
+            catalog_name,
             uri,
             warehouse,
             properties: properties.unwrap_or_default().into_iter().collect(),
@@ -352,7 +354,7 @@ struct QueryResult {
 
 impl QueryResult {
     fn lazy(df: DataFrame) -> Self {
-        let schema = Arc::new(df.schema().as_arrow().clone());
+        let schema = python_schema(&Arc::new(df.schema().as_arrow().clone()));
         Self {
             df: Some(df),
             batches: vec![],
@@ -364,9 +366,67 @@ impl QueryResult {
         Self {
             df: None,
             batches,
-            schema,
+            schema: python_schema(&schema),
         }
     }
+}
+
+/// `data_type` with string and binary views as large strings and binaries, at any depth: what
+/// pyiceberg hands its users, and what every pyarrow kernel takes (not all take views).
+fn without_views(data_type: &DataType) -> DataType {
+    match data_type {
+        DataType::Utf8View => DataType::LargeUtf8,
+        DataType::BinaryView => DataType::LargeBinary,
+        DataType::List(f) => DataType::List(Arc::new(field_without_views(f))),
+        DataType::LargeList(f) => DataType::LargeList(Arc::new(field_without_views(f))),
+        DataType::FixedSizeList(f, n) => {
+            DataType::FixedSizeList(Arc::new(field_without_views(f)), *n)
+        }
+        DataType::Struct(fields) => {
+            DataType::Struct(fields.iter().map(|f| field_without_views(f)).collect())
+        }
+        DataType::Map(f, sorted) => DataType::Map(Arc::new(field_without_views(f)), *sorted),
+        other => other.clone(),
+    }
+}
+
+fn field_without_views(field: &Field) -> Field {
+    field
+        .clone()
+        .with_data_type(without_views(field.data_type()))
+}
+
+/// The schema Python sees (see [`without_views`]).
+fn python_schema(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| field_without_views(f))
+            .collect::<Vec<_>>(),
+        schema.metadata().clone(),
+    ))
+}
+
+/// `batch` in the schema Python sees.
+fn to_python(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
+    if batch.schema().fields() == schema.fields() {
+        return Ok(batch);
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| match c.data_type() == f.data_type() {
+            true => Ok(Arc::clone(c)),
+            false => arrow::compute::cast(c, f.data_type()),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        columns,
+        &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
 }
 
 /// The rows of a running query for a reader on another thread (the Arrow C stream's consumer):
@@ -385,7 +445,10 @@ impl Iterator for Streamed {
             Ok(_) => futures::executor::block_on(self.stream.next()),
             Err(_) => RUNTIME.block_on(self.stream.next()),
         };
-        next.map(|r| r.map_err(|e| ArrowError::ExternalError(Box::new(e))))
+        next.map(|r| {
+            r.map_err(|e| ArrowError::ExternalError(Box::new(e)))
+                .and_then(|b| to_python(b, &self.schema))
+        })
     }
 }
 
@@ -417,10 +480,18 @@ impl QueryResult {
                     stream,
                 })
             }
-            None => Box::new(arrow::array::RecordBatchIterator::new(
-                self.batches.clone().into_iter().map(Ok),
-                Arc::clone(&self.schema),
-            )),
+            None => {
+                let schema = Arc::clone(&self.schema);
+                let batches = self
+                    .batches
+                    .clone()
+                    .into_iter()
+                    .map(move |b| to_python(b, &schema));
+                Box::new(arrow::array::RecordBatchIterator::new(
+                    batches,
+                    Arc::clone(&self.schema),
+                ))
+            }
         };
         let stream = FFI_ArrowArrayStream::new(reader);
         PyCapsule::new_with_value(py, stream, c"arrow_array_stream")

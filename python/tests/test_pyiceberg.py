@@ -1,0 +1,143 @@
+"""The pyiceberg-shaped verbs on tables of a real pyiceberg SqlCatalog (SQLite): pyiceberg
+writes and reads back, the engine scans, deletes, appends and upserts in between."""
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+pytest.importorskip("pyiceberg")
+from pyiceberg.catalog.sql import SqlCatalog  # noqa: E402
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, IsNull, LessThan, Not  # noqa: E402
+from pyiceberg.schema import Schema  # noqa: E402
+from pyiceberg.types import LongType, NestedField, StringType  # noqa: E402
+
+from iceberg_exec import InvalidInput, Session, TableNotFound, UpsertResult  # noqa: E402
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "name", StringType(), required=False),
+    NestedField(3, "v", LongType(), required=False),
+    identifier_field_ids=[1],
+)
+
+
+def rows(n: int, start: int = 0) -> pa.Table:
+    ids = list(range(start, start + n))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([None if i % 7 == 0 else f"n{i % 13}" for i in ids], pa.large_string()),
+            "v": pa.array([i * 10 for i in ids], pa.int64()),
+        },
+        schema=SCHEMA.as_arrow(),
+    )
+
+
+@pytest.fixture()
+def lake(tmp_path):
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", schema=SCHEMA, properties={"write.delete.mode": "merge-on-read"})
+    table.append(rows(1000))
+    table.append(rows(500, start=1000))
+    return catalog, table
+
+
+def sorted_by_id(t: pa.Table) -> pa.Table:
+    return t.sort_by("id")
+
+
+def test_scan_matches_pyiceberg_for_expression_and_string_filters(lake):
+    catalog, table = lake
+    s = Session.for_catalog(catalog)
+    for flt in [
+        And(GreaterThanOrEqual("id", 100), LessThan("id", 1200)),
+        Not(In("name", {"n1", "n2"})),
+        IsNull("name"),
+        "id < 50 or name = 'n3'",
+        EqualTo("name", "it's"),
+    ]:
+        want = sorted_by_id(table.scan(row_filter=flt).to_arrow())
+        got = sorted_by_id(s.scan(table, row_filter=flt).read_all())
+        assert got.column("id").to_pylist() == want.column("id").to_pylist(), flt
+        assert got.column("name").to_pylist() == want.column("name").to_pylist(), flt
+    got = s.scan(table, selected_fields=("id", "v"), limit=7).read_all()
+    assert got.column_names == ["id", "v"] and got.num_rows == 7
+    with pytest.raises(InvalidInput):
+        s.scan(table, row_filter="id <<< 3")
+    with pytest.raises(TableNotFound):
+        s.scan("db.nope")
+
+
+def test_merge_on_read_delete_is_read_back_by_pyiceberg(lake):
+    catalog, table = lake
+    s = Session.for_catalog(catalog, memory_limit="32MiB")
+    before = table.current_snapshot().snapshot_id
+    assert s.delete(table, "id >= 100 and id < 300") == 200
+    table = catalog.load_table("db.t")
+    snap = table.current_snapshot()
+    assert snap.snapshot_id != before
+    assert snap.summary.get("added-position-delete-files") or snap.summary.get("added-delete-files")
+    got = table.scan().to_arrow()
+    assert got.num_rows == 1300
+    assert pc.sum(pc.and_(pc.greater_equal(got["id"], 100), pc.less(got["id"], 300))).as_py() in (0, None)
+    # Time travel to before the delete sees every row.
+    assert s.scan(table, snapshot_id=before).read_all().num_rows == 1500
+    assert s.reserved_memory == 0
+
+
+def test_append_streams_python_data_into_the_table(lake):
+    catalog, table = lake
+    s = Session.for_catalog(catalog)
+    reader = pa.RecordBatchReader.from_batches(SCHEMA.as_arrow(), rows(300, start=5000).to_batches(max_chunksize=64))
+    assert s.append(table, reader) == 300
+    table = catalog.load_table("db.t")
+    assert table.scan(row_filter="id >= 5000").to_arrow().num_rows == 300
+
+
+def test_upsert_does_what_pyiceberg_upsert_does(lake, tmp_path):
+    catalog, table = lake
+    # The same table twice: pyiceberg upserts into one, the engine into the other.
+    twin = catalog.create_table("db.twin", schema=SCHEMA)
+    twin.append(table.scan().to_arrow())
+    changes = rows(40, start=1480)  # 20 existing keys (1480..1499), 20 new
+    changes = changes.set_column(2, "v", pa.array([7 if i % 2 else i * 10 for i in range(1480, 1520)], pa.int64()))
+    want = twin.upsert(changes)
+    got = Session.for_catalog(catalog).upsert(table, changes)
+    assert isinstance(got, UpsertResult)
+    assert (got.rows_updated, got.rows_inserted) == (want.rows_updated, want.rows_inserted)
+    a = sorted_by_id(catalog.load_table("db.t").scan().to_arrow())
+    b = sorted_by_id(catalog.load_table("db.twin").scan().to_arrow())
+    assert a.column("id").to_pylist() == b.column("id").to_pylist()
+    assert a.column("v").to_pylist() == b.column("v").to_pylist()
+    assert a.column("name").to_pylist() == b.column("name").to_pylist()
+
+
+def test_upsert_refuses_duplicate_keys_and_changes_nothing(lake):
+    catalog, table = lake
+    s = Session.for_catalog(catalog)
+    dup = pa.concat_tables([rows(2, start=10), rows(1, start=10)])
+    snapshot = table.current_snapshot().snapshot_id
+    with pytest.raises(ValueError, match="Duplicate rows"):
+        s.upsert(table, dup)
+    assert catalog.load_table("db.t").current_snapshot().snapshot_id == snapshot
+    # NULL keys never match: such rows are inserted (here: a key column that may be NULL).
+    s.sql("CREATE TABLE db.nullable (k BIGINT, v BIGINT)")
+    s.sql("INSERT INTO db.nullable VALUES (1, 1), (NULL, 2)")
+    res = s.upsert("db.nullable", pa.table({"k": pa.array([None, 1], pa.int64()), "v": [3, 4]}), join_cols=["k"])
+    assert (res.rows_updated, res.rows_inserted) == (1, 1)
+    got = s.sql("SELECT k, v FROM db.nullable ORDER BY v").to_arrow().to_pylist()
+    assert got == [{"k": None, "v": 2}, {"k": None, "v": 3}, {"k": 1, "v": 4}]
+
+
+def test_compaction_folds_the_deletes_in(lake):
+    catalog, table = lake
+    s = Session.for_catalog(catalog)
+    s.delete(table, "id < 10")
+    out = s.rewrite_data_files(table, delete_file_threshold=1)
+    assert out["rewritten_data_files_count"] >= 1
+    table = catalog.load_table("db.t")
+    assert table.scan().to_arrow().num_rows == 1490
+    assert table.inspect.delete_files().num_rows == 0
