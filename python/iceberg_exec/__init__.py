@@ -103,6 +103,22 @@ class UpsertResult:
 _inputs = itertools.count()
 
 
+def _check_datafusion() -> None:
+    """Refuses a datafusion-python of another DataFusion major: structures passed across the FFI
+    differ between majors, and mixing them crashes."""
+    try:
+        import datafusion
+    except ImportError as e:
+        raise ImportError(f"datafusion-python is not installed: pip install 'datafusion=={_native.DATAFUSION_MAJOR}.*'") from e
+    version = getattr(datafusion, "__version__", "0")
+    major = int(version.split(".")[0]) if version.split(".")[0].isdigit() else -1
+    if major != _native.DATAFUSION_MAJOR:
+        raise ImportError(
+            f"datafusion {version} is installed; iceberg-exec is built on DataFusion {_native.DATAFUSION_MAJOR}: "
+            f"install datafusion {_native.DATAFUSION_MAJOR}.x"
+        )
+
+
 class Session:
     """A session on one Iceberg catalog.
 
@@ -312,6 +328,18 @@ class Session:
     def deregister_arrow(self, name: str) -> None:
         """Forgets the input `name`."""
         self._native.deregister_arrow(name)
+
+    def catalog_provider(self) -> object:
+        """This session's Iceberg catalog for datafusion-python (the `datafusion` package of the
+        same DataFusion major): `ctx.register_catalog_provider("lake", s.catalog_provider())`.
+        Through it, SELECT and INSERT; DELETE, UPDATE and MERGE go through `Session.sql`."""
+        _check_datafusion()
+        return self._native.catalog_provider()
+
+    def table_provider(self, table: Any) -> object:
+        """One Iceberg table for datafusion-python: `ctx.register_table("t", s.table_provider(t))`."""
+        _check_datafusion()
+        return self._native.table_provider(self._name(table))
 
     @property
     def reserved_memory(self) -> int:

@@ -25,6 +25,9 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::prelude::DataFrame;
+use datafusion_ffi::catalog_provider::FFI_CatalogProvider;
+use datafusion_ffi::proto::logical_extension_codec::FFI_LogicalExtensionCodec;
+use datafusion_ffi::table_provider::FFI_TableProvider;
 use futures::StreamExt;
 use iceberg_exec::{parse_size, CatalogChoice, IcebergSession, WarehouseConfig};
 use pyo3::exceptions::PyValueError;
@@ -281,6 +284,25 @@ impl Session {
         Ok(())
     }
 
+    /// The session's Iceberg catalog, for datafusion-python's `register_catalog_provider`.
+    fn catalog_provider(&self) -> PyResult<CatalogProviderExport> {
+        let name = self.inner.catalog().name().to_string();
+        let provider =
+            self.inner.context().catalog(&name).ok_or_else(|| {
+                PyValueError::new_err(format!("catalog '{name}' is not registered"))
+            })?;
+        Ok(CatalogProviderExport { provider })
+    }
+
+    /// The table `name` (`ns.table`), for datafusion-python's `register_table`.
+    fn table_provider(&self, py: Python<'_>, name: &str) -> PyResult<TableProviderExport> {
+        let ctx = self.inner.context().clone();
+        let name = name.to_string();
+        let provider =
+            wait(py, async move { ctx.table_provider(name.as_str()).await })?.map_err(to_py)?;
+        Ok(TableProviderExport { provider })
+    }
+
     /// Bytes the session's memory pool holds now (0 between statements).
     fn reserved_memory(&self) -> usize {
         self.inner.memory_pool().reserved()
@@ -294,6 +316,86 @@ impl Session {
 
     fn __repr__(&self) -> String {
         format!("Session(catalog={:?})", self.inner.catalog().name())
+    }
+}
+
+/// The logical-extension codec datafusion-python hands a provider: `obj` is the codec's
+/// capsule, or its `SessionContext` (asked for one). A codec of another DataFusion major is
+/// refused: structures differ across majors.
+fn foreign_codec(obj: &Bound<'_, PyAny>) -> PyResult<FFI_LogicalExtensionCodec> {
+    let capsule = match obj.hasattr("__datafusion_logical_extension_codec__")? {
+        true => obj.call_method0("__datafusion_logical_extension_codec__")?,
+        false => obj.clone(),
+    };
+    let capsule = capsule.cast_into::<PyCapsule>().map_err(|_| {
+        PyValueError::new_err(
+            "expected a datafusion SessionContext or its logical extension codec capsule",
+        )
+    })?;
+    let pointer = capsule.pointer_checked(Some(c"datafusion_logical_extension_codec"))?;
+    // The capsule holds an FFI_LogicalExtensionCodec (datafusion-python's contract); it stays
+    // the capsule's, and the provider keeps a clone.
+    let codec = unsafe { &*(pointer.as_ptr() as *const FFI_LogicalExtensionCodec) };
+    let theirs = unsafe { (codec.version)() };
+    let ours = datafusion_ffi::version();
+    if theirs != ours {
+        return Err(PyValueError::new_err(format!(
+            "datafusion-python is built on DataFusion {theirs}, iceberg-exec on DataFusion {ours}: \
+             install the datafusion package of major {ours}"
+        )));
+    }
+    Ok(codec.clone())
+}
+
+/// The session's Iceberg catalog for datafusion-python:
+/// `ctx.register_catalog_provider(name, session.catalog_provider())`.
+#[pyclass(
+    module = "iceberg_exec._native",
+    name = "CatalogProviderExport",
+    frozen
+)]
+struct CatalogProviderExport {
+    provider: Arc<dyn CatalogProvider>,
+}
+
+#[pymethods]
+impl CatalogProviderExport {
+    fn __datafusion_catalog_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let codec = foreign_codec(&session)?;
+        let ffi = FFI_CatalogProvider::new_with_ffi_codec(
+            Arc::clone(&self.provider),
+            Some(RUNTIME.handle().clone()),
+            codec,
+        );
+        PyCapsule::new_with_value(py, ffi, c"datafusion_catalog_provider")
+    }
+}
+
+/// One Iceberg table for datafusion-python: `ctx.register_table(name, session.table_provider(..))`.
+#[pyclass(module = "iceberg_exec._native", name = "TableProviderExport", frozen)]
+struct TableProviderExport {
+    provider: Arc<dyn datafusion::catalog::TableProvider>,
+}
+
+#[pymethods]
+impl TableProviderExport {
+    fn __datafusion_table_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let codec = foreign_codec(&session)?;
+        let ffi = FFI_TableProvider::new_with_ffi_codec(
+            Arc::clone(&self.provider),
+            true,
+            Some(RUNTIME.handle().clone()),
+            codec,
+        );
+        PyCapsule::new_with_value(py, ffi, c"datafusion_table_provider")
     }
 }
 
@@ -564,6 +666,9 @@ impl QueryResult {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Session>()?;
     m.add_class::<QueryResult>()?;
+    m.add_class::<CatalogProviderExport>()?;
+    m.add_class::<TableProviderExport>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DATAFUSION_MAJOR", datafusion_ffi::version())?;
     Ok(())
 }
