@@ -545,7 +545,23 @@ impl Iterator for Streamed {
         let next = match tokio::runtime::Handle::try_current() {
             // Read from inside a runtime thread: the engine's own executor (never expected).
             Ok(_) => futures::executor::block_on(self.stream.next()),
-            Err(_) => RUNTIME.block_on(self.stream.next()),
+            // Waited for 100 ms at a time, checking for Ctrl-C in between (the reader is
+            // pyarrow's C code: an interrupted read fails, naming the KeyboardInterrupt).
+            Err(_) => loop {
+                let step = RUNTIME.block_on(async {
+                    tokio::time::timeout(Duration::from_millis(100), self.stream.next()).await
+                });
+                match step {
+                    Ok(next) => break next,
+                    Err(_elapsed) => {
+                        if let Err(e) = Python::attach(|py| py.check_signals()) {
+                            return Some(Err(ArrowError::ExternalError(
+                                format!("interrupted: {e}").into(),
+                            )));
+                        }
+                    }
+                }
+            },
         };
         next.map(|r| {
             r.map_err(|e| ArrowError::ExternalError(Box::new(e)))
