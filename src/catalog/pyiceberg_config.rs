@@ -27,8 +27,9 @@ pub fn pyiceberg_config_path() -> Option<PathBuf> {
     Some(Path::new(&dir).join(".pyiceberg.yaml"))
 }
 
-/// The properties of catalog `name` from pyiceberg's configuration file and environment.
-pub fn pyiceberg_catalog(name: &str) -> Result<BTreeMap<String, String>> {
+/// The text of pyiceberg's configuration file (none when there is no file) and its path as
+/// errors show it.
+fn config_file() -> Result<(Option<String>, String)> {
     let path = pyiceberg_config_path();
     let text = match &path {
         Some(p) if p.is_file() => Some(std::fs::read_to_string(p).map_err(|e| {
@@ -40,6 +41,12 @@ pub fn pyiceberg_catalog(name: &str) -> Result<BTreeMap<String, String>> {
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| ".pyiceberg.yaml".into());
+    Ok((text, shown))
+}
+
+/// The properties of catalog `name` from pyiceberg's configuration file and environment.
+pub fn pyiceberg_catalog(name: &str) -> Result<BTreeMap<String, String>> {
+    let (text, shown) = config_file()?;
     catalog_from(name, text.as_deref(), &shown, std::env::vars())
 }
 
@@ -47,17 +54,7 @@ pub fn pyiceberg_catalog(name: &str) -> Result<BTreeMap<String, String>> {
 /// `.pyiceberg.yaml` (`memory-limit`, `planning-threshold`, ...) and the
 /// `PYICEBERG_EXECUTION__<KEY>` variables, which override it. Keys lower-cased, `-` for `_`.
 pub fn pyiceberg_execution() -> Result<BTreeMap<String, String>> {
-    let path = pyiceberg_config_path();
-    let text = match &path {
-        Some(p) if p.is_file() => Some(std::fs::read_to_string(p).map_err(|e| {
-            DataFusionError::Configuration(format!("cannot read {}: {e}", p.display()))
-        })?),
-        _ => None,
-    };
-    let shown = path
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| ".pyiceberg.yaml".into());
+    let (text, shown) = config_file()?;
     execution_from(text.as_deref(), &shown, std::env::vars())
 }
 
