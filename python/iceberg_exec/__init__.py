@@ -167,7 +167,9 @@ class Session:
         return ".".join(quote(p) for p in parts)
 
     def _count(self, query: str) -> int:
-        return int(self.sql(query).to_arrow().column(0)[0].as_py() or 0)
+        """The number the statement `query` answers with (a count, or the rows it changed)."""
+        got = self.sql(query).to_arrow()
+        return int(got.column(0)[0].as_py() or 0) if got.num_rows else 0
 
     def scan(
         self,
@@ -196,12 +198,7 @@ class Session:
         """pyiceberg's `Table.delete(delete_filter)`: in the table's write mode
         (`write.delete.mode`, merge-on-read or copy-on-write). Returns the rows deleted."""
         query = f"DELETE FROM {self._name(table)} WHERE {to_sql(delete_filter)}"
-        return self._count_of(self.sql(query))
-
-    @staticmethod
-    def _count_of(result: Result) -> int:
-        got = result.to_arrow()
-        return int(got.column(0)[0].as_py()) if got.num_rows else 0
+        return self._count(query)
 
     def append(self, table: Any, data: object) -> int:
         """pyiceberg's `Table.append(df)` for any Arrow data (a pyarrow Table or
@@ -210,7 +207,7 @@ class Session:
         name = f"append_{next(_inputs)}"
         src = self.register_arrow(name, data)
         try:
-            return self._count_of(self.sql(f"INSERT INTO {self._name(table)} SELECT * FROM {src}"))
+            return self._count(f"INSERT INTO {self._name(table)} SELECT * FROM {src}")
         finally:
             self.deregister_arrow(name)
 
@@ -220,7 +217,8 @@ class Session:
         inserted. `join_cols` defaults to the table's identifier fields (a pyiceberg Table's
         schema). Duplicate keys in `df` are refused and nothing changes; NULL keys never match.
 
-        The counts are taken just before the MERGE, on the snapshot it starts from."""
+        The MERGE counts the rows it changed; the inserted ones are counted just before it,
+        on the snapshot it starts from."""
         if join_cols is None:
             schema = getattr(table, "schema", None)
             ids = list(schema().identifier_field_names()) if callable(schema) else []
@@ -243,7 +241,6 @@ class Session:
             on = " AND ".join(f"t.{column(c)} = s.{column(c)}" for c in join_cols)
             others = [c for c in cols if c not in join_cols]
             differs = " OR ".join(f"(t.{column(c)} IS DISTINCT FROM s.{column(c)})" for c in others) or "FALSE"
-            updated = self._count(f"SELECT count(*) FROM {src} s JOIN {target} t ON {on} WHERE {differs}")
             inserted = self._count(
                 f"SELECT count(*) FROM {src} s WHERE NOT EXISTS (SELECT 1 FROM {target} t WHERE {on})")
             sets = ", ".join(f"{column(c)} = s.{column(c)}" for c in others)
@@ -253,9 +250,9 @@ class Session:
             if others:
                 merge += f"WHEN MATCHED AND ({differs}) THEN UPDATE SET {sets} "
             merge += f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
-            if updated or inserted:
-                self.sql(merge)
-            return UpsertResult(rows_updated=updated, rows_inserted=inserted)
+            # The MERGE's count is the rows updated plus the rows inserted.
+            changed = self._count(merge)
+            return UpsertResult(rows_updated=changed - inserted, rows_inserted=inserted)
         finally:
             self.deregister_arrow(name)
 
