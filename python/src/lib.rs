@@ -543,7 +543,8 @@ impl Iterator for Streamed {
 
     fn next(&mut self) -> Option<Self::Item> {
         let next = match tokio::runtime::Handle::try_current() {
-            // Read from inside a runtime thread: the engine's own executor (never expected).
+            // Read on one of the runtime's blocking threads (a result registered as another
+            // statement's input): block right here, without entering the runtime again.
             Ok(_) => futures::executor::block_on(self.stream.next()),
             // Waited for 100 ms at a time, checking for Ctrl-C in between (the reader is
             // pyarrow's C code: an interrupted read fails, naming the KeyboardInterrupt).
