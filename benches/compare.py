@@ -57,6 +57,8 @@ DUCKDB_V2_POSITIONS = "DuckDB 1.5.5 iceberg_scan, v2 position delete files"
 DUCKDB_NATIVE = "DuckDB 1.5.5 MERGE (native table)"
 DUCKDB_REST = "DuckDB 1.5.5 (httpfs + iceberg, ATTACHed to the REST catalog)"
 PYICEBERG_REST = "pyiceberg 0.12 (REST catalog)"
+PY_OURS = "iceberg-exec Python package"
+PY_OURS_MOR = "iceberg-exec Python package, merge-on-read"
 LIMIT_S3 = "DataFusion, bare parquet on S3 (limit)"
 
 
@@ -293,10 +295,11 @@ class Suite:
     # -- one scenario
 
     def scenario(self, name, title, goal, engines, expected, before_each=None, after_each=None, scale_note="",
-                 counter=None):
+                 counter=None, ours=OURS):
         """`engines`: [(engine, argv or None with a reason)]; `after_each(engine, run)` checks a
         statement's effect and returns the answer to compare (default: the run's own);
-        `counter()` returns the server's request counts by type, read around each run."""
+        `counter()` returns the server's request counts by type, read around each run; `ours`:
+        the engine the ratios are taken from (time and peak RSS)."""
         if self.args.scenarios and name not in self.args.scenarios:
             return
         log(f"scenario {name}: {title}")
@@ -351,15 +354,17 @@ class Suite:
             elif row["status"] == "ok":
                 row["status"] = "error"
             rows.append(row)
-        ours = next((r for r in rows if r["engine"] == OURS and r["status"] == "ok"), None)
+        mine = ours
+        ours = next((r for r in rows if r["engine"] == mine and r["status"] == "ok"), None)
         for row in rows:
-            if ours and row["status"] == "ok" and row["engine"] != OURS:
+            if ours and row["status"] == "ok" and row["engine"] != mine:
                 row["ours_over_engine"] = round(ours["median_s"] / row["median_s"], 3)
+                row["ours_over_engine_rss"] = round(ours["rss_mib"] / row["rss_mib"], 3)
         for row in rows:
-            if ours and "requests" in row and row["engine"] != OURS and row["requests"].get("GET"):
+            if ours and "requests" in row and row["engine"] != mine and row["requests"].get("GET"):
                 row["ours_over_engine_gets"] = round(ours.get("requests", {}).get("GET", 0) / row["requests"]["GET"], 3)
         self.scenarios.append({"name": name, "title": title, "goal": goal, "note": scale_note, "engines": rows,
-                               "counted": counter is not None})
+                               "counted": counter is not None, "ours": mine})
 
     def mark_capped(self, engine_names, scenario, later):
         for s in self.scenarios:
@@ -912,6 +917,9 @@ def main() -> int:
         "so planning goes through the iceberg crate's planner, which indexes every delete entry.",
     )
 
+    if not args.scenarios or any(n.startswith("py_") for n in args.scenarios):
+        python_scenarios(s, rows, files, plain, mor, aggs_full, q_full.replace(" FROM {t}", "")[len("SELECT "):])
+
     if not args.no_s3 and (not args.scenarios or any(n.startswith("s3_") for n in args.scenarios)):
         s3_scenarios(s, rows, files, agg, q_full, aggs_full, q_sel, sel_range, q_mor)
 
@@ -934,11 +942,125 @@ def main() -> int:
     subprocess.run(s.peers("chart", "--report", json_path, "--out", png), check=True, capture_output=True)
     print(md)
     log(f"wrote {args.out}/report.md, report.json, report.png in {report['seconds']} s")
-    bad = [(sc["name"], r["engine"]) for sc in s.scenarios for r in sc["engines"] if r["engine"] == OURS and r["status"] != "ok"]
+    bad = [(sc["name"], r["engine"]) for sc in s.scenarios for r in sc["engines"]
+           if r["engine"] in (OURS, PY_OURS, PY_OURS_MOR) and r["status"] != "ok"]
     if bad:
         log(f"iceberg-exec did not complete: {bad}")
         return 1
     return 0
+
+
+def python_package(args, py: str) -> str:
+    """iceberg-exec's Python package in the suite's venv, built by `maturin develop` into the
+    target dir: an optimized build for timed runs, any build with --quick (CI has installed a
+    debug one). Returns the build's kind."""
+    probe = subprocess.run([py, "-c", "import iceberg_exec._native as n; print(n.BUILD)"], capture_output=True, text=True)
+    have = probe.stdout.strip() if probe.returncode == 0 else None
+    if have and (args.quick or have == "release"):
+        return have
+    cmd = [os.path.join(os.path.dirname(py), "maturin"), "develop", "--quiet"] + ([] if args.quick else ["--release"])
+    log("building the Python package: " + " ".join(cmd[1:]))
+    subprocess.run(cmd, check=True, cwd=os.path.join(REPO, "python"),
+                   env={**os.environ, "CARGO_TARGET_DIR": target_dir(), "VIRTUAL_ENV": args.venv})
+    return "debug" if args.quick else "release"
+
+
+def python_scenarios(s, rows, files, plain, mor, aggs, agg_sql):
+    """iceberg-exec's Python package (`iceberg_exec.Session` and its pyiceberg-shaped verbs)
+    against pyiceberg 0.12 on the same tables: what a pyiceberg user would run, each in its own
+    process, Python start and imports not timed; catalog and table loading timed."""
+    args = s.args
+    build = python_package(args, s.py)
+    pool = "256MiB"
+    pool_note = f"The package's session has a {pool} memory pool ({build} build)."
+    mor_pos = s.generate("pos-v2", "--rows", str(rows), "--files", str(files), "--pos-every", "10")
+
+    def read(name, title, goal, table, stream, note):
+        extra = ["--stream"] if stream else []
+
+        def cmd(which):
+            argv = s.peers(which, "--warehouse", table["warehouse"], "--table", "bench.t", "--aggs", json.dumps(aggs), *extra)
+            return argv + (["--memory-limit", pool] if which == "py-read" else [])
+
+        want = s.oracle(table, agg_sql)
+        s.scenario(name, title, goal, [(PY_OURS, cmd("py-read")), (PYICEBERG, cmd("pyiceberg-read"))],
+                   lambda e: want, scale_note=f"{note} {pool_note}", ours=PY_OURS)
+
+    read("py_full_scan", f"Python: full scan to a pyarrow Table, every column, {rows:,} rows in {files} files",
+         ">= 5x faster than pyiceberg", plain, False,
+         "`Session.scan(t).read_all()` against `table.scan().to_arrow()`; the answer (count, sum, min, max) is "
+         "computed from the Arrow table, untimed in neither. Both hold the whole result: peak RSS is mostly the result's.")
+    read("py_stream_scan", f"Python: full scan streamed batch by batch, every column, {rows:,} rows",
+         ">= 5x faster than pyiceberg; peak RSS under 1/4 of its", plain, True,
+         "`Session.scan(t)` (a RecordBatchReader) against `table.scan().to_arrow_batch_reader()`, aggregated a "
+         "batch at a time.")
+    read("py_mor_scan", f"Python: merge-on-read scan to a pyarrow Table, {rows:,} rows, every 10th position-deleted "
+         "(v2 position delete files)", ">= 5x faster than pyiceberg", mor_pos, False,
+         "The deletes are v2 position delete files, which pyiceberg applies.")
+    read("py_mor_eq_scan", f"Python: merge-on-read scan with equality deletes, {rows:,} rows, 10% position-deleted, "
+         f"{rows // 100:,} keys equality-deleted", "pyiceberg refuses equality deletes", mor, False,
+         "The table Flink-style writers leave behind.")
+
+    mor_props = ("ALTER TABLE bench.t SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read', "
+                 "'write.update.mode' = 'merge-on-read', 'write.merge.mode' = 'merge-on-read')")
+
+    def before(e):
+        s.restore(plain)
+        if e == PY_OURS_MOR:
+            s.engine_json("sql", "--warehouse", plain["warehouse"], "--sql", mor_props)
+
+    def read_back(select):
+        def after(e, run):
+            r = run_process(s.peers("duckdb", "--metadata", s.current_metadata(plain), "--sql", f"SELECT {select} FROM {{t}}"),
+                            args.cap)
+            back = r.answer if r.status == "ok" else [r.status, r.detail]
+            return (run.answer or []) + back
+        return after
+
+    # delete(): 1% of the rows, a contiguous range of ids inside one file.
+    per_file = rows // files
+    lo = 3 * per_file + per_file // 5
+    hi = lo + rows // 100 - 1
+    flt = f"id >= {lo} and id <= {hi}"
+    after_delete = s.oracle(plain, "count(*), sum(value)", f"NOT (id BETWEEN {lo} AND {hi})")
+    deleted = [str(hi - lo + 1)]
+
+    def delete_cmd(which):
+        argv = s.peers(which, "--warehouse", plain["warehouse"], "--table", "bench.t", "--filter", flt)
+        return argv + (["--memory-limit", pool] if which.startswith("py-") else [])
+
+    s.scenario("py_delete", f"Python: delete() of 1% of {rows:,} rows ({rows // 100:,}, inside one file)",
+               ">= 5x faster than pyiceberg; peak RSS under 1/4 of its",
+               [(PY_OURS, delete_cmd("py-delete")), (PY_OURS_MOR, delete_cmd("py-delete")),
+                (PYICEBERG, delete_cmd("pyiceberg-delete"))],
+               lambda e: (deleted if e != PYICEBERG else []) + after_delete, before, read_back("count(*), sum(value)"),
+               "The table's default mode is copy-on-write (the spec's default for an unset write.delete.mode); the "
+               "second row sets merge-on-read first. pyiceberg deletes by copy-on-write in both. The rows left are "
+               f"read back by DuckDB. {pool_note}", ours=PY_OURS)
+    s.restore(plain)
+
+    # upsert(): `changes` rows, half updating rows spread over every file, half new.
+    changes = rows // 10
+    half = changes // 2
+    base = s.oracle(plain, "count(*), sum(value)")
+    new_sum = sum((rows + i) % 1000 + 1 for i in range(changes - half))
+    want_upsert = [str(half), str(changes - half), str(int(base[0]) + changes - half), str(int(base[1]) + half + new_sum)]
+
+    def upsert_cmd(which):
+        argv = s.peers(which, "--warehouse", plain["warehouse"], "--table", "bench.t", "--rows", str(rows),
+                       "--changes", str(changes))
+        return argv + (["--memory-limit", pool] if which.startswith("py-") else [])
+
+    s.scenario("py_upsert", f"Python: upsert() of {changes:,} rows ({half:,} updates spread over every file, "
+               f"{changes - half:,} inserts) into {rows:,}", ">= 5x faster than pyiceberg; peak RSS under 1/4 of its",
+               [(PY_OURS, upsert_cmd("py-upsert")), (PY_OURS_MOR, upsert_cmd("py-upsert")),
+                (PYICEBERG, upsert_cmd("pyiceberg-upsert"))],
+               lambda e: want_upsert, before, read_back("count(*), sum(value)"),
+               "`upsert(df, join_cols=['id'])`; the answer is UpsertResult's two counts, then the table's count and "
+               "sum(value) read back by DuckDB. The input is the same pyarrow Table (built untimed). Copy-on-write "
+               f"(the table's default) in the first row, merge-on-read in the second; pyiceberg rewrites. {pool_note}",
+               ours=PY_OURS)
+    s.restore(plain)
 
 
 def s3_scenarios(s, rows, files, agg, q_full, aggs_full, q_sel, sel_range, q_mor):
@@ -1091,6 +1213,25 @@ def markdown(report: dict) -> str:
     for sc in report["scenarios"]:
         out += [f"## {sc['title']}", "", f"Goal: {sc['goal']}." + (f" {sc['note']}" if sc["note"] else ""), ""]
         counted = sc.get("counted")
+        mine = sc.get("ours", OURS)
+        if mine != OURS:
+            # The Python package's scenarios: its time and peak RSS over each engine's.
+            out += [f"| engine | median | peak RSS | correct | {mine} / engine: time | : peak RSS | note |",
+                    "|---|---:|---:|---|---:|---:|---|"]
+            for r in sc["engines"]:
+                if r["status"] == "ok":
+                    t, rss = f"{r['median_s']:.3f} s", f"{r['rss_mib']:.0f} MiB"
+                    correct = "yes" if r["checked"] else "n/a"
+                    ratio = f"{r['ours_over_engine']:.2f}" if "ours_over_engine" in r else ""
+                    rss_ratio = f"{r['ours_over_engine_rss']:.2f}" if "ours_over_engine_rss" in r else ""
+                elif r["status"] == "cap":
+                    t, rss, correct = f"> {report['cap_s']:g} s", "", "not known"
+                    ratio, rss_ratio = "< " + ratio_vs_cap(report, sc), ""
+                else:
+                    t, rss, correct, ratio, rss_ratio = "", "", {"wrong": "**WRONG**"}.get(r["status"], r["status"]), "", ""
+                out.append(f"| {r['engine']} | {t} | {rss} | {correct} | {ratio} | {rss_ratio} | {r['detail']} |")
+            out.append("")
+            continue
         if counted:
             out += ["| engine | median | peak RSS | correct | iceberg-exec / engine | S3 requests | GETs: iceberg-exec / engine | note |",
                     "|---|---:|---:|---|---:|---|---:|---|"]
@@ -1117,7 +1258,8 @@ def markdown(report: dict) -> str:
 
 
 def ratio_vs_cap(report, sc) -> str:
-    ours = next((r for r in sc["engines"] if r["engine"] == OURS and r["status"] == "ok"), None)
+    mine = sc.get("ours", OURS)
+    ours = next((r for r in sc["engines"] if r["engine"] == mine and r["status"] == "ok"), None)
     return f"{ours['median_s'] / report['cap_s']:.4f}" if ours else "?"
 
 

@@ -103,6 +103,24 @@ class UpsertResult:
 _inputs = itertools.count()
 
 
+class _ReadOnly(Exception):
+    """A pyiceberg `Table` of a catalog other than the session's (read through its metadata file)."""
+
+
+def _is_pyiceberg_table(table: Any) -> bool:
+    return hasattr(table, "metadata_location") and hasattr(table, "metadata") and callable(getattr(table, "name", None))
+
+
+def _alias(base: str, columns: Sequence[str]) -> str:
+    """`base`, or `base_1`, `base_2`, ...: the first that is no column's name (any case)."""
+    taken = {c.lower() for c in columns}
+    for n in itertools.count():
+        name = base if n == 0 else f"{base}_{n}"
+        if name not in taken:
+            return name
+    raise AssertionError("unreachable")
+
+
 def _check_datafusion() -> None:
     """Refuses a datafusion-python of another DataFusion major: structures passed across the FFI
     differ between majors, and mixing them crashes."""
@@ -133,7 +151,10 @@ class Session:
     (pyiceberg's SqlCatalog name; `default` unless chosen by pyiceberg's configuration).
 
     The verbs (`scan`, `delete`, `append`, `upsert`, maintenance) take a table as pyiceberg
-    names it: a pyiceberg `Table` of this catalog, an identifier tuple, or `"ns.table"`.
+    names it: a pyiceberg `Table`, an identifier tuple, or `"ns.table"`. A pyiceberg `Table` of
+    this session's catalog (same name, same table UUID) is changed through the catalog; one of
+    another catalog (Glue, Hive, a `StaticTable`, ...) is read from its metadata file with its
+    FileIO properties, and writes to it are refused.
     """
 
     @classmethod
@@ -166,6 +187,36 @@ class Session:
             raise InvalidInput(f"not a table name: {table!r}")
         return ".".join(quote(p) for p in parts)
 
+    def _table(self, table: Any, *, write: bool) -> str:
+        """The SQL name of `table` for a verb. A pyiceberg `Table` is this session's table when
+        the session's catalog holds a table of its name and UUID; otherwise its metadata file
+        is registered read-only (see `_read_only`) and writes are refused."""
+        if not _is_pyiceberg_table(table):
+            return self._name(table)
+        ident = [str(p) for p in table.name()]
+        try:
+            uuid = self._native.table_uuid(ident)
+        except TableNotFound:  # e.g. a namespace the catalog does not have
+            uuid = None
+        if uuid == str(table.metadata.table_uuid):
+            return self._name(table)
+        if write:
+            raise InvalidInput(
+                f"table {'.'.join(ident)} is read-only here: it is not a table of this session's catalog "
+                f"'{self.catalog_name}' (a SQL or REST catalog opens with Session.for_catalog(catalog))")
+        raise _ReadOnly()
+
+    def _read_only(self, table: Any, snapshot_id: int | None) -> str:
+        """Registers a pyiceberg `Table` of another catalog read-only, from its metadata file
+        and its FileIO properties; returns its SQL name (deregister with `_forget`)."""
+        name = f"table_{next(_inputs)}"
+        props = {str(k): str(v) for k, v in dict(getattr(table.io, "properties", {}) or {}).items()}
+        self._native.register_metadata(name, table.metadata_location, props, snapshot_id)
+        return f"python.readonly.{name}"
+
+    def _forget(self, name: str) -> None:
+        self._native.deregister_metadata(name.rsplit(".", 1)[1])
+
     def _count(self, query: str) -> int:
         """The number the statement `query` answers with (a count, or the rows it changed)."""
         got = self.sql(query).to_arrow()
@@ -182,22 +233,32 @@ class Session:
         """pyiceberg's `Table.scan(...).to_arrow_batch_reader()`, by this engine: deletes of every
         kind applied, streamed in bounded memory. `row_filter` is a pyiceberg
         `BooleanExpression` or its string form."""
-        source = self._name(table)
-        if snapshot_id is not None:
-            plain = source.replace('"', "")
-            source = f"iceberg_scan({literal(plain)}, 'snapshot_id', {int(snapshot_id)})"
-        fields = "*" if tuple(selected_fields) == ("*",) else ", ".join(column(f) for f in selected_fields)
-        query = f"SELECT {fields} FROM {source}"
-        if row_filter not in ("", None):
-            query += f" WHERE {to_sql(row_filter)}"
-        if limit is not None:
-            query += f" LIMIT {int(limit)}"
-        return self.sql(query).to_reader()
+        registered = None
+        try:
+            source = self._table(table, write=False)
+            if snapshot_id is not None:
+                plain = source.replace('"', "")
+                source = f"iceberg_scan({literal(plain)}, 'snapshot_id', {int(snapshot_id)})"
+        except _ReadOnly:
+            source = registered = self._read_only(table, None if snapshot_id is None else int(snapshot_id))
+        try:
+            fields = "*" if tuple(selected_fields) == ("*",) else ", ".join(column(f) for f in selected_fields)
+            query = f"SELECT {fields} FROM {source}"
+            if row_filter not in ("", None):
+                query += f" WHERE {to_sql(row_filter)}"
+            if limit is not None:
+                query += f" LIMIT {int(limit)}"
+            # The planned statement holds the table: the name is not needed past planning.
+            result = self.sql(query)
+        finally:
+            if registered is not None:
+                self._forget(registered)
+        return result.to_reader()
 
     def delete(self, table: Any, delete_filter: Any) -> int:
         """pyiceberg's `Table.delete(delete_filter)`: in the table's write mode
         (`write.delete.mode`, merge-on-read or copy-on-write). Returns the rows deleted."""
-        query = f"DELETE FROM {self._name(table)} WHERE {to_sql(delete_filter)}"
+        query = f"DELETE FROM {self._table(table, write=True)} WHERE {to_sql(delete_filter)}"
         return self._count(query)
 
     def append(self, table: Any, data: object) -> int:
@@ -207,7 +268,7 @@ class Session:
         name = f"append_{next(_inputs)}"
         src = self.register_arrow(name, data)
         try:
-            return self._count(f"INSERT INTO {self._name(table)} SELECT * FROM {src}")
+            return self._count(f"INSERT INTO {self._table(table, write=True)} SELECT * FROM {src}")
         finally:
             self.deregister_arrow(name)
 
@@ -227,7 +288,7 @@ class Session:
             join_cols = sorted(ids)
         if not join_cols:
             raise InvalidInput("upsert: join_cols is empty")
-        target = self._name(table)
+        target = self._table(table, write=True)
         name = f"upsert_{next(_inputs)}"
         src = self.register_arrow(name, df, once=False)
         try:
@@ -238,15 +299,18 @@ class Session:
             keys = ", ".join(column(c) for c in join_cols)
             if self._count(f"SELECT count(*) FROM (SELECT {keys} FROM {src} GROUP BY {keys} HAVING count(*) > 1)"):
                 raise InvalidInput("Duplicate rows found in source dataset based on the key columns. No upsert executed")
-            on = " AND ".join(f"t.{column(c)} = s.{column(c)}" for c in join_cols)
+            # Aliases no column is named: in the NOT EXISTS below, a qualifier that is also a
+            # column of the inner table would be read as that column (a field access).
+            t, s = _alias("t", cols), _alias("s", cols)
+            on = " AND ".join(f"{t}.{column(c)} = {s}.{column(c)}" for c in join_cols)
             others = [c for c in cols if c not in join_cols]
-            differs = " OR ".join(f"(t.{column(c)} IS DISTINCT FROM s.{column(c)})" for c in others) or "FALSE"
+            differs = " OR ".join(f"({t}.{column(c)} IS DISTINCT FROM {s}.{column(c)})" for c in others) or "FALSE"
             inserted = self._count(
-                f"SELECT count(*) FROM {src} s WHERE NOT EXISTS (SELECT 1 FROM {target} t WHERE {on})")
-            sets = ", ".join(f"{column(c)} = s.{column(c)}" for c in others)
+                f"SELECT count(*) FROM {src} {s} WHERE NOT EXISTS (SELECT 1 FROM {target} {t} WHERE {on})")
+            sets = ", ".join(f"{column(c)} = {s}.{column(c)}" for c in others)
             names = ", ".join(column(c) for c in cols)
-            values = ", ".join(f"s.{column(c)}" for c in cols)
-            merge = f"MERGE INTO {target} AS t USING {src} AS s ON {on} "
+            values = ", ".join(f"{s}.{column(c)}" for c in cols)
+            merge = f"MERGE INTO {target} AS {t} USING {src} AS {s} ON {on} "
             if others:
                 merge += f"WHEN MATCHED AND ({differs}) THEN UPDATE SET {sets} "
             merge += f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({values})"
@@ -279,7 +343,7 @@ class Session:
         return self.sql(self._call_sql("remove_orphan_files", table, args, {})).to_arrow()
 
     def _call_sql(self, procedure: str, table: Any, args: dict, options: dict) -> str:
-        plain = self._name(table).replace('"', "")
+        plain = self._table(table, write=True).replace('"', "")
         parts = [f"table => {literal(plain)}"] + [f"{k} => {v}" for k, v in args.items()]
         if options:
             pairs = ", ".join(f"{literal(k.replace('_', '-'))}, {literal(str(v))}" for k, v in options.items())
@@ -336,7 +400,14 @@ class Session:
     def table_provider(self, table: Any) -> object:
         """One Iceberg table for datafusion-python: `ctx.register_table("t", s.table_provider(t))`."""
         _check_datafusion()
-        return self._native.table_provider(self._name(table))
+        try:
+            return self._native.table_provider(self._table(table, write=False))
+        except _ReadOnly:
+            name = self._read_only(table, None)
+            try:
+                return self._native.table_provider(name)
+            finally:
+                self._forget(name)
 
     @property
     def reserved_memory(self) -> int:

@@ -29,7 +29,11 @@ use datafusion_ffi::catalog_provider::FFI_CatalogProvider;
 use datafusion_ffi::proto::logical_extension_codec::FFI_LogicalExtensionCodec;
 use datafusion_ffi::table_provider::FFI_TableProvider;
 use futures::StreamExt;
-use iceberg_exec::{parse_size, CatalogChoice, IcebergSession, WarehouseConfig};
+use iceberg::TableIdent;
+use iceberg_exec::{
+    open_table_at, parse_size, CatalogChoice, IcebergSession, IcebergTableProvider, LocationMap,
+    ObjectStores, StorageOptions, WarehouseConfig,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
@@ -46,6 +50,19 @@ static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
 /// The catalog and schema where [`Session::register_arrow`] puts Python's data.
 const INPUT_CATALOG: &str = "python";
 const INPUT_SCHEMA: &str = "input";
+/// The schema of that catalog where [`Session::register_metadata`] puts tables read from their
+/// metadata file (tables of catalogs the session does not open).
+const READ_ONLY_SCHEMA: &str = "readonly";
+
+/// Names of registered inputs and tables: letters, digits and `_` only.
+fn check_name(name: &str) -> PyResult<()> {
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(PyValueError::new_err(format!(
+            "input name '{name}': letters, digits and '_' only"
+        )));
+    }
+    Ok(())
+}
 
 /// An error as one line: its causes joined.
 fn one_line(e: &DataFusionError) -> String {
@@ -147,6 +164,8 @@ struct Session {
     inner: IcebergSession,
     /// Python data registered for statements to read (`python.input.<name>`).
     inputs: Arc<MemorySchemaProvider>,
+    /// Tables opened read-only from their metadata file (`python.readonly.<name>`).
+    read_only: Arc<MemorySchemaProvider>,
 }
 
 #[pymethods]
@@ -187,14 +206,77 @@ impl Session {
         let config = WarehouseConfig::resolve(&choice, limit).map_err(to_py)?;
         let inner = wait(py, IcebergSession::open(config))?.map_err(to_py)?;
         let inputs = Arc::new(MemorySchemaProvider::new());
+        let read_only = Arc::new(MemorySchemaProvider::new());
         let catalog = MemoryCatalogProvider::new();
         catalog
             .register_schema(INPUT_SCHEMA, Arc::clone(&inputs) as _)
             .map_err(to_py)?;
+        catalog
+            .register_schema(READ_ONLY_SCHEMA, Arc::clone(&read_only) as _)
+            .map_err(to_py)?;
         inner
             .context()
             .register_catalog(INPUT_CATALOG, Arc::new(catalog));
-        Ok(Self { inner, inputs })
+        Ok(Self {
+            inner,
+            inputs,
+            read_only,
+        })
+    }
+
+    /// The UUID of the table `ident` (namespace parts, then the name) in the session's
+    /// catalog, or `None` when the catalog has no such table.
+    fn table_uuid(&self, py: Python<'_>, ident: Vec<String>) -> PyResult<Option<String>> {
+        let ident = TableIdent::from_strs(&ident)
+            .map_err(|e| PyValueError::new_err(format!("not a table identifier: {e}")))?;
+        let catalog = Arc::clone(self.inner.catalog());
+        let table =
+            wait(py, async move { catalog.try_load_table(&ident).await })?.map_err(to_py)?;
+        Ok(table.map(|t| t.metadata().uuid().to_string()))
+    }
+
+    /// Registers the table whose metadata file is `location` as `python.readonly.<name>`,
+    /// read-only, its files read with the FileIO `properties` (Iceberg's names: `s3.endpoint`,
+    /// ...), at `snapshot_id` when given (else the file's current snapshot).
+    #[pyo3(signature = (name, location, properties=None, snapshot_id=None))]
+    fn register_metadata(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        location: &str,
+        properties: Option<BTreeMap<String, String>>,
+        snapshot_id: Option<i64>,
+    ) -> PyResult<()> {
+        check_name(name)?;
+        let stores = ObjectStores::standalone(StorageOptions::new(properties.unwrap_or_default()));
+        // A local metadata file is opened by its path.
+        let location = location
+            .strip_prefix("file://")
+            .unwrap_or(location)
+            .to_string();
+        let provider = wait(py, async move {
+            let table = open_table_at(&location, &LocationMap::default(), &stores).await?;
+            let provider = IcebergTableProvider::try_new(table, None)?.with_object_stores(stores);
+            match snapshot_id {
+                Some(id) => provider.with_snapshot_id(id),
+                None => Ok(provider),
+            }
+        })?
+        .map_err(to_py)?;
+        datafusion::catalog::SchemaProvider::register_table(
+            self.read_only.as_ref(),
+            name.to_string(),
+            Arc::new(provider),
+        )
+        .map_err(to_py)?;
+        Ok(())
+    }
+
+    /// Removes the table `name` registered by [`Session::register_metadata`].
+    fn deregister_metadata(&self, name: &str) -> PyResult<()> {
+        datafusion::catalog::SchemaProvider::deregister_table(self.read_only.as_ref(), name)
+            .map_err(to_py)?;
+        Ok(())
     }
 
     /// Runs `query`. Statements that change something (DML, DDL, CALL) run now; a query runs
@@ -231,11 +313,7 @@ impl Session {
         data: &Bound<'_, PyAny>,
         once: bool,
     ) -> PyResult<()> {
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(PyValueError::new_err(format!(
-                "input name '{name}': letters, digits and '_' only"
-            )));
-        }
+        check_name(name)?;
         let capsule = data.call_method0("__arrow_c_stream__").map_err(|_| {
             PyValueError::new_err(
                 "data must support the Arrow PyCapsule interface (__arrow_c_stream__)",
@@ -687,5 +765,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TableProviderExport>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("DATAFUSION_MAJOR", datafusion_ffi::version())?;
+    // Benchmarks check they time an optimized build.
+    let build = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    m.add("BUILD", build)?;
     Ok(())
 }

@@ -132,6 +132,58 @@ def test_upsert_refuses_duplicate_keys_and_changes_nothing(lake):
     assert got == [{"k": None, "v": 2}, {"k": None, "v": 3}, {"k": 1, "v": 4}]
 
 
+def test_upsert_of_columns_named_like_the_statement_aliases(lake):
+    catalog, _ = lake
+    s = Session.for_catalog(catalog)
+    s.sql("CREATE TABLE db.aliases (t BIGINT, s VARCHAR, s_1 BIGINT)")
+    s.sql("INSERT INTO db.aliases VALUES (1, 'a', 10), (2, 'b', 20)")
+    df = pa.table({"t": pa.array([2, 3], pa.int64()), "s": ["B", "c"], "s_1": pa.array([20, 30], pa.int64())})
+    res = s.upsert("db.aliases", df, join_cols=["t"])
+    assert (res.rows_updated, res.rows_inserted) == (1, 1)
+    got = s.sql("SELECT t, s, s_1 FROM db.aliases ORDER BY t").to_arrow().to_pylist()
+    assert got == [{"t": 1, "s": "a", "s_1": 10}, {"t": 2, "s": "B", "s_1": 20}, {"t": 3, "s": "c", "s_1": 30}]
+
+
+def test_tables_of_other_catalogs_are_read_from_their_metadata_and_not_written(lake, tmp_path):
+    catalog, table = lake
+    # A second catalog the session is not on, holding a table of the same name with other rows,
+    # and a delete pyiceberg made (a rewrite: the first snapshot still has every row).
+    other_wh = tmp_path / "other"
+    other_wh.mkdir()
+    other = SqlCatalog("other", uri=f"sqlite:///{other_wh}/catalog.db", warehouse=f"file://{other_wh}")
+    other.create_namespace("db")
+    foreign = other.create_table("db.t", schema=SCHEMA)
+    foreign.append(rows(100, start=7000))
+    first = foreign.current_snapshot().snapshot_id
+    foreign.delete("id < 7010")
+    foreign = other.load_table("db.t")
+
+    s = Session.for_catalog(catalog)
+    got = sorted_by_id(s.scan(foreign).read_all())
+    assert got.column("id").to_pylist() == list(range(7010, 7100))
+    assert s.scan(foreign, row_filter="id >= 7090", selected_fields=("id",)).read_all().num_rows == 10
+    assert s.scan(foreign, snapshot_id=first).read_all().num_rows == 100
+    # The session's own db.t (same name, other UUID) is untouched by any of it.
+    assert s.sql("SELECT count(*) AS n FROM db.t").to_arrow().column("n")[0].as_py() == 1500
+    # A StaticTable (a metadata file, no catalog) reads the same.
+    from pyiceberg.table import StaticTable
+
+    static = StaticTable.from_metadata(foreign.metadata_location)
+    assert sorted_by_id(s.scan(static).read_all()).column("id").to_pylist() == list(range(7010, 7100))
+
+    snapshot = foreign.current_snapshot().snapshot_id
+    for write in (
+        lambda: s.delete(foreign, "id > 7050"),
+        lambda: s.append(foreign, rows(1, start=9000)),
+        lambda: s.upsert(foreign, rows(1, start=9000)),
+        lambda: s.rewrite_data_files(static),
+    ):
+        with pytest.raises(InvalidInput, match="read-only here"):
+            write()
+    assert other.load_table("db.t").current_snapshot().snapshot_id == snapshot
+    assert s.reserved_memory == 0
+
+
 def test_compaction_folds_the_deletes_in(lake):
     catalog, table = lake
     s = Session.for_catalog(catalog)
