@@ -190,7 +190,7 @@ class Session:
     def _table(self, table: Any, *, write: bool) -> str:
         """The SQL name of `table` for a verb. A pyiceberg `Table` is this session's table when
         the session's catalog holds a table of its name and UUID; otherwise its metadata file
-        is registered read-only (see `_read_only`) and writes are refused."""
+        is read read-only (`_ReadOnly` is raised) and writes are refused."""
         if not _is_pyiceberg_table(table):
             return self._name(table)
         ident = [str(p) for p in table.name()]
@@ -206,16 +206,11 @@ class Session:
                 f"'{self.catalog_name}' (a SQL or REST catalog opens with Session.for_catalog(catalog))")
         raise _ReadOnly()
 
-    def _read_only(self, table: Any, snapshot_id: int | None) -> str:
-        """Registers a pyiceberg `Table` of another catalog read-only, from its metadata file
-        and its FileIO properties; returns its SQL name (deregister with `_forget`)."""
-        name = f"table_{next(_inputs)}"
-        props = {str(k): str(v) for k, v in dict(getattr(table.io, "properties", {}) or {}).items()}
-        self._native.register_metadata(name, table.metadata_location, props, snapshot_id)
-        return f"python.readonly.{name}"
-
-    def _forget(self, name: str) -> None:
-        self._native.deregister_metadata(name.rsplit(".", 1)[1])
+    @staticmethod
+    def _file_io(table: Any) -> dict:
+        """A pyiceberg `Table`'s FileIO properties, as text."""
+        props = dict(getattr(table.io, "properties", {}) or {})
+        return {str(k): str(v) for k, v in props.items() if isinstance(v, (str, int, float, bool))}
 
     def _count(self, query: str) -> int:
         """The number the statement `query` answers with (a count, or the rows it changed)."""
@@ -233,27 +228,26 @@ class Session:
         """pyiceberg's `Table.scan(...).to_arrow_batch_reader()`, by this engine: deletes of every
         kind applied, streamed in bounded memory. `row_filter` is a pyiceberg
         `BooleanExpression` or its string form."""
-        registered = None
+        read_only = None
         try:
             source = self._table(table, write=False)
             if snapshot_id is not None:
                 plain = source.replace('"', "")
                 source = f"iceberg_scan({literal(plain)}, 'snapshot_id', {int(snapshot_id)})"
         except _ReadOnly:
-            source = registered = self._read_only(table, None if snapshot_id is None else int(snapshot_id))
-        try:
-            fields = "*" if tuple(selected_fields) == ("*",) else ", ".join(column(f) for f in selected_fields)
-            query = f"SELECT {fields} FROM {source}"
-            if row_filter not in ("", None):
-                query += f" WHERE {to_sql(row_filter)}"
-            if limit is not None:
-                query += f" LIMIT {int(limit)}"
-            # The planned statement holds the table: the name is not needed past planning.
-            result = self.sql(query)
-        finally:
-            if registered is not None:
-                self._forget(registered)
-        return result.to_reader()
+            read_only = f"table_{next(_inputs)}"
+            source = f"python.readonly.{read_only}"
+        fields = "*" if tuple(selected_fields) == ("*",) else ", ".join(column(f) for f in selected_fields)
+        query = f"SELECT {fields} FROM {source}"
+        if row_filter not in ("", None):
+            query += f" WHERE {to_sql(row_filter)}"
+        if limit is not None:
+            query += f" LIMIT {int(limit)}"
+        if read_only is None:
+            return self.sql(query).to_reader()
+        pin = None if snapshot_id is None else int(snapshot_id)
+        native = self._native.sql_on_metadata(query, read_only, table.metadata_location, self._file_io(table), pin)
+        return Result(native).to_reader()
 
     def delete(self, table: Any, delete_filter: Any) -> int:
         """pyiceberg's `Table.delete(delete_filter)`: in the table's write mode
@@ -403,11 +397,7 @@ class Session:
         try:
             return self._native.table_provider(self._table(table, write=False))
         except _ReadOnly:
-            name = self._read_only(table, None)
-            try:
-                return self._native.table_provider(name)
-            finally:
-                self._forget(name)
+            return self._native.metadata_table_provider(table.metadata_location, self._file_io(table))
 
     @property
     def reserved_memory(self) -> int:

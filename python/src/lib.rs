@@ -7,6 +7,8 @@
 //! waited on checks for Ctrl-C ten times a second and is dropped (cancelled) when Python raises
 //! `KeyboardInterrupt`.
 
+mod bridge;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -20,11 +22,12 @@ use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
+use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::streaming::PartitionStream;
-use datafusion::prelude::DataFrame;
+use datafusion::prelude::{DataFrame, SessionContext};
 use datafusion_ffi::catalog_provider::FFI_CatalogProvider;
 use datafusion_ffi::proto::logical_extension_codec::FFI_LogicalExtensionCodec;
 use datafusion_ffi::table_provider::FFI_TableProvider;
@@ -39,7 +42,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
 /// The runtime every statement runs on.
-static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
+pub(crate) static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("iceberg-exec")
@@ -53,6 +56,33 @@ const INPUT_SCHEMA: &str = "input";
 /// The schema of that catalog where [`Session::register_metadata`] puts tables read from their
 /// metadata file (tables of catalogs the session does not open).
 const READ_ONLY_SCHEMA: &str = "readonly";
+
+/// The table whose metadata file is `location`, read-only, its files read through stores of
+/// its own built from `properties`, at `snapshot_id` when given.
+fn open_metadata(
+    py: Python<'_>,
+    location: &str,
+    properties: Option<BTreeMap<String, String>>,
+    snapshot_id: Option<i64>,
+) -> PyResult<(IcebergTableProvider, Arc<ObjectStores>)> {
+    let stores = ObjectStores::standalone(StorageOptions::new(properties.unwrap_or_default()));
+    // A local metadata file is opened by its path.
+    let location = location
+        .strip_prefix("file://")
+        .unwrap_or(location)
+        .to_string();
+    let table_stores = Arc::clone(&stores);
+    let provider = wait(py, async move {
+        let table = open_table_at(&location, &LocationMap::default(), &table_stores).await?;
+        let provider = IcebergTableProvider::try_new(table, None)?.with_object_stores(table_stores);
+        match snapshot_id {
+            Some(id) => provider.with_snapshot_id(id),
+            None => Ok(provider),
+        }
+    })?
+    .map_err(to_py)?;
+    Ok((provider, stores))
+}
 
 /// Names of registered inputs and tables: letters, digits and `_` only.
 fn check_name(name: &str) -> PyResult<()> {
@@ -235,48 +265,73 @@ impl Session {
         Ok(table.map(|t| t.metadata().uuid().to_string()))
     }
 
-    /// Registers the table whose metadata file is `location` as `python.readonly.<name>`,
-    /// read-only, its files read with the FileIO `properties` (Iceberg's names: `s3.endpoint`,
-    /// ...), at `snapshot_id` when given (else the file's current snapshot).
-    #[pyo3(signature = (name, location, properties=None, snapshot_id=None))]
-    fn register_metadata(
+    /// Plans the query `query`, in which `python.readonly.<name>` is the table whose metadata
+    /// file is `location`, read-only (a table of a catalog the session does not open), at
+    /// `snapshot_id` when given. Its files are read with the FileIO `properties` (Iceberg's
+    /// names: `s3.endpoint`, ...): the statement runs with the table's object stores first, then
+    /// the session's.
+    #[pyo3(signature = (query, name, location, properties=None, snapshot_id=None))]
+    fn sql_on_metadata(
         &self,
         py: Python<'_>,
+        query: &str,
         name: &str,
         location: &str,
         properties: Option<BTreeMap<String, String>>,
         snapshot_id: Option<i64>,
-    ) -> PyResult<()> {
+    ) -> PyResult<QueryResult> {
         check_name(name)?;
-        let stores = ObjectStores::standalone(StorageOptions::new(properties.unwrap_or_default()));
-        // A local metadata file is opened by its path.
-        let location = location
-            .strip_prefix("file://")
-            .unwrap_or(location)
-            .to_string();
-        let provider = wait(py, async move {
-            let table = open_table_at(&location, &LocationMap::default(), &stores).await?;
-            let provider = IcebergTableProvider::try_new(table, None)?.with_object_stores(stores);
-            match snapshot_id {
-                Some(id) => provider.with_snapshot_id(id),
-                None => Ok(provider),
-            }
-        })?
-        .map_err(to_py)?;
+        let (provider, stores) = open_metadata(py, location, properties, snapshot_id)?;
+        let state = self.inner.context().state();
+        let env =
+            bridge::runtime_with_stores(state.runtime_env(), stores.registry()).map_err(to_py)?;
+        let ctx = SessionContext::new_with_state(
+            SessionStateBuilder::new_from_existing(state)
+                .with_runtime_env(env)
+                .build(),
+        );
         datafusion::catalog::SchemaProvider::register_table(
             self.read_only.as_ref(),
             name.to_string(),
             Arc::new(provider),
         )
         .map_err(to_py)?;
-        Ok(())
+        let query = query.to_string();
+        let planned = wait(py, async move { ctx.sql(&query).await });
+        // The plan holds the table: its name is not needed past planning.
+        let removed =
+            datafusion::catalog::SchemaProvider::deregister_table(self.read_only.as_ref(), name);
+        let df = planned?.map_err(to_py)?;
+        removed.map_err(to_py)?;
+        if !matches!(
+            df.logical_plan(),
+            LogicalPlan::Dml(_)
+                | LogicalPlan::Ddl(_)
+                | LogicalPlan::Copy(_)
+                | LogicalPlan::Statement(_)
+        ) {
+            return Ok(QueryResult::lazy(df));
+        }
+        Err(PyValueError::new_err(format!(
+            "table at '{location}' is read-only here: only queries read it"
+        )))
     }
 
-    /// Removes the table `name` registered by [`Session::register_metadata`].
-    fn deregister_metadata(&self, name: &str) -> PyResult<()> {
-        datafusion::catalog::SchemaProvider::deregister_table(self.read_only.as_ref(), name)
-            .map_err(to_py)?;
-        Ok(())
+    /// The table whose metadata file is `location`, read-only, for datafusion-python's
+    /// `register_table` (see [`Session::sql_on_metadata`]).
+    #[pyo3(signature = (location, properties=None, snapshot_id=None))]
+    fn metadata_table_provider(
+        &self,
+        py: Python<'_>,
+        location: &str,
+        properties: Option<BTreeMap<String, String>>,
+        snapshot_id: Option<i64>,
+    ) -> PyResult<TableProviderExport> {
+        let (provider, _) = open_metadata(py, location, properties, snapshot_id)?;
+        let state = Arc::new(self.inner.context().state());
+        Ok(TableProviderExport {
+            provider: Arc::new(bridge::BoundTable::new(Arc::new(provider), state)),
+        })
     }
 
     /// Runs `query`. Statements that change something (DML, DDL, CALL) run now; a query runs
@@ -369,7 +424,10 @@ impl Session {
             self.inner.context().catalog(&name).ok_or_else(|| {
                 PyValueError::new_err(format!("catalog '{name}' is not registered"))
             })?;
-        Ok(CatalogProviderExport { provider })
+        let state = Arc::new(self.inner.context().state());
+        Ok(CatalogProviderExport {
+            provider: Arc::new(bridge::BoundCatalog::new(provider, state)),
+        })
     }
 
     /// The table `name` (`ns.table`), for datafusion-python's `register_table`.
@@ -378,7 +436,10 @@ impl Session {
         let name = name.to_string();
         let provider =
             wait(py, async move { ctx.table_provider(name.as_str()).await })?.map_err(to_py)?;
-        Ok(TableProviderExport { provider })
+        let state = Arc::new(self.inner.context().state());
+        Ok(TableProviderExport {
+            provider: Arc::new(bridge::BoundTable::new(provider, state)),
+        })
     }
 
     /// Bytes the session's memory pool holds now (0 between statements).

@@ -17,6 +17,9 @@ def session(tmp_path):
     s.sql("CREATE TABLE db.customers (id BIGINT, name VARCHAR)")
     s.sql("INSERT INTO db.customers VALUES (1, 'ann'), (2, 'bob'), (3, 'cy')")
     s.sql("INSERT INTO db.orders VALUES (10, 1, 5.0), (11, 1, 7.5), (12, 2, 1.0), (13, 9, 2.0)")
+    # A merge-on-read delete: datafusion-python reads through the engine's delete join, which
+    # its own optimizer must not take apart.
+    s.sql("ALTER TABLE db.orders SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')")
     s.sql("DELETE FROM db.orders WHERE id = 12")
     return s
 
@@ -33,6 +36,28 @@ def test_register_the_catalog_join_two_tables_and_insert(session):
     # The engine's own session sees the row datafusion-python committed.
     back = session.sql("SELECT id FROM db.orders ORDER BY id").to_arrow().column("id").to_pylist()
     assert back == [10, 11, 13, 14]
+
+
+def test_plans_run_in_the_sessions_memory_pool(tmp_path):
+    s = Session(warehouse=str(tmp_path / "wh"), memory_limit="64MiB")
+    s.sql("CREATE SCHEMA db")
+    s.sql("CREATE TABLE db.big (id BIGINT, v VARCHAR)")
+    s.sql("INSERT INTO db.big SELECT value, 'x' || value FROM generate_series(1, 200000)")
+    s.sql("ALTER TABLE db.big SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')")
+    s.sql("DELETE FROM db.big WHERE id % 3 = 0")
+    ctx = datafusion.SessionContext()
+    ctx.register_catalog_provider("lake", s.catalog_provider())
+    # One node for the engine's plan: the receiver's optimizer leaves the delete join whole.
+    shown = ctx.sql("SELECT id FROM lake.db.big").execution_plan().display_indent()
+    assert "IcebergExec, number_of_children=0" in shown, shown
+    stream = iter(ctx.sql("SELECT id FROM lake.db.big").execute_stream())
+    first = next(stream)
+    # Mid-stream, the delete join holds its reservation in the session's pool, not in a
+    # default pool of the receiver's.
+    assert s.reserved_memory > 0
+    rows = first.to_pyarrow().num_rows + sum(b.to_pyarrow().num_rows for b in stream)
+    assert rows == 200000 - 200000 // 3
+    assert s.reserved_memory == 0
 
 
 def test_register_one_table(session):

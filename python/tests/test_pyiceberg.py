@@ -170,6 +170,11 @@ def test_tables_of_other_catalogs_are_read_from_their_metadata_and_not_written(l
 
     static = StaticTable.from_metadata(foreign.metadata_location)
     assert sorted_by_id(s.scan(static).read_all()).column("id").to_pylist() == list(range(7010, 7100))
+    # datafusion-python gets it read-only too.
+    datafusion = pytest.importorskip("datafusion")
+    ctx = datafusion.SessionContext()
+    ctx.register_table("foreign", s.table_provider(foreign))
+    assert ctx.sql("SELECT count(*) AS n FROM foreign").to_arrow_table().to_pylist() == [{"n": 90}]
 
     snapshot = foreign.current_snapshot().snapshot_id
     for write in (
@@ -218,3 +223,9 @@ def test_equality_deletes_as_flink_writes_them_read_right_where_pyiceberg_raises
     n = s.sql('SELECT count(*) AS n, sum(v) AS v FROM db.t WHERE id BETWEEN 10 AND 29').to_arrow().to_pylist()
     assert n == [{"n": 20, "v": -sum(range(10, 30))}]
     assert s.reserved_memory == 0
+    # datafusion-python, through the session's catalog, reads the same rows.
+    datafusion = pytest.importorskip("datafusion")
+    ctx = datafusion.SessionContext()
+    ctx.register_catalog_provider("lake", s.catalog_provider())
+    got = ctx.sql("SELECT id, v FROM lake.db.t").to_arrow_table()
+    assert dict(zip(got.column("id").to_pylist(), got.column("v").to_pylist())) == want
