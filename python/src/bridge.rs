@@ -151,16 +151,6 @@ impl BoundTable {
     pub(crate) fn new(inner: Arc<dyn TableProvider>, state: Arc<SessionState>) -> Self {
         Self { inner, state }
     }
-
-    /// The runtime the plans of a statement planned in `state` run with: the session's pool,
-    /// spill directory and caches; the object stores the planning registered in `state` (the
-    /// receiver's, for this statement), then the session's.
-    fn execution_env(&self, state: &dyn Session) -> Result<Arc<RuntimeEnv>> {
-        runtime_with_stores(
-            self.state.runtime_env(),
-            &state.runtime_env().object_store_registry,
-        )
-    }
 }
 
 #[async_trait]
@@ -190,24 +180,28 @@ impl TableProvider for BoundTable {
 
     async fn scan(
         &self,
-        state: &dyn Session,
+        _receiver: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let plan = Entered(self.inner.scan(state, projection, filters, limit)).await?;
-        Sealed::seal(plan, vec![], &self.state, self.execution_env(state)?)
+        // Planned by the session (its settings, its object stores), not by the receiver's
+        // stand-in for it.
+        let ours = self.state.as_ref();
+        let plan = Entered(self.inner.scan(ours, projection, filters, limit)).await?;
+        Sealed::seal(plan, vec![], ours)
     }
 
     async fn insert_into(
         &self,
-        state: &dyn Session,
+        _receiver: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let ours = self.state.as_ref();
         let rows = Arc::clone(&input);
-        let plan = Entered(self.inner.insert_into(state, input, insert_op)).await?;
-        Sealed::seal(plan, vec![rows], &self.state, self.execution_env(state)?)
+        let plan = Entered(self.inner.insert_into(ours, input, insert_op)).await?;
+        Sealed::seal(plan, vec![rows], ours)
     }
 }
 
@@ -331,7 +325,8 @@ struct Sealed {
     inputs: Vec<Arc<dyn ExecutionPlan>>,
     /// `template` with the inputs in place: what executes.
     runnable: Arc<dyn ExecutionPlan>,
-    env: Arc<RuntimeEnv>,
+    /// The session's, for every partition.
+    task: Arc<TaskContext>,
 }
 
 impl Sealed {
@@ -341,7 +336,6 @@ impl Sealed {
         plan: Arc<dyn ExecutionPlan>,
         inputs: Vec<Arc<dyn ExecutionPlan>>,
         state: &SessionState,
-        env: Arc<RuntimeEnv>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let mut found = vec![false; inputs.len()];
         let template = plan
@@ -371,7 +365,7 @@ impl Sealed {
             template,
             inputs,
             runnable,
-            env,
+            task: state.task_ctx(),
         }))
     }
 }
@@ -412,7 +406,7 @@ impl ExecutionPlan for Sealed {
             template: Arc::clone(&self.template),
             inputs: children,
             runnable,
-            env: Arc::clone(&self.env),
+            task: Arc::clone(&self.task),
         }))
     }
 
@@ -436,19 +430,11 @@ impl ExecutionPlan for Sealed {
     fn execute(
         &self,
         partition: usize,
-        context: Arc<TaskContext>,
+        _receiver: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let context = TaskContext::new(
-            context.task_id(),
-            context.session_id(),
-            context.session_config().clone(),
-            context.scalar_functions().clone(),
-            context.higher_order_functions().clone(),
-            context.aggregate_functions().clone(),
-            context.window_functions().clone(),
-            Arc::clone(&self.env),
-        );
+        // The session's task context: its settings (as the plan was planned with), functions
+        // and runtime, not the receiver's rebuilt stand-in.
         let _runtime = RUNTIME.enter();
-        self.runnable.execute(partition, Arc::new(context))
+        self.runnable.execute(partition, Arc::clone(&self.task))
     }
 }

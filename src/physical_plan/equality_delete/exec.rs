@@ -55,6 +55,7 @@ use super::table::{
 };
 use crate::physical_plan::keep_rows::keep_rows;
 use crate::physical_plan::spill::SpillWriter;
+use crate::physical_plan::without_work_stealing;
 
 /// Deepest Grace re-partitioning before giving up.
 const MAX_LEVEL: u32 = 6;
@@ -841,6 +842,10 @@ impl Joiner {
         build: Arc<dyn ExecutionPlan>,
         context: Arc<TaskContext>,
     ) -> Result<Loaded> {
+        // The build runs again if partitions of the probe side run after the others let it
+        // go: without a queue of files shared between its partitions (which the first build
+        // would have drained), each execution reads every delete file.
+        let context = without_work_stealing(context);
         let streams = (0..build.output_partitioning().partition_count())
             .map(|p| build.execute(p, Arc::clone(&context)))
             .collect::<Result<Vec<_>>>()?;
