@@ -148,6 +148,19 @@ def agg_columns(aggs) -> list:
     return cols
 
 
+def pyiceberg_refusal(read):
+    """(None, what `read()` gives), or ({"unsupported": why}, None) when pyiceberg refuses the
+    table (equality deletes, say)."""
+    try:
+        return None, read()
+    except NotImplementedError as e:
+        return {"unsupported": f"pyiceberg: {e}"}, None
+    except ValueError as e:
+        if "equality" in str(e).lower():
+            return {"unsupported": f"pyiceberg: {e}"}, None
+        raise
+
+
 def cmd_pyiceberg_scan(a) -> dict:
     from pyiceberg.table import StaticTable
 
@@ -159,14 +172,9 @@ def cmd_pyiceberg_scan(a) -> dict:
     else:
         table = StaticTable.from_metadata(os.path.abspath(a.metadata))
     scan = table.scan(row_filter=a.filter or "True", selected_fields=tuple(cols))
-    try:
-        arrow = scan.to_arrow()
-    except NotImplementedError as e:
-        return {"unsupported": f"pyiceberg: {e}"}
-    except ValueError as e:
-        if "equality" in str(e).lower():
-            return {"unsupported": f"pyiceberg: {e}"}
-        raise
+    refused, arrow = pyiceberg_refusal(scan.to_arrow)
+    if refused:
+        return refused
     answer = aggregate(arrow, aggs)
     return {"seconds": time.perf_counter() - start, "answer": answer}
 
@@ -249,14 +257,10 @@ def cmd_pyiceberg_read(a) -> dict:
     start = time.perf_counter()
     table = load_catalog(a.warehouse).load_table(a.table)
     scan = table.scan(row_filter=a.filter or "True")
-    try:
-        answer = finish_read(scan.to_arrow_batch_reader() if a.stream else scan.to_arrow(), a)
-    except NotImplementedError as e:
-        return {"unsupported": f"pyiceberg: {e}"}
-    except ValueError as e:
-        if "equality" in str(e).lower():
-            return {"unsupported": f"pyiceberg: {e}"}
-        raise
+    refused, answer = pyiceberg_refusal(
+        lambda: finish_read(scan.to_arrow_batch_reader() if a.stream else scan.to_arrow(), a))
+    if refused:
+        return refused
     return {"seconds": time.perf_counter() - start, "answer": answer}
 
 
