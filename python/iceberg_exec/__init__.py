@@ -151,10 +151,11 @@ class Session:
     (pyiceberg's SqlCatalog name; `default` unless chosen by pyiceberg's configuration).
 
     The verbs (`scan`, `delete`, `append`, `upsert`, maintenance) take a table as pyiceberg
-    names it: a pyiceberg `Table`, an identifier tuple, or `"ns.table"`. A pyiceberg `Table` of
-    this session's catalog (same name, same table UUID) is changed through the catalog; one of
-    another catalog (Glue, Hive, a `StaticTable`, ...) is read from its metadata file with its
-    FileIO properties, and writes to it are refused.
+    names it: a pyiceberg `Table`, an identifier tuple, or `"ns.table"`. A pyiceberg `Table` is
+    read and changed through its own catalog: this session's (same name, same table UUID), or
+    another SQL or REST catalog, opened on first use with this session's memory limit. A table
+    of any other catalog (Glue, Hive, a `StaticTable`, ...) is read from its metadata file with
+    its FileIO properties, and writes to it are refused.
     """
 
     @classmethod
@@ -165,8 +166,9 @@ class Session:
         uri = props.pop("uri", None)
         if uri is None:
             raise InvalidInput(f"catalog '{catalog.name}' has no uri: only SQL and REST catalogs can be opened")
-        if uri.startswith("sqlite:") and "+" in uri.split(":", 1)[0]:
-            uri = "sqlite:" + uri.split(":", 1)[1]
+        scheme, _, rest = uri.partition(":")
+        if "+" in scheme:  # SQLAlchemy's driver suffix: sqlite+pysqlite, postgresql+psycopg2
+            uri = scheme.split("+", 1)[0] + ":" + rest
         warehouse = props.pop("warehouse", None)
         if warehouse is not None and warehouse.startswith("file://"):
             warehouse = warehouse.removeprefix("file://")
@@ -187,23 +189,44 @@ class Session:
             raise InvalidInput(f"not a table name: {table!r}")
         return ".".join(quote(p) for p in parts)
 
+    def _holds(self, table: Any) -> bool:
+        """Whether this session's catalog holds the pyiceberg `Table` (same name, same UUID)."""
+        ident = [str(p) for p in table.name()]
+        try:
+            uuid = self._native.table_uuid(ident)
+        except TableNotFound:  # e.g. a namespace the catalog does not have
+            return False
+        return uuid == str(table.metadata.table_uuid)
+
+    def _owner(self, table: Any) -> "Session":
+        """The session that holds `table`: this one; for a pyiceberg `Table` of another SQL or
+        REST catalog, a session opened on that catalog (kept, same memory limit); else this one
+        (the table is then read-only here)."""
+        if not _is_pyiceberg_table(table) or self._holds(table):
+            return self
+        catalog = getattr(table, "catalog", None)
+        uri = str(dict(getattr(catalog, "properties", {}) or {}).get("uri", ""))
+        if not uri.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "http", "https"):
+            return self
+        key = (str(catalog.name), uri)
+        other = self._others.get(key)
+        if other is None:
+            other = Session.for_catalog(catalog, memory_limit=self._memory_limit)
+            self._others[key] = other
+        return other if other._holds(table) else self
+
     def _table(self, table: Any, *, write: bool) -> str:
         """The SQL name of `table` for a verb. A pyiceberg `Table` is this session's table when
         the session's catalog holds a table of its name and UUID; otherwise its metadata file
         is read read-only (`_ReadOnly` is raised) and writes are refused."""
         if not _is_pyiceberg_table(table):
             return self._name(table)
-        ident = [str(p) for p in table.name()]
-        try:
-            uuid = self._native.table_uuid(ident)
-        except TableNotFound:  # e.g. a namespace the catalog does not have
-            uuid = None
-        if uuid == str(table.metadata.table_uuid):
+        if self._holds(table):
             return self._name(table)
         if write:
             raise InvalidInput(
-                f"table {'.'.join(ident)} is read-only here: it is not a table of this session's catalog "
-                f"'{self.catalog_name}' (a SQL or REST catalog opens with Session.for_catalog(catalog))")
+                f"table {'.'.join(str(p) for p in table.name())} is read-only here: its catalog is neither "
+                f"this session's ('{self.catalog_name}') nor a SQL or REST catalog")
         raise _ReadOnly()
 
     @staticmethod
@@ -228,6 +251,9 @@ class Session:
         """pyiceberg's `Table.scan(...).to_arrow_batch_reader()`, by this engine: deletes of every
         kind applied, streamed in bounded memory. `row_filter` is a pyiceberg
         `BooleanExpression` or its string form."""
+        owner = self._owner(table)
+        if owner is not self:
+            return owner.scan(table, row_filter, selected_fields, snapshot_id, limit)
         read_only = None
         try:
             source = self._table(table, write=False)
@@ -252,6 +278,9 @@ class Session:
     def delete(self, table: Any, delete_filter: Any) -> int:
         """pyiceberg's `Table.delete(delete_filter)`: in the table's write mode
         (`write.delete.mode`, merge-on-read or copy-on-write). Returns the rows deleted."""
+        owner = self._owner(table)
+        if owner is not self:
+            return owner.delete(table, delete_filter)
         query = f"DELETE FROM {self._table(table, write=True)} WHERE {to_sql(delete_filter)}"
         return self._count(query)
 
@@ -259,6 +288,9 @@ class Session:
         """pyiceberg's `Table.append(df)` for any Arrow data (a pyarrow Table or
         RecordBatchReader, a polars frame, ...): read once as a stream and written in bounded
         memory, sorted and partitioned as the table says. Returns the rows written."""
+        owner = self._owner(table)
+        if owner is not self:
+            return owner.append(table, data)
         name = f"append_{next(_inputs)}"
         src = self.register_arrow(name, data)
         try:
@@ -274,6 +306,9 @@ class Session:
 
         The MERGE counts the rows it changed; the inserted ones are counted just before it,
         on the snapshot it starts from."""
+        owner = self._owner(table)
+        if owner is not self:
+            return owner.upsert(table, df, join_cols)
         if join_cols is None:
             schema = getattr(table, "schema", None)
             ids = list(schema().identifier_field_names()) if callable(schema) else []
@@ -331,6 +366,9 @@ class Session:
 
     def remove_orphan_files(self, table: Any, older_than: Any = None, dry_run: bool = False) -> "pyarrow.Table":
         """`CALL system.remove_orphan_files`: files under the table's location nothing reaches."""
+        owner = self._owner(table)
+        if owner is not self:
+            return owner.remove_orphan_files(table, older_than, dry_run)
         args = {"dry_run": literal(bool(dry_run))}
         if older_than is not None:
             args["older_than"] = literal(older_than)
@@ -345,6 +383,9 @@ class Session:
         return f"CALL system.{procedure}({', '.join(parts)})"
 
     def _call(self, procedure: str, table: Any, args: dict | None = None, options: dict | None = None) -> dict:
+        owner = self._owner(table)
+        if owner is not self:
+            return owner._call(procedure, table, args, options)
         got = self.sql(self._call_sql(procedure, table, args or {}, options or {})).to_arrow()
         return {name: got.column(name)[0].as_py() for name in got.column_names} if got.num_rows else {}
 
@@ -359,6 +400,9 @@ class Session:
         memory_limit: int | str | None = None,
         catalog_name: str | None = None,
     ) -> None:
+        self._memory_limit = memory_limit
+        # Sessions on the catalogs of pyiceberg Tables given to the verbs (see `_owner`).
+        self._others: dict[tuple[str, str], Session] = {}
         self._native = _native.Session(
             catalog,
             catalog_name=catalog_name,
@@ -393,6 +437,9 @@ class Session:
 
     def table_provider(self, table: Any) -> object:
         """One Iceberg table for datafusion-python: `ctx.register_table("t", s.table_provider(t))`."""
+        owner = self._owner(table)
+        if owner is not self:
+            return owner.table_provider(table)
         _check_datafusion()
         try:
             return self._native.table_provider(self._table(table, write=False))

@@ -6,7 +6,6 @@ import os
 import shutil
 import sys
 
-import pyarrow as pa
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -75,15 +74,22 @@ def test_datafusion_python_reads_tables_in_object_storage(lake):
     assert count(lake.scan("pyns.events", row_filter="kind = 'c'")) == 1
 
 
-def test_a_table_of_another_catalog_is_read_with_its_file_io(server, lake, tmp_path):
+def test_tables_of_other_catalogs_through_their_catalog_or_read_with_their_file_io(server, lake, tmp_path):
     from pyiceberg.catalog import load_catalog
+    from pyiceberg.table import StaticTable
 
     table = load_catalog("seaweed", **server.catalog()).load_table("pyns.events")
     local = Session(warehouse=str(tmp_path / "wh"))
-    # The local session has no S3 settings: the table's FileIO properties are what it reads with.
+    # A table of a REST catalog: the local session opens that catalog for it.
     got = local.scan(table, row_filter="id <= 200", selected_fields=("id",)).read_all()
     assert sorted(got.column("id").to_pylist()) == list(range(101, 201))
+    assert local.delete(table, "id = 150") == 1
+    assert count(lake.scan("pyns.events", row_filter="id = 150")) == 0
+    # A metadata file alone (a StaticTable): read with its FileIO properties (the local session
+    # has no S3 settings), and only read.
+    static = StaticTable.from_metadata(table.refresh().metadata_location, properties=server.storage())
+    got = local.scan(static, row_filter="id <= 200", selected_fields=("id",)).read_all()
+    assert sorted(got.column("id").to_pylist()) == [i for i in range(101, 201) if i != 150]
     with pytest.raises(InvalidInput, match="read-only here"):
-        local.delete(table, "id = 150")
-    assert count(lake.scan("pyns.events", row_filter="id = 150")) == 1
-    assert isinstance(got, pa.Table)
+        local.delete(static, "id = 151")
+    assert count(lake.scan("pyns.events", row_filter="id = 151")) == 1

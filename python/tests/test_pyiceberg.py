@@ -144,7 +144,7 @@ def test_upsert_of_columns_named_like_the_statement_aliases(lake):
     assert got == [{"t": 1, "s": "a", "s_1": 10}, {"t": 2, "s": "B", "s_1": 20}, {"t": 3, "s": "c", "s_1": 30}]
 
 
-def test_tables_of_other_catalogs_are_read_from_their_metadata_and_not_written(lake, tmp_path):
+def test_tables_of_other_catalogs_go_through_their_own_catalogs_or_are_read_only(lake, tmp_path):
     catalog, table = lake
     # A second catalog the session is not on, holding a table of the same name with other rows,
     # and a delete pyiceberg made (a rewrite: the first snapshot still has every row).
@@ -165,22 +165,26 @@ def test_tables_of_other_catalogs_are_read_from_their_metadata_and_not_written(l
     assert s.scan(foreign, snapshot_id=first).read_all().num_rows == 100
     # The session's own db.t (same name, other UUID) is untouched by any of it.
     assert s.sql("SELECT count(*) AS n FROM db.t").to_arrow().column("n")[0].as_py() == 1500
-    # A StaticTable (a metadata file, no catalog) reads the same.
+    # Writes go through the table's own (SQL) catalog, which pyiceberg then reads.
+    assert s.delete(foreign, "id >= 7090") == 10
+    assert s.append(foreign, rows(5, start=8000)) == 5
+    assert other.load_table("db.t").scan().to_arrow().num_rows == 85
+    assert s.sql("SELECT count(*) AS n FROM db.t").to_arrow().column("n")[0].as_py() == 1500
+
+    # A StaticTable (a metadata file, no catalog) is read from its file, and only read.
     from pyiceberg.table import StaticTable
 
     static = StaticTable.from_metadata(foreign.metadata_location)
     assert sorted_by_id(s.scan(static).read_all()).column("id").to_pylist() == list(range(7010, 7100))
-    # datafusion-python gets it read-only too.
     datafusion = pytest.importorskip("datafusion")
     ctx = datafusion.SessionContext()
-    ctx.register_table("foreign", s.table_provider(foreign))
-    assert ctx.sql("SELECT count(*) AS n FROM foreign").to_arrow_table().to_pylist() == [{"n": 90}]
-
-    snapshot = foreign.current_snapshot().snapshot_id
+    ctx.register_table("static", s.table_provider(static))
+    assert ctx.sql("SELECT count(*) AS n FROM static").to_arrow_table().to_pylist() == [{"n": 90}]
+    snapshot = other.load_table("db.t").current_snapshot().snapshot_id
     for write in (
-        lambda: s.delete(foreign, "id > 7050"),
-        lambda: s.append(foreign, rows(1, start=9000)),
-        lambda: s.upsert(foreign, rows(1, start=9000)),
+        lambda: s.delete(static, "id > 7050"),
+        lambda: s.append(static, rows(1, start=9000)),
+        lambda: s.upsert(static, rows(1, start=9000)),
         lambda: s.rewrite_data_files(static),
     ):
         with pytest.raises(InvalidInput, match="read-only here"):
