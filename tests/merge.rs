@@ -349,6 +349,64 @@ async fn random_merges_match_an_oracle_under_a_4_mib_pool_spilling_the_join() {
     assert_eq!(s.memory_pool().reserved(), 0);
 }
 
+/// A source several times the pool: a Grace hash join of many partitions, each with its
+/// spillable buffers, so that a fair pool gives each spillable consumer a sliver. The positions
+/// the MERGE matched and changed (bitmaps spread over the whole table, which cannot spill) are
+/// held beside them all the same, in both write modes.
+#[tokio::test]
+async fn merge_positions_are_held_beside_a_grace_join_of_many_partitions() {
+    for mode in ["copy-on-write", "merge-on-read"] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session_with_limit(dir.path(), 4 << 20).await;
+        sql(&s, "CREATE SCHEMA ns").await.unwrap();
+        sql(
+            &s,
+            &format!(
+                "CREATE EXTERNAL TABLE ns.t (id BIGINT, v BIGINT, s VARCHAR) STORED AS ICEBERG \
+                 LOCATION '' OPTIONS ('write.merge.mode' '{mode}')"
+            ),
+        )
+        .await
+        .unwrap();
+        sql(
+            &s,
+            "INSERT INTO ns.t SELECT value, value % 1000, 'row ' || value \
+             FROM generate_series(0, 599999)",
+        )
+        .await
+        .unwrap();
+        // Every other row updated (300,000, spread over the table), as many inserted.
+        let merge = "MERGE INTO ns.t AS t USING (SELECT value * 2 AS id, value AS v, \
+                     repeat('x', 60) AS s FROM generate_series(0, 599999)) AS s ON t.id = s.id \
+                     WHEN MATCHED THEN UPDATE SET v = -1 \
+                     WHEN NOT MATCHED THEN INSERT (id, v, s) VALUES (s.id, s.v, s.s)";
+        let plan = rows(&s, &format!("EXPLAIN ANALYZE {merge}"))
+            .await
+            .join("\n");
+        // EXPLAIN ANALYZE shows counts such as `1.02 K`.
+        let grace = plan
+            .split("grace_partitions=")
+            .nth(1)
+            .and_then(|t| t.split([',', ']']).next())
+            .and_then(|n| match n.trim().strip_suffix(" K") {
+                Some(k) => k.parse::<f64>().ok().map(|k| k * 1000.0),
+                None => n.trim().parse::<f64>().ok(),
+            })
+            .unwrap_or(0.0);
+        assert!(
+            grace >= 16.0,
+            "{mode}: a Grace join of many partitions: {plan}"
+        );
+        let got = rows(
+            &s,
+            "SELECT count(*), sum(CASE WHEN v = -1 THEN 1 ELSE 0 END) FROM ns.t",
+        )
+        .await;
+        assert_eq!(got, vec!["900000|300000".to_string()], "{mode}");
+        assert_eq!(s.memory_pool().reserved(), 0, "{mode}");
+    }
+}
+
 #[tokio::test]
 async fn merge_on_read_writes_one_position_delete_file_per_changed_data_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -11,9 +11,9 @@ use arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::{SpillFile, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::expressions::{self, Column};
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics,
@@ -30,7 +30,9 @@ use super::join::{
     JoinMode,
 };
 use super::key_filter::{source_key_filter, KeyFilterExec};
-use super::positions::{DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap};
+use super::positions::{
+    positions_consumer, DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap,
+};
 use super::rewrite::RewriteExec;
 use super::rows::{MergeRowsExec, RowsMode};
 use super::splice::SpliceValues;
@@ -257,11 +259,15 @@ async fn run_once(
     // A splice that cannot finish (its values do not fit, a file another writer made) gives
     // way to the ordinary rewrite: the files it wrote go, and the statement runs again.
     let mut splice = job.splice.is_some();
+    let mut source = source;
     let (written, result) = loop {
         let written = WrittenFiles::default();
         let result = changes(job, Arc::clone(&source), context, m, &written, splice).await;
         match result {
             Ok(Outcome::SpliceRefused) => {
+                // The source runs again: its plan's nodes (a repartition's channels, a file
+                // scan's queue) start afresh.
+                source = reset_plan_states(source)?;
                 written.remove_all(job.table.file_io()).await;
                 m.splice_fallbacks.add(1);
                 splice = false;
@@ -423,11 +429,8 @@ async fn changes(
                 if let JoinMode::Grace(n) = mode {
                     m.grace_partitions.add(n);
                 }
-                let positions = MergePositions::new(
-                    MemoryConsumer::new("MergePositions")
-                        .with_can_spill(true)
-                        .register(context.memory_pool()),
-                );
+                let positions =
+                    MergePositions::new(positions_consumer().register(context.memory_pool()));
                 let positions = Arc::new(match decide {
                     Some(_) => positions.keeping_deleted(),
                     None => positions,
@@ -556,8 +559,7 @@ async fn changes(
                         let versions = |probe: Arc<dyn ExecutionPlan>| {
                             let join = rewrite_join(source, probe, &job.spec, &job.layout)?;
                             let unused = Arc::new(MergePositions::new(
-                                MemoryConsumer::new("MergePositions")
-                                    .register(context.memory_pool()),
+                                positions_consumer().register(context.memory_pool()),
                             ));
                             Ok(Arc::new(
                                 MergeRowsExec::new(
@@ -696,9 +698,7 @@ async fn distributed_first_pass(
         PartitionMode::Partitioned,
     )?;
     let positions = Arc::new(MergePositions::new(
-        MemoryConsumer::new("MergePositions")
-            .with_can_spill(true)
-            .register(context.memory_pool()),
+        positions_consumer().register(context.memory_pool()),
     ));
     let rows: Arc<dyn ExecutionPlan> = Arc::new(MergeRowsExec::new(
         Arc::new(join),

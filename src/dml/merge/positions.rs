@@ -14,7 +14,7 @@ use arrow::buffer::BooleanBuffer;
 use arrow::datatypes::{Int64Type, SchemaRef};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::memory_pool::MemoryReservation;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::CardinalityEffect;
@@ -73,6 +73,14 @@ struct Held {
     deleted: Option<PositionMap>,
     /// Bytes the bitmaps take (as serialized; close to their size in memory).
     bytes: usize,
+}
+
+/// The pool's consumer for a statement's [`MergePositions`]. The bitmaps cannot spill: in a
+/// fair pool, a consumer that says it can would get an equal share with every spillable buffer
+/// (a Grace join's partitions, hundreds of them) and fail past it; as an unspillable one it
+/// holds what it needs while the pool has room, and the spillable ones spill sooner.
+pub(crate) fn positions_consumer() -> MemoryConsumer {
+    MemoryConsumer::new("MergePositions")
 }
 
 /// The positions a statement's join found, shared by its partitions.
