@@ -16,6 +16,7 @@ interpreter's start or imports.
   pyiceberg-upsert --warehouse W --table T --rows N --changes C   pyiceberg's `upsert`
   py-read / py-delete / py-upsert   the same through iceberg-exec's Python package
                                                     (`iceberg_exec.Session`), [--memory-limit M]
+  pyarrow-read    --files LISTFILE [--stream] --aggs JSON   pyarrow's reader over bare files
   delta-create    --path P --files LISTFILE         (setup, untimed answer)
   delta-scan      --path P --aggs JSON
   delta-delete    --path P --predicate SQL
@@ -227,13 +228,16 @@ def cmd_pyiceberg_append(a) -> dict:
     return {"seconds": time.perf_counter() - start, "answer": []}
 
 
-def aggregate_stream(batches, aggs) -> list:
-    """`aggregate` over a stream of record batches, holding one batch at a time."""
+def aggregate_stream(batches, aggs) -> tuple[list, float]:
+    """`aggregate` over a stream of record batches, holding one batch at a time; also the
+    seconds spent aggregating (not the engine's: the caller takes them off its time)."""
     import pyarrow.compute as pc
 
     acc = [None] * len(aggs)
     rows = 0
+    spent = 0.0
     for batch in batches:
+        started = time.perf_counter()
         rows += batch.num_rows
         for i, agg in enumerate(aggs):
             if agg[0] == "count":
@@ -243,25 +247,40 @@ def aggregate_stream(batches, aggs) -> list:
                 continue
             old = acc[i]
             acc[i] = v if old is None else {"sum": old + v, "min": min(old, v), "max": max(old, v)}[agg[0]]
-    return [str(rows) if agg[0] == "count" else text(acc[i]) for i, agg in enumerate(aggs)]
+        spent += time.perf_counter() - started
+    return [str(rows) if agg[0] == "count" else text(acc[i]) for i, agg in enumerate(aggs)], spent
 
 
-def finish_read(reader_or_table, a) -> list:
+def timed_read(start: float, read, a) -> dict:
+    """The engine's time for `read()` (a pyarrow Table, or with --stream a stream of batches
+    aggregated as they come), from `start`; the answer's aggregates are not timed."""
     aggs = json.loads(a.aggs)
     if a.stream:
-        return aggregate_stream(reader_or_table, aggs)
-    return aggregate(reader_or_table, aggs)
+        answer, spent = aggregate_stream(read(), aggs)
+        return {"seconds": time.perf_counter() - start - spent, "answer": answer}
+    table = read()
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "answer": aggregate(table, aggs)}
 
 
 def cmd_pyiceberg_read(a) -> dict:
     start = time.perf_counter()
     table = load_catalog(a.warehouse).load_table(a.table)
     scan = table.scan(row_filter=a.filter or "True")
-    refused, answer = pyiceberg_refusal(
-        lambda: finish_read(scan.to_arrow_batch_reader() if a.stream else scan.to_arrow(), a))
-    if refused:
-        return refused
-    return {"seconds": time.perf_counter() - start, "answer": answer}
+    refused, doc = pyiceberg_refusal(
+        lambda: timed_read(start, scan.to_arrow_batch_reader if a.stream else scan.to_arrow, a))
+    return refused or doc
+
+
+def cmd_pyarrow_read(a) -> dict:
+    """The floor of a scan to pyarrow: pyarrow's own reader over the bare data files (no
+    metadata, no deletes applied)."""
+    import pyarrow.dataset as ds
+
+    files = [f.removeprefix("file://") for f in open(a.files).read().split() if f]
+    start = time.perf_counter()
+    dataset = ds.dataset(files, format="parquet")
+    return timed_read(start, dataset.to_batches if a.stream else dataset.to_table, a)
 
 
 def python_session(a):
@@ -273,8 +292,7 @@ def python_session(a):
 def cmd_py_read(a) -> dict:
     start = time.perf_counter()
     reader = python_session(a).scan(a.table, row_filter=a.filter or "")
-    answer = finish_read(reader if a.stream else reader.read_all(), a)
-    return {"seconds": time.perf_counter() - start, "answer": answer}
+    return timed_read(start, (lambda: reader) if a.stream else reader.read_all, a)
 
 
 def cmd_py_delete(a) -> dict:
@@ -645,6 +663,10 @@ def main() -> int:
     c.add_argument("--table", required=True)
     c.add_argument("--rows", type=int, required=True)
     c.add_argument("--sort-by")
+    c = sub.add_parser("pyarrow-read")
+    c.add_argument("--files", required=True)
+    c.add_argument("--stream", action="store_true")
+    c.add_argument("--aggs", required=True)
     for name in ("pyiceberg-read", "py-read"):
         c = sub.add_parser(name)
         c.add_argument("--warehouse", required=True)
