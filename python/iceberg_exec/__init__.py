@@ -103,10 +103,6 @@ class UpsertResult:
 _inputs = itertools.count()
 
 
-class _ReadOnly(Exception):
-    """A pyiceberg `Table` of a catalog other than the session's (read through its metadata file)."""
-
-
 def _is_pyiceberg_table(table: Any) -> bool:
     return hasattr(table, "metadata_location") and hasattr(table, "metadata") and callable(getattr(table, "name", None))
 
@@ -198,36 +194,28 @@ class Session:
             return False
         return uuid == str(table.metadata.table_uuid)
 
-    def _owner(self, table: Any) -> "Session":
-        """The session that holds `table`: this one; for a pyiceberg `Table` of another SQL or
-        REST catalog, a session opened on that catalog (kept, same memory limit); else this one
-        (the table is then read-only here)."""
+    def _resolve(self, table: Any, *, write: bool) -> "tuple[Session, str | None]":
+        """The session that holds `table` and its SQL name there, each catalog asked once: this
+        session; for a pyiceberg `Table` of another SQL or REST catalog, a session opened on
+        that catalog (kept, same memory limit). `(self, None)` for a pyiceberg `Table` no such
+        catalog holds, which is read from its metadata file; writes to it are refused."""
         if not _is_pyiceberg_table(table) or self._holds(table):
-            return self
+            return self, self._name(table)
         catalog = getattr(table, "catalog", None)
         uri = str(dict(getattr(catalog, "properties", {}) or {}).get("uri", ""))
-        if not uri.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "http", "https"):
-            return self
-        key = (str(catalog.name), uri)
-        other = self._others.get(key)
-        if other is None:
-            other = Session.for_catalog(catalog, memory_limit=self._memory_limit)
-            self._others[key] = other
-        return other if other._holds(table) else self
-
-    def _table(self, table: Any, *, write: bool) -> str:
-        """The SQL name of `table` for a verb. A pyiceberg `Table` is this session's table when
-        the session's catalog holds a table of its name and UUID; otherwise its metadata file
-        is read read-only (`_ReadOnly` is raised) and writes are refused."""
-        if not _is_pyiceberg_table(table):
-            return self._name(table)
-        if self._holds(table):
-            return self._name(table)
+        if uri.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "http", "https"):
+            key = (str(catalog.name), uri)
+            other = self._others.get(key)
+            if other is None:
+                other = Session.for_catalog(catalog, memory_limit=self._memory_limit)
+                self._others[key] = other
+            if other._holds(table):
+                return other, other._name(table)
         if write:
             raise InvalidInput(
                 f"table {'.'.join(str(p) for p in table.name())} is read-only here: its catalog is neither "
                 f"this session's ('{self.catalog_name}') nor a SQL or REST catalog")
-        raise _ReadOnly()
+        return self, None
 
     @staticmethod
     def _file_io(table: Any) -> dict:
@@ -251,18 +239,14 @@ class Session:
         """pyiceberg's `Table.scan(...).to_arrow_batch_reader()`, by this engine: deletes of every
         kind applied, streamed in bounded memory. `row_filter` is a pyiceberg
         `BooleanExpression` or its string form."""
-        owner = self._owner(table)
-        if owner is not self:
-            return owner.scan(table, row_filter, selected_fields, snapshot_id, limit)
+        session, source = self._resolve(table, write=False)
         read_only = None
-        try:
-            source = self._table(table, write=False)
-            if snapshot_id is not None:
-                plain = source.replace('"', "")
-                source = f"iceberg_scan({literal(plain)}, 'snapshot_id', {int(snapshot_id)})"
-        except _ReadOnly:
+        if source is None:
             read_only = f"table_{next(_inputs)}"
             source = f"python.readonly.{read_only}"
+        elif snapshot_id is not None:
+            plain = source.replace('"', "")
+            source = f"iceberg_scan({literal(plain)}, 'snapshot_id', {int(snapshot_id)})"
         fields = "*" if tuple(selected_fields) == ("*",) else ", ".join(column(f) for f in selected_fields)
         query = f"SELECT {fields} FROM {source}"
         if row_filter not in ("", None):
@@ -270,7 +254,7 @@ class Session:
         if limit is not None:
             query += f" LIMIT {int(limit)}"
         if read_only is None:
-            return self.sql(query).to_reader()
+            return session.sql(query).to_reader()
         pin = None if snapshot_id is None else int(snapshot_id)
         native = self._native.sql_on_metadata(query, read_only, table.metadata_location, self._file_io(table), pin)
         return Result(native).to_reader()
@@ -278,25 +262,20 @@ class Session:
     def delete(self, table: Any, delete_filter: Any) -> int:
         """pyiceberg's `Table.delete(delete_filter)`: in the table's write mode
         (`write.delete.mode`, merge-on-read or copy-on-write). Returns the rows deleted."""
-        owner = self._owner(table)
-        if owner is not self:
-            return owner.delete(table, delete_filter)
-        query = f"DELETE FROM {self._table(table, write=True)} WHERE {to_sql(delete_filter)}"
-        return self._count(query)
+        session, target = self._resolve(table, write=True)
+        return session._count(f"DELETE FROM {target} WHERE {to_sql(delete_filter)}")
 
     def append(self, table: Any, data: object) -> int:
         """pyiceberg's `Table.append(df)` for any Arrow data (a pyarrow Table or
         RecordBatchReader, a polars frame, ...): read once as a stream and written in bounded
         memory, sorted and partitioned as the table says. Returns the rows written."""
-        owner = self._owner(table)
-        if owner is not self:
-            return owner.append(table, data)
+        session, target = self._resolve(table, write=True)
         name = f"append_{next(_inputs)}"
-        src = self.register_arrow(name, data)
+        src = session.register_arrow(name, data)
         try:
-            return self._count(f"INSERT INTO {self._table(table, write=True)} SELECT * FROM {src}")
+            return session._count(f"INSERT INTO {target} SELECT * FROM {src}")
         finally:
-            self.deregister_arrow(name)
+            session.deregister_arrow(name)
 
     def upsert(self, table: Any, df: object, join_cols: Sequence[str] | None = None) -> UpsertResult:
         """pyiceberg's `Table.upsert(df, join_cols)` as one MERGE (one commit): rows of `df`
@@ -306,9 +285,6 @@ class Session:
 
         The MERGE counts the rows it changed; the inserted ones are counted just before it,
         on the snapshot it starts from."""
-        owner = self._owner(table)
-        if owner is not self:
-            return owner.upsert(table, df, join_cols)
         if join_cols is None:
             schema = getattr(table, "schema", None)
             ids = list(schema().identifier_field_names()) if callable(schema) else []
@@ -317,7 +293,10 @@ class Session:
             join_cols = sorted(ids)
         if not join_cols:
             raise InvalidInput("upsert: join_cols is empty")
-        target = self._table(table, write=True)
+        session, target = self._resolve(table, write=True)
+        return session._upsert(target, df, join_cols)
+
+    def _upsert(self, target: str, df: object, join_cols: Sequence[str]) -> UpsertResult:
         name = f"upsert_{next(_inputs)}"
         src = self.register_arrow(name, df, once=False)
         try:
@@ -366,16 +345,15 @@ class Session:
 
     def remove_orphan_files(self, table: Any, older_than: Any = None, dry_run: bool = False) -> "pyarrow.Table":
         """`CALL system.remove_orphan_files`: files under the table's location nothing reaches."""
-        owner = self._owner(table)
-        if owner is not self:
-            return owner.remove_orphan_files(table, older_than, dry_run)
         args = {"dry_run": literal(bool(dry_run))}
         if older_than is not None:
             args["older_than"] = literal(older_than)
-        return self.sql(self._call_sql("remove_orphan_files", table, args, {})).to_arrow()
+        session, target = self._resolve(table, write=True)
+        return session.sql(self._call_sql("remove_orphan_files", target, args, {})).to_arrow()
 
-    def _call_sql(self, procedure: str, table: Any, args: dict, options: dict) -> str:
-        plain = self._table(table, write=True).replace('"', "")
+    @staticmethod
+    def _call_sql(procedure: str, target: str, args: dict, options: dict) -> str:
+        plain = target.replace('"', "")
         parts = [f"table => {literal(plain)}"] + [f"{k} => {v}" for k, v in args.items()]
         if options:
             pairs = ", ".join(f"{literal(k.replace('_', '-'))}, {literal(str(v))}" for k, v in options.items())
@@ -383,10 +361,8 @@ class Session:
         return f"CALL system.{procedure}({', '.join(parts)})"
 
     def _call(self, procedure: str, table: Any, args: dict | None = None, options: dict | None = None) -> dict:
-        owner = self._owner(table)
-        if owner is not self:
-            return owner._call(procedure, table, args, options)
-        got = self.sql(self._call_sql(procedure, table, args or {}, options or {})).to_arrow()
+        session, target = self._resolve(table, write=True)
+        got = session.sql(self._call_sql(procedure, target, args or {}, options or {})).to_arrow()
         return {name: got.column(name)[0].as_py() for name in got.column_names} if got.num_rows else {}
 
 
@@ -401,7 +377,7 @@ class Session:
         catalog_name: str | None = None,
     ) -> None:
         self._memory_limit = memory_limit
-        # Sessions on the catalogs of pyiceberg Tables given to the verbs (see `_owner`).
+        # Sessions on the catalogs of pyiceberg Tables given to the verbs (see `_resolve`).
         self._others: dict[tuple[str, str], Session] = {}
         self._native = _native.Session(
             catalog,
@@ -437,14 +413,11 @@ class Session:
 
     def table_provider(self, table: Any) -> object:
         """One Iceberg table for datafusion-python: `ctx.register_table("t", s.table_provider(t))`."""
-        owner = self._owner(table)
-        if owner is not self:
-            return owner.table_provider(table)
         _check_datafusion()
-        try:
-            return self._native.table_provider(self._table(table, write=False))
-        except _ReadOnly:
+        session, name = self._resolve(table, write=False)
+        if name is None:
             return self._native.metadata_table_provider(table.metadata_location, self._file_io(table))
+        return session._native.table_provider(name)
 
     @property
     def reserved_memory(self) -> int:

@@ -138,8 +138,8 @@ impl SchemaProvider for BoundSchema {
     }
 }
 
-/// A table for datafusion-python: planned inside this module's runtime, its plans bound to the
-/// session's `RuntimeEnv`.
+/// A table for datafusion-python: planned by the session inside this module's runtime, its
+/// plans handed over sealed (see [`Sealed`]).
 #[derive(Debug)]
 pub(crate) struct BoundTable {
     inner: Arc<dyn TableProvider>,
@@ -220,8 +220,8 @@ pub(crate) fn runtime_with_stores(
         .build_arc()
 }
 
-/// Object stores: those of a statement (registered while planning it, or its table's), then
-/// the session's.
+/// Object stores: a statement's own (those of a table read from its metadata file, built from
+/// its FileIO properties), then the session's.
 #[derive(Debug)]
 struct Stores {
     planned: Arc<dyn ObjectStoreRegistry>,

@@ -22,8 +22,8 @@ use datafusion::catalog::streaming::StreamingTable;
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider, MemorySchemaProvider};
 use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
-use datafusion::execution::SessionStateBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::streaming::PartitionStream;
@@ -282,14 +282,7 @@ impl Session {
     ) -> PyResult<QueryResult> {
         check_name(name)?;
         let (provider, stores) = open_metadata(py, location, properties, snapshot_id)?;
-        let state = self.inner.context().state();
-        let env =
-            bridge::runtime_with_stores(state.runtime_env(), stores.registry()).map_err(to_py)?;
-        let ctx = SessionContext::new_with_state(
-            SessionStateBuilder::new_from_existing(state)
-                .with_runtime_env(env)
-                .build(),
-        );
+        let ctx = SessionContext::new_with_state(self.state_with_stores(&stores)?);
         datafusion::catalog::SchemaProvider::register_table(
             self.read_only.as_ref(),
             name.to_string(),
@@ -327,8 +320,9 @@ impl Session {
         properties: Option<BTreeMap<String, String>>,
         snapshot_id: Option<i64>,
     ) -> PyResult<TableProviderExport> {
-        let (provider, _) = open_metadata(py, location, properties, snapshot_id)?;
-        let state = Arc::new(self.inner.context().state());
+        let (provider, stores) = open_metadata(py, location, properties, snapshot_id)?;
+        // Planned and run with the table's own stores first (its credentials, not the session's).
+        let state = Arc::new(self.state_with_stores(&stores)?);
         Ok(TableProviderExport {
             provider: Arc::new(bridge::BoundTable::new(Arc::new(provider), state)),
         })
@@ -455,6 +449,19 @@ impl Session {
 
     fn __repr__(&self) -> String {
         format!("Session(catalog={:?})", self.inner.catalog().name())
+    }
+}
+
+impl Session {
+    /// The session's state with `stores` (a table's own, see [`open_metadata`]) asked first for
+    /// object stores.
+    fn state_with_stores(&self, stores: &ObjectStores) -> PyResult<SessionState> {
+        let state = self.inner.context().state();
+        let env =
+            bridge::runtime_with_stores(state.runtime_env(), stores.registry()).map_err(to_py)?;
+        Ok(SessionStateBuilder::new_from_existing(state)
+            .with_runtime_env(env)
+            .build())
     }
 }
 

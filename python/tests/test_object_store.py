@@ -90,6 +90,12 @@ def test_tables_of_other_catalogs_through_their_catalog_or_read_with_their_file_
     static = StaticTable.from_metadata(table.refresh().metadata_location, properties=server.storage())
     got = local.scan(static, row_filter="id <= 200", selected_fields=("id",)).read_all()
     assert sorted(got.column("id").to_pylist()) == [i for i in range(101, 201) if i != 150]
+    # datafusion-python reads it through the local session with the same FileIO.
+    datafusion = pytest.importorskip("datafusion")
+    ctx = datafusion.SessionContext()
+    ctx.register_table("static", local.table_provider(static))
+    got = ctx.sql("SELECT count(*) AS n FROM static WHERE id <= 200").to_arrow_table().to_pylist()
+    assert got == [{"n": 99}]
     with pytest.raises(InvalidInput, match="read-only here"):
         local.delete(static, "id = 151")
     assert count(lake.scan("pyns.events", row_filter="id = 151")) == 1

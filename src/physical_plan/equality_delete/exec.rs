@@ -35,7 +35,7 @@ use datafusion::execution::SpillFile;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::execution_plan::{reset_plan_states, Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics, Time,
 };
@@ -55,7 +55,6 @@ use super::table::{
 };
 use crate::physical_plan::keep_rows::keep_rows;
 use crate::physical_plan::spill::SpillWriter;
-use crate::physical_plan::without_work_stealing;
 
 /// Deepest Grace re-partitioning before giving up.
 const MAX_LEVEL: u32 = 6;
@@ -843,9 +842,9 @@ impl Joiner {
         context: Arc<TaskContext>,
     ) -> Result<Loaded> {
         // The build runs again if partitions of the probe side run after the others let it
-        // go: without a queue of files shared between its partitions (which the first build
-        // would have drained), each execution reads every delete file.
-        let context = without_work_stealing(context);
+        // go: its plan starts afresh each time (a file scan's queue of files shared between its
+        // partitions would otherwise be the one the first build drained).
+        let build = reset_plan_states(build)?;
         let streams = (0..build.output_partitioning().partition_count())
             .map(|p| build.execute(p, Arc::clone(&context)))
             .collect::<Result<Vec<_>>>()?;
