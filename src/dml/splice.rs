@@ -1,6 +1,7 @@
-//! Copy-on-write by column splice, shared by `MERGE` and `UPDATE`: when a statement only
+//! Copy-on-write by splice, shared by `MERGE`, `UPDATE` and `DELETE`: when a statement only
 //! updates columns that neither partition nor sort the table and no delete applies to the files
-//! it rewrites, each file is written again with its other columns' chunks copied as they are
+//! it rewrites, each file is written again with its other columns' chunks copied as they are;
+//! when it only leaves rows out, the row groups that keep every row are copied as they are
 //! (see [`crate::physical_plan::write::Splicer`]).
 
 use std::collections::HashSet;
@@ -11,7 +12,7 @@ use datafusion::error::{DataFusionError, Result};
 use futures::StreamExt;
 use iceberg::spec::TableMetadata;
 
-use crate::physical_plan::write::{NewValues, Splicer, WrittenFiles};
+use crate::physical_plan::write::{NewValues, Spliced, Splicer, WrittenFiles};
 use crate::scan::{PlannedFile, ScanFiles};
 use crate::snapshot::NewFile;
 
@@ -81,6 +82,73 @@ pub(crate) async fn splice_files<F>(
 where
     F: Fn(&str) -> Result<NewValues> + Send + Sync + 'static,
 {
+    let mut files = vec![];
+    let mut spliced = 0;
+    for (_, outcome) in splice_each(splicer, values, touched, written).await? {
+        match outcome {
+            Some(s) => {
+                spliced += s.spliced;
+                files.extend(s.file);
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(Some((files, spliced)))
+}
+
+/// What [`drop_rows`] did.
+#[derive(Debug, Default)]
+pub(crate) struct DroppedRows {
+    /// The files written in place of the spliced ones (none for a file that lost every row).
+    pub files: Vec<NewFile>,
+    /// The rows left out.
+    pub dropped: u64,
+    /// The rows the spliced files had.
+    pub read: u64,
+    /// The row groups copied as they are.
+    pub groups_copied: usize,
+    /// The files that could not be spliced (nothing was written for them): the caller
+    /// rewrites them the ordinary way.
+    pub refused: Vec<PlannedFile>,
+}
+
+/// Writes every touched file again without the rows `drops` names, copying the row groups that
+/// keep all their rows as they are (see [`Splicer`]).
+pub(crate) async fn drop_rows<F>(
+    splicer: Arc<Splicer>,
+    drops: F,
+    touched: &[PlannedFile],
+    written: &WrittenFiles,
+) -> Result<DroppedRows>
+where
+    F: Fn(&str) -> Result<NewValues> + Send + Sync + 'static,
+{
+    let mut out = DroppedRows::default();
+    for (file, outcome) in splice_each(splicer, drops, touched, written).await? {
+        match outcome {
+            Some(s) => {
+                out.dropped += s.spliced;
+                out.read += file.record_count;
+                out.groups_copied += s.groups_copied;
+                out.files.extend(s.file);
+            }
+            None => out.refused.push(file),
+        }
+    }
+    Ok(out)
+}
+
+/// Splices each touched file (once per path), a few at a time on the runtime's threads; every
+/// task started runs to its end (and records its file), also after another failed.
+async fn splice_each<F>(
+    splicer: Arc<Splicer>,
+    values: F,
+    touched: &[PlannedFile],
+    written: &WrittenFiles,
+) -> Result<Vec<(PlannedFile, Option<Spliced>)>>
+where
+    F: Fn(&str) -> Result<NewValues> + Send + Sync + 'static,
+{
     let values = Arc::new(values);
     let mut tasks = vec![];
     let mut seen = HashSet::new();
@@ -93,7 +161,8 @@ where
         tasks.push(async move {
             SpawnedTask::spawn(async move {
                 let file_values = values(&file.path)?;
-                splicer.splice(&file, file_values, &written).await
+                let outcome = splicer.splice(&file, file_values, &written).await?;
+                Ok::<_, DataFusionError>((file, outcome))
             })
             .join_unwind()
             .await
@@ -101,21 +170,9 @@ where
         });
     }
     let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
-    // Every task started runs to its end (and records its file), also after another failed.
     let results: Vec<_> = futures::stream::iter(tasks)
         .buffered(parallel)
         .collect()
         .await;
-    let mut files = vec![];
-    let mut spliced = 0;
-    for r in results {
-        match r? {
-            Some(s) => {
-                spliced += s.spliced;
-                files.push(s.file);
-            }
-            None => return Ok(None),
-        }
-    }
-    Ok(Some((files, spliced)))
+    results.into_iter().collect()
 }

@@ -39,7 +39,7 @@ use super::splice::SpliceValues;
 use crate::dml::core::WriteMode;
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
 use crate::dml::deletes::{DeleteWriter, FileDeletes};
-use crate::dml::splice::{files_allow_splice, moves_rows, splice_files};
+use crate::dml::splice::{drop_rows, files_allow_splice, moves_rows, splice_files, DroppedRows};
 use crate::error::IcebergResultExt;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
@@ -116,6 +116,7 @@ struct Counters {
     key_filter_skipped: Count,
     first_pass_columns: Count,
     files_spliced: Count,
+    row_groups_copied: Count,
     splice_fallbacks: Count,
     commit_attempts: Count,
     statement_attempts: Count,
@@ -175,6 +176,7 @@ impl ExecutionPlan for MergeExec {
             key_filter_skipped: counter("target_rows_skipped_by_key_filter"),
             first_pass_columns: counter("first_pass_target_columns"),
             files_spliced: counter("files_spliced"),
+            row_groups_copied: counter("row_groups_copied"),
             splice_fallbacks: counter("splice_fallbacks"),
             commit_attempts: counter("commit_attempts"),
             statement_attempts: counter("statement_attempts"),
@@ -543,73 +545,118 @@ async fn changes(
                 added.extend(files);
             }
             WriteMode::CopyOnWrite => {
-                let counts = Arc::new(DropCounts::default());
-                let rewrite = ScanFiles {
+                let changed = Arc::new(changed);
+                // Without new versions to join, the files only lose rows: their row groups that
+                // keep every row are copied as they are, the others encoded again.
+                let mut by_splice = DroppedRows::default();
+                let mut rest = touched.clone();
+                let touched_files = ScanFiles {
                     files: touched.clone(),
                     equality_deletes: files.equality_deletes.clone(),
                     streamed: files.streamed,
                     columns: files.columns.clone(),
                 };
-                let scan = job.scan(&rewrite, None).await?;
-                let spliced = Arc::new(AtomicU64::new(0));
-                let keep: Arc<dyn ExecutionPlan> = match source_copy {
-                    Some(copy) => {
-                        let source = spilled_exec(copy, source_schema, context, m.spill.clone())?;
-                        let spliced = Arc::clone(&spliced);
-                        let versions = |probe: Arc<dyn ExecutionPlan>| {
-                            let join = rewrite_join(source, probe, &job.spec, &job.layout)?;
-                            let unused = Arc::new(MergePositions::new(
-                                positions_consumer().register(context.memory_pool()),
-                            ));
-                            Ok(Arc::new(
-                                MergeRowsExec::new(
-                                    join,
-                                    Arc::clone(&job.clauses),
-                                    Arc::clone(&job.layout),
-                                    Arc::clone(&job.table_schema),
-                                    unused,
-                                )
-                                .with_mode(RowsMode::Rewrite(spliced)),
-                            ) as Arc<dyn ExecutionPlan>)
-                        };
-                        Arc::new(RewriteExec::try_new(
-                            scan,
-                            versions,
-                            Arc::new(changed),
-                            Arc::new(deleted_positions),
-                            Arc::clone(&counts),
-                            Arc::clone(&job.table_schema),
-                        )?)
-                    }
-                    None => Arc::new(DropPositionsExec::new(
-                        scan,
-                        Arc::new(changed),
-                        Arc::clone(&job.table_schema),
-                        Arc::clone(&counts),
-                    )),
-                };
-                // Distributed, the rewrite runs in the workers' tasks too (each with the
-                // changed positions), which report what they read and dropped.
-                let (kept, read, dropped) =
-                    match job.distributed && keep.downcast_ref::<DropPositionsExec>().is_some() {
-                        true => {
-                            let (kept, report) = distributed_write(
-                                job,
-                                keep,
-                                Arc::clone(&counts) as Arc<dyn WriterTally>,
-                                written,
-                                context,
-                            )
-                            .await?;
-                            (kept, report.read, report.dropped)
-                        }
-                        false => {
-                            let kept = job.write(keep, written, context, &m.spill).await?;
-                            let read = counts.read.load(Ordering::Relaxed);
-                            (kept, read, counts.dropped.load(Ordering::Relaxed))
-                        }
+                if source_copy.is_none() && job.drops_by_splice(&touched_files) {
+                    let splicer = Arc::new(Splicer::new(
+                        &job.table,
+                        &job.locations,
+                        vec![],
+                        &[],
+                        context,
+                    )?);
+                    let positions = Arc::clone(&changed);
+                    let drops = move |path: &str| {
+                        positions
+                            .get(path)
+                            .cloned()
+                            .map(NewValues::Dropped)
+                            .ok_or_else(|| {
+                                DataFusionError::Internal(format!("no changed rows in {path}"))
+                            })
                     };
+                    by_splice = drop_rows(splicer, drops, &touched, written).await?;
+                    rest = std::mem::take(&mut by_splice.refused);
+                    m.files_spliced.add(touched.len() - rest.len());
+                    m.row_groups_copied.add(by_splice.groups_copied);
+                    m.splice_fallbacks.add(usize::from(!rest.is_empty()));
+                }
+                let spliced = Arc::new(AtomicU64::new(0));
+                let (kept, read, dropped) = match rest.is_empty() {
+                    true => (vec![], 0, 0),
+                    false => {
+                        let counts = Arc::new(DropCounts::default());
+                        let rewrite = ScanFiles {
+                            files: rest.clone(),
+                            equality_deletes: files.equality_deletes.clone(),
+                            streamed: files.streamed,
+                            columns: files.columns.clone(),
+                        };
+                        let scan = job.scan(&rewrite, None).await?;
+                        let keep: Arc<dyn ExecutionPlan> = match source_copy {
+                            Some(copy) => {
+                                let source =
+                                    spilled_exec(copy, source_schema, context, m.spill.clone())?;
+                                let spliced = Arc::clone(&spliced);
+                                let versions = |probe: Arc<dyn ExecutionPlan>| {
+                                    let join = rewrite_join(source, probe, &job.spec, &job.layout)?;
+                                    let unused = Arc::new(MergePositions::new(
+                                        positions_consumer().register(context.memory_pool()),
+                                    ));
+                                    Ok(Arc::new(
+                                        MergeRowsExec::new(
+                                            join,
+                                            Arc::clone(&job.clauses),
+                                            Arc::clone(&job.layout),
+                                            Arc::clone(&job.table_schema),
+                                            unused,
+                                        )
+                                        .with_mode(RowsMode::Rewrite(spliced)),
+                                    )
+                                        as Arc<dyn ExecutionPlan>)
+                                };
+                                Arc::new(RewriteExec::try_new(
+                                    scan,
+                                    versions,
+                                    Arc::clone(&changed),
+                                    Arc::new(deleted_positions),
+                                    Arc::clone(&counts),
+                                    Arc::clone(&job.table_schema),
+                                )?)
+                            }
+                            None => Arc::new(DropPositionsExec::new(
+                                scan,
+                                Arc::clone(&changed),
+                                Arc::clone(&job.table_schema),
+                                Arc::clone(&counts),
+                            )),
+                        };
+                        // Distributed, the rewrite runs in the workers' tasks too (each with the
+                        // changed positions), which report what they read and dropped.
+                        match job.distributed && keep.downcast_ref::<DropPositionsExec>().is_some()
+                        {
+                            true => {
+                                let (kept, report) = distributed_write(
+                                    job,
+                                    keep,
+                                    Arc::clone(&counts) as Arc<dyn WriterTally>,
+                                    written,
+                                    context,
+                                )
+                                .await?;
+                                (kept, report.read, report.dropped)
+                            }
+                            false => {
+                                let kept = job.write(keep, written, context, &m.spill).await?;
+                                let read = counts.read.load(Ordering::Relaxed);
+                                (kept, read, counts.dropped.load(Ordering::Relaxed))
+                            }
+                        }
+                    }
+                };
                 let spliced = spliced.load(Ordering::Relaxed);
+                let (read, dropped) = (read + by_splice.read, dropped + by_splice.dropped);
+                let mut kept = kept;
+                kept.extend(by_splice.files);
                 let kept_rows: u64 = kept.iter().map(|f| f.file.record_count()).sum();
                 // Without a narrow first pass, the rewrite drops the updated rows (their new
                 // versions were written in pass 1); with one, it writes them.

@@ -15,7 +15,9 @@
 //!              ─► new rows (updates, inserts) ─► [sort, spilling] ─► DataFileWriterExec
 //!              ─► positions of the target rows updated or deleted (bitmaps, reserved)
 //!    merge-on-read: one position delete file per data file with changed rows
-//!    copy-on-write pass 2: scan(files with changed rows) ─► DropPositionsExec ─► writer
+//!    copy-on-write pass 2: scan(files with changed rows) ─► DropPositionsExec ─► writer,
+//!      or by splice when the files allow it: the changed rows left out, the row groups that
+//!      keep every row copied as they are (a file that cannot be spliced takes the scan)
 //!      or, when pass 1 read only the deciding columns (`Decide`): scan ─► RewriteExec (kept
 //!      rows pass, updated rows join a copy of the source for their new versions) ─► writer
 //!      or, when the clauses only update columns that neither partition nor sort the table
@@ -481,6 +483,15 @@ impl MergeJob {
     /// Whether the rows read and written end with the row lineage columns.
     pub(super) fn row_lineage(&self) -> bool {
         lineage::has_row_lineage(self.table.metadata())
+    }
+
+    /// Whether copy-on-write may write the `files` that lose rows by splice (row groups that
+    /// keep every row copied as they are): in one process, without row lineage (whose columns
+    /// the files' chunks do not hold), and when the files allow it.
+    pub(super) fn drops_by_splice(&self, files: &ScanFiles) -> bool {
+        !self.distributed
+            && !self.row_lineage()
+            && crate::dml::splice::files_allow_splice(files, self.table.metadata())
     }
 
     pub(super) fn sql_table(&self) -> String {

@@ -24,6 +24,7 @@ use iceberg::spec::{Operation, TableMetadata};
 
 use super::{DmlJob, DmlOp};
 use crate::dml::core::{commit_or_clean_up, removed_with_deletes, WriteMode};
+use crate::dml::delete::splice_delete;
 use crate::dml::mor_pass::write_position_deletes;
 use crate::dml::mor_writer::Reported;
 use crate::dml::update::splice_update;
@@ -107,6 +108,7 @@ struct Counters {
     files_rewritten: Count,
     rows_rewritten: Count,
     files_spliced: Count,
+    row_groups_copied: Count,
     splice_fallbacks: Count,
     files_written: Count,
     delete_files_removed: Count,
@@ -264,17 +266,31 @@ async fn run_once(
                 m.rows_rewritten.add(written_rows as usize);
                 return Ok(());
             }
-            let plan = job.rewrite_plan(touched.clone(), written.clone()).await?;
+            // Copy-on-write DELETE: row groups that keep every row are copied as they are.
             let (mut read, mut selected) = (0, 0);
-            let files = run_writers(plan, &context, job.table.metadata(), &written, |batch| {
-                // Each writing task reports its counts (one process: one tally of them all).
-                let (r, s) = decode_tally(batch)?;
-                read += r;
-                selected += s;
-                Ok(())
-            })
-            .await?;
-            added.extend(files);
+            let mut rest = touched.clone();
+            if !mor {
+                if let Some(d) = splice_delete(&job, &touched, &context, &written).await? {
+                    m.files_spliced.add(touched.len() - d.refused.len());
+                    m.row_groups_copied.add(d.groups_copied);
+                    m.splice_fallbacks.add(usize::from(!d.refused.is_empty()));
+                    (read, selected) = (d.read, d.dropped);
+                    added.extend(d.files);
+                    rest = d.refused;
+                }
+            }
+            if !rest.is_empty() {
+                let plan = job.rewrite_plan(rest, written.clone()).await?;
+                let files = run_writers(plan, &context, job.table.metadata(), &written, |batch| {
+                    // Each writing task reports its counts (one process: one tally of them all).
+                    let (r, s) = decode_tally(batch)?;
+                    read += r;
+                    selected += s;
+                    Ok(())
+                })
+                .await?;
+                added.extend(files);
+            }
             // Self-check: the two passes must agree row for row.
             let written_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
             let expected = match (&job.op, mor) {
@@ -425,6 +441,7 @@ impl ExecutionPlan for DmlExec {
             files_rewritten: counter("files_rewritten"),
             rows_rewritten: counter("rows_rewritten"),
             files_spliced: counter("files_spliced"),
+            row_groups_copied: counter("row_groups_copied"),
             splice_fallbacks: counter("splice_fallbacks"),
             files_written: counter("files_written"),
             delete_files_removed: counter("delete_files_removed"),

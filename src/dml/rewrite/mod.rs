@@ -12,6 +12,10 @@
 //!    pass 2  scan(files with a match, deletes applied) ─► ChangeRows (DELETE: keep the rows
 //!              where c IS NOT TRUE; UPDATE: assign where c IS TRUE)
 //!              ─► [sort by the table's sort order, spilling] ─► DataFileWriterExec
+//!            or, copy-on-write, by splice (no delete on the file, its columns as this crate
+//!            writes them): DELETE leaves the matching rows out, copying the row groups that
+//!            keep every row; UPDATE of columns that neither partition nor sort the table
+//!            encodes those columns again and copies the rest
 //!    verify  rows matched in pass 2 = pass 1's count; rows read = rows written (+ rows deleted)
 //!    commit  delete / overwrite snapshot: remove the files, add the rewritten ones; on concurrent
 //!            commits that add rows c may match or deletes to rewritten files: plan and run again

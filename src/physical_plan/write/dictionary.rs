@@ -101,6 +101,14 @@ impl DictionaryUse {
     }
 }
 
+/// The top-level columns (field ids) to write plain when rewriting the one file whose footer is
+/// `footer` (a splice, which encodes again some of its row groups).
+pub(super) fn plain_columns_of_file(footer: &ParquetMetaData) -> Vec<i32> {
+    let mut uses = DictionaryUse::default();
+    uses.add(footer);
+    uses.plain_field_ids()
+}
+
 /// Whether the dictionary of a column chunk that has one overflowed (`Some(false)`: its data
 /// pages are all dictionary-encoded; `None`: no page encoding statistics to tell).
 fn overflowed(chunk: &ColumnChunkMetaData) -> Option<bool> {

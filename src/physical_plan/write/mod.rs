@@ -24,7 +24,7 @@ pub(crate) use dictionary_chunk::chunks_closed;
 pub(crate) use exec::WriterTally;
 pub use exec::{DataFileWriterExec, WrittenFiles};
 pub use sort_order::sort_requirement;
-pub(crate) use splice::{Computed, FileValues, NewValues, Splicer};
+pub(crate) use splice::{Computed, FileValues, NewValues, Spliced, Splicer};
 pub(crate) use writer::{
     data_file_columns, data_files_schema, decode_data_files, decode_tally, new_file_json,
     new_file_of_json, run_writers,

@@ -1,6 +1,6 @@
-//! Copy-on-write's column splice: the rewrite of a data file whose changed rows stay where they
-//! are and change only some columns (an `UPDATE SET c = ..` that neither deletes rows nor moves
-//! them to another partition).
+//! Copy-on-write's splice: the rewrite of a data file whose changed rows stay where they are and
+//! change only some columns (an `UPDATE SET c = ..` that neither deletes rows nor moves them to
+//! another partition), or whose rows only go.
 //!
 //! The new file has the old file's row groups, row for row. The chunks of the columns that do
 //! not change are copied byte for byte, statistics and all; the changed columns are decoded a
@@ -16,6 +16,17 @@
 //!  new file  row group 0: [id][k][value'][s]  ...   (copied chunks in place, offsets moved)
 //! ```
 //!
+//! A copy-on-write `DELETE`, and a `MERGE` whose rewrite only leaves rows out, splice the same
+//! way: a row group that keeps every row is copied chunk for chunk (float columns aside), one
+//! that loses rows is decoded whole, filtered and encoded again, one that loses every row is
+//! left out. Deleting a few rows from a large file then costs the row groups that held them.
+//!
+//! ```text
+//!  old file  row group 0 (no row goes)   row group 1 (rows 7, 9 go)   row group 2 (all go)
+//!                     │ copied                   │ decode, filter, encode       ✗
+//!  new file  row group 0                 row group 1'
+//! ```
+//!
 //! A file is spliced only when its parquet schema is, leaf column for leaf column, the one this
 //! crate writes for the table's schema (names, field ids, physical and logical types): the copied
 //! chunks are then what a rewrite would have encoded from the same values. Otherwise, or when a
@@ -28,7 +39,7 @@ use std::sync::Arc;
 
 use arrow::array::{new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::kernels::zip::zip;
-use arrow::compute::{cast, interleave, prep_null_mask_filter};
+use arrow::compute::{cast, filter_record_batch, interleave, prep_null_mask_filter};
 use arrow::datatypes::{Schema, SchemaRef};
 use bytes::{Buf, Bytes};
 use datafusion::error::{DataFusionError, Result};
@@ -50,10 +61,12 @@ use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::WriterProperties;
 use parquet::file::reader::{ChunkReader, Length};
+use roaring::RoaringTreemap;
 
+use super::dictionary::plain_columns_of_file;
 use super::locations::FileLocations;
 use super::parquet_file::{count_nans, file_metrics, holds_floats, SharedBuffer};
-use super::writer::writer_properties;
+use super::writer::{with_plain_columns, writer_properties};
 use super::WrittenFiles;
 use crate::error::IcebergResultExt;
 use crate::location::LocationMap;
@@ -84,22 +97,31 @@ pub(crate) struct Computed {
     pub values: Vec<(usize, Arc<dyn PhysicalExpr>)>,
 }
 
-/// Where a file's new values come from.
+/// Where a file's new values come from, or which of its rows go.
 #[derive(Debug)]
 pub(crate) enum NewValues {
     /// Given, by position (a `MERGE`'s first pass computed them).
     At(FileValues),
     /// Computed from the rows as they are read.
     Computed(Arc<Computed>),
+    /// The rows at these positions go; the others stay as they are (a copy-on-write `MERGE`
+    /// whose first pass found the rows it deletes or writes anew).
+    Dropped(RoaringTreemap),
+    /// The rows the condition selects go (a copy-on-write `DELETE`); `values` is empty.
+    DroppedWhere(Arc<Computed>),
 }
 
 /// A file written by [`Splicer::splice`].
 #[derive(Debug)]
 pub(crate) struct Spliced {
-    /// The new file, in the old one's partition.
-    pub file: NewFile,
-    /// The rows that took new values.
+    /// The new file, in the old one's partition; `None` when every row was dropped (then no
+    /// file was written).
+    pub file: Option<NewFile>,
+    /// The rows that took new values, or that were dropped.
     pub spliced: u64,
+    /// The row groups whose chunks were copied as they are (all but float columns'), not
+    /// decoded and encoded again.
+    pub groups_copied: usize,
 }
 
 /// Splices new values of some columns of a table into its data files (see the module's text).
@@ -115,6 +137,8 @@ pub(crate) struct Splicer {
     encoded: Vec<usize>,
     /// Table columns decoded: the encoded ones and those the new values are computed from.
     read: Vec<usize>,
+    /// Table columns the new values or the dropping condition are computed from.
+    inputs: Vec<usize>,
     store: Arc<dyn ObjectStore>,
     url: datafusion::execution::object_store::ObjectStoreUrl,
     locations: LocationMap,
@@ -141,6 +165,9 @@ impl Splicer {
         let mut read: Vec<usize> = encoded.iter().chain(inputs).copied().collect();
         read.sort();
         read.dedup();
+        let mut inputs = inputs.to_vec();
+        inputs.sort();
+        inputs.dedup();
         let url = locations.store_url(metadata.location())?;
         let store = context.runtime_env().object_store(&url)?;
         Ok(Self {
@@ -151,6 +178,7 @@ impl Splicer {
             spliced,
             encoded,
             read,
+            inputs,
             store,
             url,
             locations: locations.clone(),
@@ -159,27 +187,29 @@ impl Splicer {
         })
     }
 
-    /// Writes `file` again with `values` spliced in; `None` when the file cannot be spliced
-    /// (then nothing was written). The new file's location is recorded in `written` before it
-    /// is created.
+    /// Writes `file` again with `values` spliced in (or its dropped rows left out); `None`
+    /// when the file cannot be spliced (then nothing was written). The new file's location is
+    /// recorded in `written` before it is created.
     pub(crate) async fn splice(
         &self,
         file: &PlannedFile,
         values: NewValues,
         written: &WrittenFiles,
     ) -> Result<Option<Spliced>> {
-        let no_positions = FileValues {
+        let no_positions = || FileValues {
             positions: vec![],
             values: RecordBatch::new_empty(Arc::new(Schema::empty())),
         };
-        let (at_positions, computed) = match values {
+        let (values, computed, drops) = match values {
             NewValues::At(v) => {
                 check_values(file, &v, self.spliced.len())?;
-                (v, None)
+                (v, None, Drops::None)
             }
-            NewValues::Computed(c) => (no_positions, Some(c)),
+            NewValues::Computed(c) => (no_positions(), Some(c), Drops::None),
+            NewValues::Dropped(p) => (no_positions(), None, Drops::At(p)),
+            NewValues::DroppedWhere(c) => (no_positions(), None, Drops::Where(c)),
         };
-        let values = at_positions;
+        let dropping = !matches!(drops, Drops::None);
         let mut spliced = values.positions.len() as u64;
         let path = self.locations.object_path_in(&self.url, &file.path)?;
         let recorded = ObjectMeta {
@@ -206,7 +236,18 @@ impl Splicer {
         if offsets.len() != footer.num_row_groups() || offsets.iter().any(|g| g.len() != columns) {
             return Ok(None);
         }
-        let options = ArrowWriterOptions::new().with_properties(self.props.clone());
+        // Their page statistics too, when the old file has them.
+        let page_stats = footer
+            .column_index()
+            .filter(|c| c.len() == footer.num_row_groups() && c.iter().all(|g| g.len() == columns));
+        // Columns whose dictionaries overflowed in the file are encoded plain, as a rewrite
+        // of the file would (copied chunks stay as they are).
+        let props = with_plain_columns(
+            self.props.clone(),
+            &self.schema,
+            &plain_columns_of_file(&footer),
+        );
+        let options = ArrowWriterOptions::new().with_properties(props);
         let buffer = SharedBuffer::default();
         let writer =
             ArrowWriter::try_new_with_options(buffer.clone(), Arc::clone(&self.arrow), options)?;
@@ -238,33 +279,85 @@ impl Splicer {
         };
         let reader_metadata =
             ArrowReaderMetadata::try_new(Arc::clone(&footer), ArrowReaderOptions::new())?;
+        let group_batches = |index: usize, columns: &[usize]| {
+            ParquetRecordBatchStreamBuilder::new_with_metadata(
+                reader.clone(),
+                reader_metadata.clone(),
+            )
+            .with_projection(ProjectionMask::roots(
+                footer.file_metadata().schema_descr(),
+                columns.iter().copied(),
+            ))
+            .with_row_groups(vec![index])
+            .with_batch_size(BATCH_ROWS)
+            .build()
+        };
         let descr = out.schema_descr();
         let leaves = descr.num_columns();
         let root_of: Vec<usize> = (0..leaves).map(|l| descr.get_column_root_idx(l)).collect();
         let first_leaf = |root: usize| root_of.iter().position(|&r| r == root);
+        // A row group that loses rows is decoded and encoded again whole.
+        let every_column: Vec<usize> = (0..self.arrow.fields().len()).collect();
 
         let mut sink: Option<Box<dyn iceberg::io::FileWrite>> = None;
         let mut flushed = 0usize;
         let mut nan_counts: HashMap<i32, u64> = HashMap::new();
         let mut next = 0usize; // the first position not yet spliced
         let mut start = 0u64; // the first row of the row group in the file
+        let mut groups_written = 0usize;
+        let mut groups_copied = 0usize;
+        let mut dropped = match &drops {
+            Drops::At(positions) => Some(positions.iter()),
+            _ => None,
+        }
+        .into_iter()
+        .flatten()
+        .peekable();
+        let mut rows_written = 0u64;
         for (index, group) in footer.row_groups().iter().enumerate() {
             let rows = group.num_rows() as u64;
-            let mut writers = factory.create_column_writers(index)?;
+            // The rows of this group that go, by their offset in it (ascending).
+            let gone: Vec<u32> = match &drops {
+                Drops::None => vec![],
+                Drops::At(_) => {
+                    let mut gone = vec![];
+                    while let Some(p) = dropped.next_if(|&p| p < start + rows) {
+                        gone.push((p - start) as u32);
+                    }
+                    gone
+                }
+                Drops::Where(c) => {
+                    let mut gone = vec![];
+                    let mut at = 0u32;
+                    let mut batches = group_batches(index, &self.inputs)?;
+                    while let Some(batch) = batches.next().await {
+                        let batch = batch?;
+                        let (mask, _) = self.computed(c, &batch, &self.inputs)?;
+                        gone.extend(mask.values().set_indices().map(|i| at + i as u32));
+                        at += batch.num_rows() as u32;
+                    }
+                    gone
+                }
+            };
+            if dropping {
+                spliced += gone.len() as u64;
+                if gone.len() as u64 == rows {
+                    start += rows;
+                    continue;
+                }
+            }
+            let gone_bytes = gone.len() * std::mem::size_of::<u32>();
+            let (encoded, read): (&[usize], &[usize]) = match (dropping, gone.is_empty()) {
+                (false, _) => (&self.encoded, &self.read),
+                (true, true) => (&self.encoded, &self.encoded),
+                (true, false) => (&every_column, &every_column),
+            };
+            let mut writers = factory.create_column_writers(groups_written)?;
             let mut encoded_bytes = 0usize;
-            if !self.read.is_empty() {
-                let mut batches = ParquetRecordBatchStreamBuilder::new_with_metadata(
-                    reader.clone(),
-                    reader_metadata.clone(),
-                )
-                .with_projection(ProjectionMask::roots(
-                    footer.file_metadata().schema_descr(),
-                    self.read.iter().copied(),
-                ))
-                .with_row_groups(vec![index])
-                .with_batch_size(BATCH_ROWS)
-                .build()?;
+            if !read.is_empty() {
+                let mut batches = group_batches(index, read)?;
                 let mut at = start;
+                let mut gone_next = 0usize; // the first of `gone` not yet left out
                 while let Some(batch) = batches.next().await {
                     let batch = batch?;
                     let n = batch.num_rows() as u64;
@@ -273,13 +366,13 @@ impl Splicer {
                         next += 1;
                     }
                     let changed = match &computed {
-                        Some(c) => Some(self.computed(c, &batch)?),
+                        Some(c) => Some(self.computed(c, &batch, &self.read)?),
                         None => None,
                     };
-                    let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.encoded.len());
-                    for &c in &self.encoded {
+                    let mut columns: Vec<ArrayRef> = Vec::with_capacity(encoded.len());
+                    for &c in encoded {
                         let field = self.arrow.field(c);
-                        let k = self.read.iter().position(|&r| r == c).ok_or_else(|| {
+                        let k = read.iter().position(|&r| r == c).ok_or_else(|| {
                             DataFusionError::Internal(format!("column {c} was not read"))
                         })?;
                         let mut array = Arc::clone(batch.column(k));
@@ -305,14 +398,27 @@ impl Splicer {
                     if let Some((mask, _)) = &changed {
                         spliced += mask.true_count() as u64;
                     }
-                    let fields: Vec<_> = self
-                        .encoded
+                    let fields: Vec<_> = encoded
                         .iter()
                         .map(|&c| Arc::new(self.arrow.field(c).clone()))
                         .collect();
-                    let out_batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+                    let mut out_batch =
+                        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
+                    // The rows that go, left out of this batch.
+                    let offset = (at - start) as u32;
+                    let first_gone = gone_next;
+                    while gone_next < gone.len() && u64::from(gone[gone_next] - offset) < n {
+                        gone_next += 1;
+                    }
+                    if gone_next > first_gone {
+                        let mut keep = vec![true; n as usize];
+                        for &g in &gone[first_gone..gone_next] {
+                            keep[(g - offset) as usize] = false;
+                        }
+                        out_batch = filter_record_batch(&out_batch, &BooleanArray::from(keep))?;
+                    }
                     count_nans(&out_batch, &mut nan_counts);
-                    for (k, &c) in self.encoded.iter().enumerate() {
+                    for (k, &c) in encoded.iter().enumerate() {
                         let first = first_leaf(c).ok_or_else(|| {
                             DataFusionError::Internal(format!("no parquet leaf for column {c}"))
                         })?;
@@ -322,12 +428,12 @@ impl Splicer {
                         }
                     }
                     encoded_bytes = writers.iter().map(|w| w.memory_size()).sum();
-                    if reservation.try_resize(encoded_bytes).is_err() {
+                    if reservation.try_resize(encoded_bytes + gone_bytes).is_err() {
                         return Ok(None);
                     }
                     at += n;
                 }
-                if at != start + rows {
+                if at != start + rows || gone_next != gone.len() {
                     return Err(DataFusionError::Execution(format!(
                         "data file {} gave {} rows of row group {index}, its footer says {rows}",
                         file.path,
@@ -335,9 +441,10 @@ impl Splicer {
                     )));
                 }
             }
+            rows_written += rows - gone.len() as u64;
             // The chunks of the other columns, as they are in the old file.
             let copied: Vec<usize> = (0..leaves)
-                .filter(|l| !self.encoded.contains(&root_of[*l]))
+                .filter(|l| !encoded.contains(&root_of[*l]))
                 .collect();
             let ranges: Vec<Range<u64>> = copied
                 .iter()
@@ -345,7 +452,7 @@ impl Splicer {
                 .collect::<Result<_>>()?;
             let copied_bytes: u64 = ranges.iter().map(|r| r.end - r.start).sum();
             if reservation
-                .try_resize(encoded_bytes + copied_bytes as usize)
+                .try_resize(encoded_bytes + gone_bytes + copied_bytes as usize)
                 .is_err()
             {
                 return Ok(None);
@@ -359,7 +466,7 @@ impl Splicer {
             let mut row_group = out.next_row_group()?;
             let mut range = ranges.iter();
             for (l, writer) in writers.into_iter().enumerate() {
-                if self.encoded.contains(&root_of[l]) {
+                if encoded.contains(&root_of[l]) {
                     writer.close()?.append_to_row_group(&mut row_group)?;
                     continue;
                 }
@@ -374,7 +481,7 @@ impl Splicer {
                     rows_written: rows,
                     metadata: chunk.clone(),
                     bloom_filter: None,
-                    column_index: None,
+                    column_index: page_stats.and_then(|c| c[index].get(l)).cloned(),
                     offset_index: offsets.get(index).and_then(|g| g.get(l)).cloned(),
                 };
 
@@ -387,6 +494,8 @@ impl Splicer {
                 )?;
             }
             row_group.close()?;
+            groups_written += 1;
+            groups_copied += usize::from(encoded.len() < every_column.len());
             out.flush()?;
             let bytes = buffer.take();
             if let Some(sink) = sink.as_mut() {
@@ -402,6 +511,24 @@ impl Splicer {
                 values.positions.len() - next,
                 file.path
             )));
+        }
+        if let Drops::At(positions) = &drops {
+            if positions.len() != spliced {
+                return Err(DataFusionError::Execution(format!(
+                    "{} dropped positions of data file {} are past its {start} rows",
+                    positions.len() - spliced,
+                    file.path
+                )));
+            }
+        }
+        if dropping && rows_written == 0 {
+            // Every row went: no file takes this one's place.
+            drop(reservation);
+            return Ok(Some(Spliced {
+                file: None,
+                spliced,
+                groups_copied,
+            }));
         }
         let metadata = out.finish()?;
         let tail = buffer.take();
@@ -431,25 +558,27 @@ impl Splicer {
             .build()
             .map_err(|e| DataFusionError::Internal(format!("spliced data file: {e}")))?;
         Ok(Some(Spliced {
-            file: NewFile {
+            file: Some(NewFile {
                 spec_id: file.spec_id,
                 file: data_file,
-            },
+            }),
             spliced,
+            groups_copied,
         }))
     }
 
-    /// Which rows of `batch` (the read columns) change, and the new values of the spliced
-    /// columns for every row (in the writer's types).
+    /// Which rows of `batch` (the table columns `read`) change, and the new values of the
+    /// spliced columns for every row (in the writer's types).
     fn computed(
         &self,
         computed: &Computed,
         batch: &RecordBatch,
+        read: &[usize],
     ) -> Result<(BooleanArray, Vec<ArrayRef>)> {
         let n = batch.num_rows();
         let mut columns = Vec::with_capacity(computed.schema.fields().len());
         for (c, field) in computed.schema.fields().iter().enumerate() {
-            columns.push(match self.read.iter().position(|&r| r == c) {
+            columns.push(match read.iter().position(|&r| r == c) {
                 Some(k) if batch.column(k).data_type() == field.data_type() => {
                     Arc::clone(batch.column(k))
                 }
@@ -489,6 +618,16 @@ impl Splicer {
         }
         Ok((mask, values))
     }
+}
+
+/// The rows a splice leaves out.
+enum Drops {
+    /// None: the file keeps every row.
+    None,
+    /// The rows at these positions.
+    At(RoaringTreemap),
+    /// The rows the condition selects.
+    Where(Arc<Computed>),
 }
 
 /// The values must be one row per position, positions strictly ascending.

@@ -430,7 +430,17 @@ pub(super) fn parquet_writers(
     pool: Option<Arc<dyn MemoryPool>>,
     plain: &[i32],
 ) -> Result<ParquetFileWriterBuilder> {
-    let mut props = writer_properties(metadata)?;
+    let props = with_plain_columns(writer_properties(metadata)?, &schema, plain);
+    writers_of(metadata, schema, pool, props)
+}
+
+/// `props` with dictionary encoding off for the top-level primitive columns `plain` (field ids)
+/// of `schema`.
+pub(super) fn with_plain_columns(
+    props: WriterProperties,
+    schema: &iceberg::spec::Schema,
+    plain: &[i32],
+) -> WriterProperties {
     let plain: Vec<ColumnPath> = schema
         .as_struct()
         .fields()
@@ -438,14 +448,14 @@ pub(super) fn parquet_writers(
         .filter(|f| plain.contains(&f.id) && f.field_type.is_primitive())
         .map(|f| ColumnPath::new(vec![f.name.clone()]))
         .collect();
-    if !plain.is_empty() {
-        let mut builder = props.into_builder();
-        for column in plain {
-            builder = builder.set_column_dictionary_enabled(column, false);
-        }
-        props = builder.build();
+    if plain.is_empty() {
+        return props;
     }
-    writers_of(metadata, schema, pool, props)
+    let mut builder = props.into_builder();
+    for column in plain {
+        builder = builder.set_column_dictionary_enabled(column, false);
+    }
+    builder.build()
 }
 
 /// The parquet writers of position delete files (`schema`: `file_path`, `pos`) for a table: its
