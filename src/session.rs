@@ -14,6 +14,7 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
 
+use crate::catalog::prefetch::Prefetched;
 use crate::catalog::{
     CatalogUri, IcebergCatalog, IcebergCatalogProvider, RestCatalog, SqlCatalog, SqlCatalogConfig,
 };
@@ -392,7 +393,22 @@ impl IcebergSession {
                     .sql(sql)
                     .await
                     .map_err(|e| rewritten.named_as_written(e)),
-                None => self.ctx.sql(sql).await,
+                None => {
+                    // The statement's tables load together before DataFusion plans it.
+                    let prefetched = match crate::dml::subquery::one_statement(sql) {
+                        Some(statement) => {
+                            Prefetched::load(
+                                &self.ctx.state(),
+                                &self.catalog,
+                                self.catalog.name(),
+                                &statement,
+                            )
+                            .await
+                        }
+                        None => Prefetched::default(),
+                    };
+                    prefetched.scope(self.ctx.sql(sql)).await
+                }
             };
         };
         let alter = alter?;

@@ -3,6 +3,7 @@
 
 mod names;
 mod pointer;
+pub(crate) mod prefetch;
 mod provider;
 mod pyiceberg_config;
 mod rest;

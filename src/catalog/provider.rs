@@ -55,6 +55,13 @@ impl CatalogProvider for IcebergCatalogProvider {
 
     fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
         let ns = namespace(name).ok()?;
+        // A table of the namespace loaded for the statement being planned: it exists.
+        if super::prefetch::holds_namespace(&self.catalog, &ns) {
+            return Some(Arc::new(IcebergSchemaProvider::new(
+                Arc::clone(&self.catalog),
+                ns,
+            )));
+        }
         let catalog = Arc::clone(&self.catalog);
         let probe = ns.clone();
         match io_runtime::block_on(async move { catalog.namespace_exists(&probe).await }) {
@@ -229,8 +236,13 @@ impl SchemaProvider for IcebergSchemaProvider {
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let Some(table) = self.catalog.try_load_table(&self.ident(name)).await? else {
-            return Ok(None);
+        let ident = self.ident(name);
+        let table = match super::prefetch::table(&self.catalog, &ident) {
+            Some(table) => table,
+            None => match self.catalog.try_load_table(&ident).await? {
+                Some(table) => table,
+                None => return Ok(None),
+            },
         };
         let store: Arc<dyn MetadataStore> = self.catalog.clone();
         Ok(Some(Arc::new(IcebergTableProvider::try_new(

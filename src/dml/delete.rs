@@ -69,6 +69,10 @@ pub(super) async fn splice_delete(
         .iter()
         .map(|c| schema.index_of(&c.name))
         .collect::<std::result::Result<_, _>>()?;
+    if inputs.is_empty() {
+        // A condition of no column (a volatile one, say) is left to the ordinary rewrite.
+        return Ok(None);
+    }
     // Columns not read are NULL in the rows the condition sees, so all are nullable.
     let nullable: SchemaRef = Arc::new(arrow::datatypes::Schema::new(
         schema
