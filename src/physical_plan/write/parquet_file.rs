@@ -206,7 +206,7 @@ struct EncoderSize {
 }
 
 /// The row group in progress: one encoding task per leaf column.
-struct RowGroup {
+pub(super) struct RowGroup {
     senders: Vec<mpsc::Sender<Leaf>>,
     tasks: Vec<SpawnedTask<Result<ColumnChunk>>>,
     sizes: Arc<[EncoderSize]>,
@@ -224,7 +224,7 @@ enum Leaf {
 }
 
 /// A closed column chunk, by whichever encoder wrote it.
-enum ColumnChunk {
+pub(super) enum ColumnChunk {
     Arrow(ArrowColumnChunk),
     Own(Bytes, ColumnCloseResult),
 }
@@ -284,7 +284,7 @@ async fn encode_column(
 
 impl RowGroup {
     /// `own`: for each leaf column, how [`DictionaryChunk`] would encode it, if it can.
-    fn start(
+    pub(super) fn start(
         factory: &ArrowRowGroupWriterFactory,
         index: usize,
         own: &[Option<(ColumnDescPtr, dictionary_chunk::Codec)>],
@@ -319,7 +319,7 @@ impl RowGroup {
         })
     }
 
-    fn memory(&self) -> usize {
+    pub(super) fn memory(&self) -> usize {
         self.sizes
             .iter()
             .map(|s| s.memory.load(Ordering::Relaxed))
@@ -335,7 +335,7 @@ impl RowGroup {
 
     /// Hands every leaf column of `batch` to its encoder. `Ok(false)` when an encoder has
     /// stopped (its error comes out of [`Self::finish`]).
-    async fn send(&mut self, batch: &RecordBatch) -> Result<bool> {
+    pub(super) async fn send(&mut self, batch: &RecordBatch) -> Result<bool> {
         let mut column = 0;
         for (array, field) in batch.columns().iter().zip(batch.schema().fields()) {
             let leaves = match self.whole.get(column) {
@@ -364,7 +364,7 @@ impl RowGroup {
 
     /// Ends every encoder's input and takes the chunks they close (all at once), in column
     /// order.
-    async fn finish(self) -> Result<Vec<ColumnChunk>> {
+    pub(super) async fn finish(self) -> Result<Vec<ColumnChunk>> {
         drop(self.senders);
         let mut chunks = Vec::with_capacity(self.tasks.len());
         for task in self.tasks {
@@ -375,6 +375,20 @@ impl RowGroup {
             );
         }
         Ok(chunks)
+    }
+}
+
+impl ColumnChunk {
+    /// Appends the chunk to `row_group`, the next column of it.
+    pub(super) fn append_to<W: Write + Send>(
+        self,
+        row_group: &mut parquet::file::writer::SerializedRowGroupWriter<'_, W>,
+    ) -> Result<()> {
+        match self {
+            ColumnChunk::Arrow(chunk) => chunk.append_to_row_group(row_group)?,
+            ColumnChunk::Own(bytes, close) => row_group.append_column(&bytes, close)?,
+        }
+        Ok(())
     }
 }
 
@@ -422,10 +436,7 @@ impl OpenFile {
         let chunks = group.finish().await?;
         let mut row_group = self.file.next_row_group()?;
         for chunk in chunks {
-            match chunk {
-                ColumnChunk::Arrow(chunk) => chunk.append_to_row_group(&mut row_group)?,
-                ColumnChunk::Own(bytes, close) => row_group.append_column(&bytes, close)?,
-            }
+            chunk.append_to(&mut row_group)?;
         }
         row_group.close()?;
         self.groups += 1;

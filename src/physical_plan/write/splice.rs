@@ -65,7 +65,7 @@ use roaring::RoaringTreemap;
 
 use super::dictionary::plain_columns_of_file;
 use super::locations::FileLocations;
-use super::parquet_file::{count_nans, file_metrics, holds_floats, SharedBuffer};
+use super::parquet_file::{count_nans, file_metrics, holds_floats, RowGroup, SharedBuffer};
 use super::writer::{with_plain_columns, writer_properties};
 use super::WrittenFiles;
 use crate::error::IcebergResultExt;
@@ -242,12 +242,12 @@ impl Splicer {
             .filter(|c| c.len() == footer.num_row_groups() && c.iter().all(|g| g.len() == columns));
         // Columns whose dictionaries overflowed in the file are encoded plain, as a rewrite
         // of the file would (copied chunks stay as they are).
-        let props = with_plain_columns(
+        let props = Arc::new(with_plain_columns(
             self.props.clone(),
             &self.schema,
             &plain_columns_of_file(&footer),
-        );
-        let options = ArrowWriterOptions::new().with_properties(props);
+        ));
+        let options = ArrowWriterOptions::new().with_properties(props.as_ref().clone());
         let buffer = SharedBuffer::default();
         let writer =
             ArrowWriter::try_new_with_options(buffer.clone(), Arc::clone(&self.arrow), options)?;
@@ -352,7 +352,17 @@ impl Splicer {
                 (true, true) => (&self.encoded, &self.encoded),
                 (true, false) => (&every_column, &every_column),
             };
-            let mut writers = factory.create_column_writers(groups_written)?;
+            // A group encoded whole goes to the file writer's encoders, a task per column; the
+            // columns of a group that is mostly copied are encoded here.
+            let mut encoders = match encoded.len() == every_column.len() {
+                true => Encoders::Parallel(RowGroup::start(
+                    &factory,
+                    groups_written,
+                    &vec![None; leaves],
+                    &props,
+                )?),
+                false => Encoders::Here(factory.create_column_writers(groups_written)?),
+            };
             let mut encoded_bytes = 0usize;
             if !read.is_empty() {
                 let mut batches = group_batches(index, read)?;
@@ -418,16 +428,36 @@ impl Splicer {
                         out_batch = filter_record_batch(&out_batch, &BooleanArray::from(keep))?;
                     }
                     count_nans(&out_batch, &mut nan_counts);
-                    for (k, &c) in encoded.iter().enumerate() {
-                        let first = first_leaf(c).ok_or_else(|| {
-                            DataFusionError::Internal(format!("no parquet leaf for column {c}"))
-                        })?;
-                        let leaves = compute_leaves(self.arrow.field(c), out_batch.column(k))?;
-                        for (j, leaf) in leaves.iter().enumerate() {
-                            writers[first + j].write(leaf)?;
+                    encoded_bytes = match &mut encoders {
+                        Encoders::Here(writers) => {
+                            for (k, &c) in encoded.iter().enumerate() {
+                                let first = first_leaf(c).ok_or_else(|| {
+                                    DataFusionError::Internal(format!(
+                                        "no parquet leaf for column {c}"
+                                    ))
+                                })?;
+                                let leaves =
+                                    compute_leaves(self.arrow.field(c), out_batch.column(k))?;
+                                for (j, leaf) in leaves.iter().enumerate() {
+                                    writers[first + j].write(leaf)?;
+                                }
+                            }
+                            writers.iter().map(|w| w.memory_size()).sum()
                         }
+                        Encoders::Parallel(group) => match group.send(&out_batch).await? {
+                            true => group.memory(),
+                            false => usize::MAX,
+                        },
+                    };
+                    if encoded_bytes == usize::MAX {
+                        // An encoder stopped: its error comes out of `finish`.
+                        if let Encoders::Parallel(group) = encoders {
+                            group.finish().await?;
+                        }
+                        return Err(DataFusionError::Internal(
+                            "a column encoder stopped without an error".into(),
+                        ));
                     }
-                    encoded_bytes = writers.iter().map(|w| w.memory_size()).sum();
                     if reservation.try_resize(encoded_bytes + gone_bytes).is_err() {
                         return Ok(None);
                     }
@@ -465,6 +495,15 @@ impl Splicer {
             }
             let mut row_group = out.next_row_group()?;
             let mut range = ranges.iter();
+            let writers = match encoders {
+                Encoders::Here(writers) => writers,
+                Encoders::Parallel(group) => {
+                    for chunk in group.finish().await? {
+                        chunk.append_to(&mut row_group)?;
+                    }
+                    vec![]
+                }
+            };
             for (l, writer) in writers.into_iter().enumerate() {
                 if encoded.contains(&root_of[l]) {
                     writer.close()?.append_to_row_group(&mut row_group)?;
@@ -618,6 +657,14 @@ impl Splicer {
         }
         Ok((mask, values))
     }
+}
+
+/// The encoders of a row group's encoded columns.
+enum Encoders {
+    /// The parquet writer's column writers, one per leaf, driven here (some columns encoded).
+    Here(Vec<parquet::arrow::arrow_writer::ArrowColumnWriter>),
+    /// A task per leaf column (every column encoded).
+    Parallel(RowGroup),
 }
 
 /// The rows a splice leaves out.
