@@ -34,6 +34,10 @@ extensions_options! {
         /// `IcebergSession` has one): a join whose build side may not fit (estimated from
         /// statistics, or unknown) is planned as a sort-merge join, which spills. 0: no bound.
         pub join_memory_budget: u64, default = 0
+        /// Whether copy-on-write rewrites by splice where it can: the row groups that keep
+        /// every row, and the columns an `UPDATE` or `MERGE` does not change, copied as they
+        /// are. `false` decodes and encodes every row of the files it rewrites.
+        pub copy_on_write_splice: bool, default = true
     }
 }
 

@@ -52,6 +52,7 @@ pub(super) async fn splice_delete(
         columns: job.checked.columns.clone(),
     };
     if job.distributed
+        || !crate::IcebergOptions::from_config(job.state.config_options()).copy_on_write_splice
         || lineage::has_row_lineage(metadata)
         || job.metadata_needed().any()
         || !files_allow_splice(&files, metadata)

@@ -54,6 +54,7 @@ pub(super) async fn splice_update(
     let metadata = job.table.metadata();
     // A condition on metadata columns is decided on the scan that gives them.
     if job.distributed
+        || !crate::IcebergOptions::from_config(job.state.config_options()).copy_on_write_splice
         || lineage::has_row_lineage(metadata)
         || assignments.is_empty()
         || job.metadata_needed().any()

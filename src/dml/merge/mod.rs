@@ -197,19 +197,21 @@ pub(crate) async fn plan_merge(
         )?,
         false => None,
     };
-    let splice = match mode == WriteMode::CopyOnWrite && updates && !distributed && !lineage {
-        true => splice_plan(
-            &clauses,
-            &deciding_and_read,
-            &split,
-            &merge_schema,
-            &table_schema,
-            join_type,
-            &session,
-            on.to_string(),
-        )?,
-        false => None,
-    };
+    let splicing = options.copy_on_write_splice;
+    let splice =
+        match mode == WriteMode::CopyOnWrite && splicing && updates && !distributed && !lineage {
+            true => splice_plan(
+                &clauses,
+                &deciding_and_read,
+                &split,
+                &merge_schema,
+                &table_schema,
+                join_type,
+                &session,
+                on.to_string(),
+            )?,
+            false => None,
+        };
     let job = MergeJob {
         table: table.clone(),
         store: Arc::clone(&target.store),
@@ -225,6 +227,7 @@ pub(crate) async fn plan_merge(
         by_source,
         decide,
         splice,
+        splicing,
         distributed,
     };
     Ok(Arc::new(MergeExec::new(source, Arc::new(job))))
@@ -453,6 +456,8 @@ pub(super) struct MergeJob {
     pub(super) decide: Option<Decide>,
     /// Copy-on-write by column splice, when it may apply (see [`splice_plan`]).
     pub(super) splice: Option<Splice>,
+    /// Whether copy-on-write may splice at all (`iceberg.copy_on_write_splice`).
+    pub(super) splicing: bool,
     /// Whether the session distributes its plans over workers: the first pass then runs in
     /// their tasks when the source fits in memory and `ON` has hash keys.
     pub(super) distributed: bool,
@@ -489,7 +494,8 @@ impl MergeJob {
     /// keep every row copied as they are): in one process, without row lineage (whose columns
     /// the files' chunks do not hold), and when the files allow it.
     pub(super) fn drops_by_splice(&self, files: &ScanFiles) -> bool {
-        !self.distributed
+        self.splicing
+            && !self.distributed
             && !self.row_lineage()
             && crate::dml::splice::files_allow_splice(files, self.table.metadata())
     }

@@ -101,12 +101,15 @@ impl DictionaryUse {
     }
 }
 
-/// The top-level columns (field ids) to write plain when rewriting the one file whose footer is
-/// `footer` (a splice, which encodes again some of its row groups).
-pub(super) fn plain_columns_of_file(footer: &ParquetMetaData) -> Vec<i32> {
+/// How the top-level columns of the one file whose footer is `footer` fared with dictionary
+/// encoding (for a splice, which encodes again some of its row groups).
+pub(super) fn columns_of_file(footer: &ParquetMetaData) -> ColumnDictionaries {
     let mut uses = DictionaryUse::default();
     uses.add(footer);
-    uses.plain_field_ids()
+    ColumnDictionaries {
+        plain: uses.plain_field_ids(),
+        kept: uses.kept_field_ids(),
+    }
 }
 
 /// Whether the dictionary of a column chunk that has one overflowed (`Some(false)`: its data

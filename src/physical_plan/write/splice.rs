@@ -40,7 +40,7 @@ use std::sync::Arc;
 use arrow::array::{new_null_array, Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::kernels::zip::zip;
 use arrow::compute::{cast, filter_record_batch, interleave, prep_null_mask_filter};
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use bytes::{Buf, Bytes};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool};
@@ -61,9 +61,11 @@ use parquet::column::writer::ColumnCloseResult;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::WriterProperties;
 use parquet::file::reader::{ChunkReader, Length};
+use parquet::schema::types::ColumnDescPtr;
 use roaring::RoaringTreemap;
 
-use super::dictionary::plain_columns_of_file;
+use super::dictionary::columns_of_file;
+use super::dictionary_chunk;
 use super::locations::FileLocations;
 use super::parquet_file::{count_nans, file_metrics, holds_floats, RowGroup, SharedBuffer};
 use super::writer::{with_plain_columns, writer_properties};
@@ -242,10 +244,11 @@ impl Splicer {
             .filter(|c| c.len() == footer.num_row_groups() && c.iter().all(|g| g.len() == columns));
         // Columns whose dictionaries overflowed in the file are encoded plain, as a rewrite
         // of the file would (copied chunks stay as they are).
+        let dictionaries = columns_of_file(&footer);
         let props = Arc::new(with_plain_columns(
             self.props.clone(),
             &self.schema,
-            &plain_columns_of_file(&footer),
+            &dictionaries.plain,
         ));
         let options = ArrowWriterOptions::new().with_properties(props.as_ref().clone());
         let buffer = SharedBuffer::default();
@@ -279,10 +282,68 @@ impl Splicer {
         };
         let reader_metadata =
             ArrowReaderMetadata::try_new(Arc::clone(&footer), ArrowReaderOptions::new())?;
-        let group_batches = |index: usize, columns: &[usize]| {
+        // A row group encoded whole reads the strings whose dictionaries held in the file as
+        // dictionaries, which the file writer's dictionary encoder takes as they are (no
+        // value decoded and interned again).
+        let own: Vec<Option<(ColumnDescPtr, dictionary_chunk::Codec)>> = out
+            .schema_descr()
+            .columns()
+            .iter()
+            .map(|d| dictionary_chunk::supported(d, &props).map(|codec| (Arc::clone(d), codec)))
+            .collect();
+        let whole_metadata = {
+            let file_schema = reader_metadata.schema();
+            let descr = out.schema_descr();
+            let mut hinted = false;
+            let fields: Vec<Field> = file_schema
+                .fields()
+                .iter()
+                .enumerate()
+                .map(|(root, f)| {
+                    let leaf =
+                        (0..descr.num_columns()).find(|&l| descr.get_column_root_idx(l) == root);
+                    let held = leaf
+                        .filter(|&l| own[l].is_some())
+                        .and_then(|l| {
+                            let info = descr.column(l).self_type().get_basic_info().clone();
+                            info.has_id().then(|| info.id())
+                        })
+                        .is_some_and(|id| dictionaries.kept.contains(&id));
+                    match f.data_type() {
+                        DataType::Utf8
+                        | DataType::LargeUtf8
+                        | DataType::Binary
+                        | DataType::LargeBinary
+                            if held =>
+                        {
+                            hinted = true;
+                            f.as_ref().clone().with_data_type(DataType::Dictionary(
+                                Box::new(DataType::Int32),
+                                Box::new(f.data_type().clone()),
+                            ))
+                        }
+                        _ => f.as_ref().clone(),
+                    }
+                })
+                .collect();
+            match hinted {
+                true => ArrowReaderMetadata::try_new(
+                    Arc::clone(&footer),
+                    ArrowReaderOptions::new().with_schema(Arc::new(Schema::new_with_metadata(
+                        fields,
+                        file_schema.metadata().clone(),
+                    ))),
+                )?,
+                false => reader_metadata.clone(),
+            }
+        };
+        let group_batches = |index: usize, columns: &[usize], whole: bool| {
             ParquetRecordBatchStreamBuilder::new_with_metadata(
                 reader.clone(),
-                reader_metadata.clone(),
+                match whole {
+                    true => whole_metadata.clone(),
+                    false => reader_metadata.clone(),
+                },
             )
             .with_projection(ProjectionMask::roots(
                 footer.file_metadata().schema_descr(),
@@ -329,7 +390,7 @@ impl Splicer {
                 Drops::Where(c) => {
                     let mut gone = vec![];
                     let mut at = 0u32;
-                    let mut batches = group_batches(index, &self.inputs)?;
+                    let mut batches = group_batches(index, &self.inputs, false)?;
                     while let Some(batch) = batches.next().await {
                         let batch = batch?;
                         let (mask, _) = self.computed(c, &batch, &self.inputs)?;
@@ -355,17 +416,15 @@ impl Splicer {
             // A group encoded whole goes to the file writer's encoders, a task per column; the
             // columns of a group that is mostly copied are encoded here.
             let mut encoders = match encoded.len() == every_column.len() {
-                true => Encoders::Parallel(RowGroup::start(
-                    &factory,
-                    groups_written,
-                    &vec![None; leaves],
-                    &props,
-                )?),
+                true => {
+                    Encoders::Parallel(RowGroup::start(&factory, groups_written, &own, &props)?)
+                }
                 false => Encoders::Here(factory.create_column_writers(groups_written)?),
             };
             let mut encoded_bytes = 0usize;
             if !read.is_empty() {
-                let mut batches = group_batches(index, read)?;
+                let whole = encoded.len() == every_column.len();
+                let mut batches = group_batches(index, read, whole)?;
                 let mut at = start;
                 let mut gone_next = 0usize; // the first of `gone` not yet left out
                 while let Some(batch) = batches.next().await {
@@ -386,7 +445,9 @@ impl Splicer {
                             DataFusionError::Internal(format!("column {c} was not read"))
                         })?;
                         let mut array = Arc::clone(batch.column(k));
-                        if array.data_type() != field.data_type() {
+                        let dictionary = matches!(array.data_type(),
+                            DataType::Dictionary(_, v) if v.as_ref() == field.data_type());
+                        if array.data_type() != field.data_type() && !dictionary {
                             array = cast(&array, field.data_type())?;
                         }
                         if let Some((mask, new)) = &changed {
@@ -410,7 +471,15 @@ impl Splicer {
                     }
                     let fields: Vec<_> = encoded
                         .iter()
-                        .map(|&c| Arc::new(self.arrow.field(c).clone()))
+                        .zip(&columns)
+                        .map(|(&c, array)| {
+                            Arc::new(
+                                self.arrow
+                                    .field(c)
+                                    .clone()
+                                    .with_data_type(array.data_type().clone()),
+                            )
+                        })
                         .collect();
                     let mut out_batch =
                         RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?;
