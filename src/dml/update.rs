@@ -2,25 +2,20 @@
 //! values (copy-on-write), or its matching rows are deleted by position and their new versions
 //! appended (merge-on-read).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
-use datafusion::common::DFSchema;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::utils::expr_to_columns;
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::rewrite::{plan, DmlJob, DmlOp};
-use super::splice::{files_allow_splice, moves_rows, splice_files};
+use super::splice::{moves_rows, splice_files};
 use super::DmlTarget;
-use crate::physical_plan::scan::lineage;
 use crate::physical_plan::write::{Computed, NewValues, Splicer, WrittenFiles};
-use crate::scan::{PlannedFile, ScanFiles};
+use crate::scan::PlannedFile;
 use crate::snapshot::NewFile;
 
 /// Plans `UPDATE target SET assignments WHERE filters` (AND-ed; none: every row); values are of
@@ -53,12 +48,7 @@ pub(super) async fn splice_update(
     };
     let metadata = job.table.metadata();
     // A condition on metadata columns is decided on the scan that gives them.
-    if job.distributed
-        || !crate::IcebergOptions::from_config(job.state.config_options()).copy_on_write_splice
-        || lineage::has_row_lineage(metadata)
-        || assignments.is_empty()
-        || job.metadata_needed().any()
-    {
+    if assignments.is_empty() || !job.may_splice(touched) {
         return Ok(None);
     }
     let schema = &job.schema;
@@ -68,34 +58,13 @@ pub(super) async fn splice_update(
         .collect::<Result<_>>()?;
     assigned.sort_by_key(|(c, _)| *c);
     let columns: Vec<usize> = assigned.iter().map(|(c, _)| *c).collect();
-    let files = ScanFiles {
-        files: touched.to_vec(),
-        equality_deletes: job.checked.equality_deletes.clone(),
-        streamed: job.checked.streamed,
-        columns: job.checked.columns.clone(),
-    };
-    if moves_rows(metadata, &columns) || !files_allow_splice(&files, metadata) {
+    if moves_rows(metadata, &columns) {
         return Ok(None);
     }
     // The columns the condition and the values read.
     let condition = job.condition();
-    let mut used = HashSet::new();
-    for e in condition.iter().chain(assigned.iter().map(|(_, v)| *v)) {
-        expr_to_columns(e, &mut used)?;
-    }
-    let inputs: Vec<usize> = used
-        .iter()
-        .map(|c| schema.index_of(&c.name))
-        .collect::<std::result::Result<_, _>>()?;
-    // Columns not read are NULL in the rows the expressions see, so all are nullable.
-    let nullable: SchemaRef = Arc::new(arrow::datatypes::Schema::new(
-        schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect::<Vec<_>>(),
-    ));
-    let df_schema = DFSchema::try_from(nullable.as_ref().clone())?;
+    let (inputs, nullable, df_schema) =
+        job.computed_inputs(condition.iter().chain(assigned.iter().map(|(_, v)| *v)))?;
     let physical = |e: Expr| job.state.create_physical_expr(e, &df_schema);
     let computed = Arc::new(Computed {
         schema: Arc::clone(&nullable),

@@ -376,6 +376,49 @@ impl DmlJob {
         conjunction(self.filters.clone())
     }
 
+    /// Whether copy-on-write may splice the `touched` files (see [`crate::dml::splice`]): in
+    /// one process, with splicing on, without row lineage (whose columns copied chunks do not
+    /// hold), a condition on the table's own columns, and files that allow it.
+    pub(super) fn may_splice(&self, touched: &[PlannedFile]) -> bool {
+        let metadata = self.table.metadata();
+        let files = ScanFiles {
+            files: touched.to_vec(),
+            equality_deletes: self.checked.equality_deletes.clone(),
+            streamed: self.checked.streamed,
+            columns: self.checked.columns.clone(),
+        };
+        !self.distributed
+            && IcebergOptions::from_config(self.state.config_options()).copy_on_write_splice
+            && !lineage::has_row_lineage(metadata)
+            && !self.metadata_needed().any()
+            && crate::dml::splice::files_allow_splice(&files, metadata)
+    }
+
+    /// The table columns `exprs` read, and the table's schema with every column nullable (the
+    /// columns a splice does not read are NULL in the rows the expressions see) in both forms.
+    pub(super) fn computed_inputs<'a>(
+        &self,
+        exprs: impl Iterator<Item = &'a Expr>,
+    ) -> Result<(Vec<usize>, SchemaRef, DFSchema)> {
+        let mut used = HashSet::new();
+        for e in exprs {
+            expr_to_columns(e, &mut used)?;
+        }
+        let inputs: Vec<usize> = used
+            .iter()
+            .map(|c| self.schema.index_of(&c.name))
+            .collect::<std::result::Result<_, _>>()?;
+        let nullable: SchemaRef = Arc::new(arrow::datatypes::Schema::new(
+            self.schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
+        let df_schema = DFSchema::try_from(nullable.as_ref().clone())?;
+        Ok((inputs, nullable, df_schema))
+    }
+
     /// A physical form of the condition over `schema`.
     fn physical_condition(&self, schema: &SchemaRef) -> Result<Option<Arc<dyn PhysicalExpr>>> {
         let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
