@@ -291,52 +291,13 @@ impl Splicer {
             .iter()
             .map(|d| dictionary_chunk::supported(d, &props).map(|codec| (Arc::clone(d), codec)))
             .collect();
-        let whole_metadata = {
-            let file_schema = reader_metadata.schema();
-            let descr = out.schema_descr();
-            let mut hinted = false;
-            let fields: Vec<Field> = file_schema
-                .fields()
-                .iter()
-                .enumerate()
-                .map(|(root, f)| {
-                    let leaf =
-                        (0..descr.num_columns()).find(|&l| descr.get_column_root_idx(l) == root);
-                    let held = leaf
-                        .filter(|&l| own[l].is_some())
-                        .and_then(|l| {
-                            let info = descr.column(l).self_type().get_basic_info().clone();
-                            info.has_id().then(|| info.id())
-                        })
-                        .is_some_and(|id| dictionaries.kept.contains(&id));
-                    match f.data_type() {
-                        DataType::Utf8
-                        | DataType::LargeUtf8
-                        | DataType::Binary
-                        | DataType::LargeBinary
-                            if held =>
-                        {
-                            hinted = true;
-                            f.as_ref().clone().with_data_type(DataType::Dictionary(
-                                Box::new(DataType::Int32),
-                                Box::new(f.data_type().clone()),
-                            ))
-                        }
-                        _ => f.as_ref().clone(),
-                    }
-                })
-                .collect();
-            match hinted {
-                true => ArrowReaderMetadata::try_new(
-                    Arc::clone(&footer),
-                    ArrowReaderOptions::new().with_schema(Arc::new(Schema::new_with_metadata(
-                        fields,
-                        file_schema.metadata().clone(),
-                    ))),
-                )?,
-                false => reader_metadata.clone(),
-            }
-        };
+        let whole_metadata = dictionary_reader(
+            &footer,
+            &reader_metadata,
+            out.schema_descr(),
+            &own,
+            &dictionaries.kept,
+        )?;
         let group_batches = |index: usize, columns: &[usize], whole: bool| {
             ParquetRecordBatchStreamBuilder::new_with_metadata(
                 reader.clone(),
@@ -374,7 +335,6 @@ impl Splicer {
         .into_iter()
         .flatten()
         .peekable();
-        let mut rows_written = 0u64;
         for (index, group) in footer.row_groups().iter().enumerate() {
             let rows = group.num_rows() as u64;
             // The rows of this group that go, by their offset in it (ascending).
@@ -415,7 +375,8 @@ impl Splicer {
             };
             // A group encoded whole goes to the file writer's encoders, a task per column; the
             // columns of a group that is mostly copied are encoded here.
-            let mut encoders = match encoded.len() == every_column.len() {
+            let whole = encoded.len() == every_column.len();
+            let mut encoders = match whole {
                 true => {
                     Encoders::Parallel(RowGroup::start(&factory, groups_written, &own, &props)?)
                 }
@@ -423,7 +384,6 @@ impl Splicer {
             };
             let mut encoded_bytes = 0usize;
             if !read.is_empty() {
-                let whole = encoded.len() == every_column.len();
                 let mut batches = group_batches(index, read, whole)?;
                 let mut at = start;
                 let mut gone_next = 0usize; // the first of `gone` not yet left out
@@ -540,7 +500,6 @@ impl Splicer {
                     )));
                 }
             }
-            rows_written += rows - gone.len() as u64;
             // The chunks of the other columns, as they are in the old file.
             let copied: Vec<usize> = (0..leaves)
                 .filter(|l| !encoded.contains(&root_of[*l]))
@@ -603,7 +562,7 @@ impl Splicer {
             }
             row_group.close()?;
             groups_written += 1;
-            groups_copied += usize::from(encoded.len() < every_column.len());
+            groups_copied += usize::from(!whole);
             out.flush()?;
             let bytes = buffer.take();
             if let Some(sink) = sink.as_mut() {
@@ -629,7 +588,7 @@ impl Splicer {
                 )));
             }
         }
-        if dropping && rows_written == 0 {
+        if dropping && groups_written == 0 {
             // Every row went: no file takes this one's place.
             drop(reservation);
             return Ok(Some(Spliced {
@@ -744,6 +703,55 @@ enum Drops {
     At(RoaringTreemap),
     /// The rows the condition selects.
     Where(Arc<Computed>),
+}
+
+/// How a row group encoded whole is read: `plain` (the file's own reading), with the top-level
+/// strings and binaries the dictionary encoder takes (`own`, by leaf) and whose dictionaries held
+/// in the file (`kept`, field ids) read as dictionaries.
+fn dictionary_reader(
+    footer: &Arc<ParquetMetaData>,
+    plain: &ArrowReaderMetadata,
+    descr: &parquet::schema::types::SchemaDescriptor,
+    own: &[Option<(ColumnDescPtr, dictionary_chunk::Codec)>],
+    kept: &[i32],
+) -> Result<ArrowReaderMetadata> {
+    let file_schema = plain.schema();
+    let mut hinted = false;
+    let fields: Vec<Field> = file_schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(root, f)| {
+            let held = (0..descr.num_columns())
+                .find(|&l| descr.get_column_root_idx(l) == root)
+                .filter(|&l| own[l].is_some())
+                .is_some_and(|l| {
+                    let column = descr.column(l);
+                    let info = column.self_type().get_basic_info();
+                    info.has_id() && kept.contains(&info.id())
+                });
+            match f.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary | DataType::LargeBinary
+                    if held =>
+                {
+                    hinted = true;
+                    f.as_ref().clone().with_data_type(DataType::Dictionary(
+                        Box::new(DataType::Int32),
+                        Box::new(f.data_type().clone()),
+                    ))
+                }
+                _ => f.as_ref().clone(),
+            }
+        })
+        .collect();
+    if !hinted {
+        return Ok(plain.clone());
+    }
+    let schema = Schema::new_with_metadata(fields, file_schema.metadata().clone());
+    Ok(ArrowReaderMetadata::try_new(
+        Arc::clone(footer),
+        ArrowReaderOptions::new().with_schema(Arc::new(schema)),
+    )?)
 }
 
 /// The values must be one row per position, positions strictly ascending.
