@@ -193,6 +193,15 @@ pub fn session_state_builder(config: SessionConfig) -> SessionStateBuilder {
         at,
         Arc::new(crate::physical_plan::join_choice::SpillingJoins),
     );
+    // Sorts' inputs compacted, once EnsureRequirements has added and placed the sorts.
+    let at = physical_rules
+        .iter()
+        .position(|r| r.name() == "EnsureRequirements")
+        .map_or(physical_rules.len(), |i| i + 1);
+    physical_rules.insert(
+        at,
+        Arc::new(crate::physical_plan::join_choice::CompactSortInputs),
+    );
     let mut analyzer_rules = datafusion::optimizer::Analyzer::new().rules;
     // Text standing for uuids is parsed before DataFusion's type coercion sees the pair.
     analyzer_rules.insert(0, Arc::new(crate::uuid_type::UuidCoercion));

@@ -1,18 +1,25 @@
-//! Joins that finish in bounded memory: under a memory limit, a hash join whose build side may
-//! not fit is planned as a sort-merge join, which spills (its sorts and its buffered rows).
+//! Joins that finish in bounded memory: under a memory limit, hash joins whose build sides may
+//! not fit together are planned as sort-merge joins, which spill (their sorts and their buffered
+//! rows).
 //!
 //! ```text
-//!  DataFusion's JoinSelection ──► HashJoinExec (build side: left)
-//!        │  iceberg.join_memory_budget > 0 and the build side's estimated size × 2 (the hash
-//!        │  table beside the rows) above half of it, or unknown
+//!  DataFusion's JoinSelection ──► HashJoinExec (build side: left) ...
+//!        │  iceberg.join_memory_budget > 0: the build sides held at once (each its estimated
+//!        │  size × 2, the hash table beside the rows) must stay within half of it; the largest
+//!        │  of those held at the peak are changed until they do; unknown sizes always are
 //!        ▼
 //!  SortMergeJoinExec (same keys, filter, join type, NULL semantics) [+ the hash join's
-//!  projection]; EnforceDistribution and EnforceSorting then give it hash-partitioned, sorted
-//!  inputs, so `EXPLAIN` shows the sorts and the merge join
+//!  projection]; EnsureRequirements then gives it hash-partitioned, sorted inputs, so `EXPLAIN`
+//!  shows the sorts and the merge join
+//!        │
+//!        ▼  after EnsureRequirements (CompactSortInputs; any other full sort too)
+//!  SortExec ◄── CompactViewsExec ◄── the sort's input, where its rows hold string views
 //! ```
 //! A hash join's build side is held whole in memory and cannot spill: under a small pool it
-//! fails. Null-aware anti joins (`NOT IN` over a nullable subquery) stay hash joins, which alone
-//! implement their semantics.
+//! fails. Several hash joins of one plan hold their build sides at the same time: a join's
+//! build side stays while the joins on its probe side run (a chain of joins holds them all),
+//! and is gone once its own probe ends. Null-aware anti joins (`NOT IN` over a nullable
+//! subquery) stay hash joins, which alone implement their semantics.
 
 use std::sync::Arc;
 
@@ -25,8 +32,10 @@ use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::execution_plan::replace_children_if_necessary;
 use datafusion::physical_plan::joins::{HashJoinExec, SortMergeJoinExec};
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, PlanProperties, SendableRecordBatchStream,
@@ -53,47 +62,19 @@ impl PhysicalOptimizerRule for SpillingJoins {
         if budget == 0 {
             return Ok(plan);
         }
+        let merged = merged_joins(&plan, budget / 2)?;
+        // The hash joins in the order `transform_up` visits them (children first), as
+        // `merged_joins` numbered them.
+        let mut visited = 0usize;
         plan.transform_up(|node| {
             let Some(join) = node.downcast_ref::<HashJoinExec>() else {
                 return Ok(Transformed::no(node));
             };
-            if join.null_aware || fits(join.left().as_ref(), budget)? {
+            visited += 1;
+            if !merged.get(visited - 1).copied().unwrap_or(false) {
                 return Ok(Transformed::no(node));
             }
-            let input = |plan: &Arc<dyn ExecutionPlan>| -> Arc<dyn ExecutionPlan> {
-                match CompactViewsExec::needed(plan.as_ref()) {
-                    true => Arc::new(CompactViewsExec::new(Arc::clone(plan))),
-                    false => Arc::clone(plan),
-                }
-            };
-            let merge: Arc<dyn ExecutionPlan> = Arc::new(SortMergeJoinExec::try_new(
-                input(join.left()),
-                input(join.right()),
-                join.on().to_vec(),
-                join.filter().cloned(),
-                *join.join_type(),
-                vec![SortOptions::default(); join.on().len()],
-                join.null_equality(),
-            )?);
-            let Some(projection) = join.projection.as_ref() else {
-                return Ok(Transformed::yes(merge));
-            };
-            let schema = merge.schema();
-            let exprs: Vec<(Arc<dyn datafusion::physical_plan::PhysicalExpr>, String)> = projection
-                .iter()
-                .map(|&i| {
-                    let name = schema.field(i).name().clone();
-                    (
-                        Arc::new(datafusion::physical_expr::expressions::Column::new(
-                            &name, i,
-                        )) as _,
-                        name,
-                    )
-                })
-                .collect();
-            Ok(Transformed::yes(
-                Arc::new(ProjectionExec::try_new(exprs, merge)?) as _,
-            ))
+            Ok(Transformed::yes(sort_merge(join)?))
         })
         .data()
     }
@@ -107,11 +88,167 @@ impl PhysicalOptimizerRule for SpillingJoins {
     }
 }
 
-/// Whether `build`, held as a hash table (about twice its rows' size), surely takes at most
-/// half of `budget`: unknown sizes do not.
-fn fits(build: &dyn ExecutionPlan, budget: usize) -> Result<bool> {
-    let stats = StatisticsContext::new().compute(build, &StatisticsArgs::new())?;
-    Ok(estimated_bytes(&stats, build).is_some_and(|bytes| bytes.saturating_mul(2) <= budget / 2))
+/// `join` as a sort-merge join with the same output.
+fn sort_merge(join: &HashJoinExec) -> Result<Arc<dyn ExecutionPlan>> {
+    let merge: Arc<dyn ExecutionPlan> = Arc::new(SortMergeJoinExec::try_new(
+        Arc::clone(join.left()),
+        Arc::clone(join.right()),
+        join.on().to_vec(),
+        join.filter().cloned(),
+        *join.join_type(),
+        vec![SortOptions::default(); join.on().len()],
+        join.null_equality(),
+    )?);
+    let Some(projection) = join.projection.as_ref() else {
+        return Ok(merge);
+    };
+    let schema = merge.schema();
+    let exprs: Vec<(Arc<dyn datafusion::physical_plan::PhysicalExpr>, String)> = projection
+        .iter()
+        .map(|&i| {
+            let name = schema.field(i).name().clone();
+            (
+                Arc::new(datafusion::physical_expr::expressions::Column::new(
+                    &name, i,
+                )) as _,
+                name,
+            )
+        })
+        .collect();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, merge)?))
+}
+
+/// A hash join of the plan, numbered in the order `transform_up` visits it.
+struct HashJoin {
+    /// What its build side holds as a hash table (its rows' estimated size × 2); `None`
+    /// when unknown.
+    holds: Option<usize>,
+    /// Whether it may become a sort-merge join (not null-aware).
+    changeable: bool,
+}
+
+/// Which of `plan`'s hash joins (in `transform_up`'s order) become sort-merge joins so that
+/// the build sides held at once stay within `limit` bytes: those of unknown size, then the
+/// largest of the ones held at the peak, one by one.
+fn merged_joins(plan: &Arc<dyn ExecutionPlan>, limit: usize) -> Result<Vec<bool>> {
+    let mut joins = vec![];
+    collect_joins(plan.as_ref(), &mut joins)?;
+    let mut merged: Vec<bool> = joins
+        .iter()
+        .map(|j| j.changeable && j.holds.is_none())
+        .collect();
+    loop {
+        let mut next = 0usize;
+        let (peak, held) = peak(plan.as_ref(), &joins, &merged, &mut next);
+        if peak <= limit {
+            return Ok(merged);
+        }
+        let largest = held
+            .into_iter()
+            .filter(|&i| joins[i].changeable && !merged[i])
+            .max_by_key(|&i| joins[i].holds.unwrap_or(0));
+        match largest {
+            Some(i) => merged[i] = true,
+            // Only null-aware joins are left: nothing more can change.
+            None => return Ok(merged),
+        }
+    }
+}
+
+/// The hash joins of `plan` in post-order (children first, left to right).
+fn collect_joins(plan: &dyn ExecutionPlan, out: &mut Vec<HashJoin>) -> Result<()> {
+    for child in plan.children() {
+        collect_joins(child.as_ref(), out)?;
+    }
+    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
+        let stats =
+            StatisticsContext::new().compute(join.left().as_ref(), &StatisticsArgs::new())?;
+        out.push(HashJoin {
+            holds: estimated_bytes(&stats, join.left().as_ref()).map(|b| b.saturating_mul(2)),
+            changeable: !join.null_aware,
+        });
+    }
+    Ok(())
+}
+
+/// The most bytes `plan`'s hash joins hold at once while it runs, and the joins (by number)
+/// that hold them then. A hash join holds its build side while the build side's own input
+/// finishes and while its probe side runs; the other operators run their children at the
+/// same time (a sort-merge join, a union).
+fn peak(
+    plan: &dyn ExecutionPlan,
+    joins: &[HashJoin],
+    merged: &[bool],
+    next: &mut usize,
+) -> (usize, Vec<usize>) {
+    let children: Vec<(usize, Vec<usize>)> = plan
+        .children()
+        .into_iter()
+        .map(|c| peak(c.as_ref(), joins, merged, next))
+        .collect();
+    if plan.downcast_ref::<HashJoinExec>().is_some() {
+        let me = *next;
+        *next += 1;
+        // As a sort-merge join its two sides run together (below).
+        if !merged[me] {
+            let (busiest, mut held) = children
+                .into_iter()
+                .max_by_key(|(bytes, _)| *bytes)
+                .unwrap_or_default();
+            held.push(me);
+            return (busiest.saturating_add(joins[me].holds.unwrap_or(0)), held);
+        }
+    }
+    children
+        .into_iter()
+        .fold((0, vec![]), |(bytes, mut held), (b, h)| {
+            held.extend(h);
+            (bytes.saturating_add(b), held)
+        })
+}
+
+/// Puts [`CompactViewsExec`] right under every sort (of a sort-merge join's input, or any
+/// other, TopK apart) whose input holds string or binary views; placed after DataFusion's
+/// EnsureRequirements, which adds the sorts and may push them down through other nodes.
+#[derive(Debug, Default)]
+pub(crate) struct CompactSortInputs;
+
+impl PhysicalOptimizerRule for CompactSortInputs {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        config: &ConfigOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if IcebergOptions::from_config(config).join_memory_budget == 0 {
+            return Ok(plan);
+        }
+        plan.transform_up(|node| {
+            let Some(sort) = node.downcast_ref::<SortExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            let input = sort.input();
+            if sort.fetch().is_some()
+                || !CompactViewsExec::needed(input.as_ref())
+                || input.downcast_ref::<CompactViewsExec>().is_some()
+            {
+                return Ok(Transformed::no(node));
+            }
+            let input: Arc<dyn ExecutionPlan> = Arc::new(CompactViewsExec::new(Arc::clone(input)));
+            Ok(Transformed::yes(replace_children_if_necessary(
+                node,
+                vec![input],
+            )?))
+        })
+        .data()
+    }
+
+    fn name(&self) -> &str {
+        "iceberg_compact_sort_inputs"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
 }
 
 /// The in-memory size of the rows `stats` describe: their byte size when known; else, per
@@ -137,11 +274,11 @@ fn estimated_bytes(stats: &Statistics, plan: &dyn ExecutionPlan) -> Option<usize
     Some(total)
 }
 
-/// Passes batches on with their string and binary views copied into buffers of their own
-/// when they share larger buffers: a join's output rows point into the whole build side's
+/// Passes batches on, in slices of at most the session's batch size, with their string and
+/// binary views copied into buffers of their own when they share larger buffers: a join's output rows point into the whole build side's
 /// buffers, and a sort reserves every buffer a batch holds, so one batch would count as the
-/// build side's size (tens of MiB) and starve the pool. Placed under a sort-merge join's
-/// inputs by [`SpillingJoins`].
+/// build side's size (tens of MiB) and starve the pool. Placed right under sorts by
+/// [`CompactSortInputs`].
 #[derive(Debug)]
 pub(crate) struct CompactViewsExec {
     input: Arc<dyn ExecutionPlan>,
@@ -209,13 +346,31 @@ impl ExecutionPlan for CompactViewsExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let rows = context.session_config().batch_size().max(1);
         let stream = self.input.execute(partition, context)?;
         let schema = stream.schema();
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             schema,
-            stream.map(|batch| batch.map(compact)),
+            stream.flat_map(move |batch| {
+                futures::stream::iter(match batch {
+                    Ok(batch) => pieces(batch, rows).map(|b| Ok(compact(b))).collect(),
+                    Err(e) => vec![Err(e)],
+                })
+            }),
         )))
     }
+}
+
+/// `batch` in slices of at most `rows` rows. A join can give one batch of all its rows (a
+/// semi join's matched build rows): a sort holds such a batch's sorted chunks, each of which
+/// would count the whole batch's string buffers, where compacted slices hold their own.
+fn pieces(batch: RecordBatch, rows: usize) -> impl Iterator<Item = RecordBatch> {
+    let total = batch.num_rows();
+    let whole = total <= rows;
+    (0..total.div_ceil(rows).max(1)).map(move |i| match whole {
+        true => batch.clone(),
+        false => batch.slice(i * rows, rows.min(total - i * rows)),
+    })
 }
 
 /// `batch` with each view column that holds more than twice the bytes it shows copied into
@@ -309,5 +464,36 @@ mod tests {
         .unwrap();
         let before = held(&own);
         assert_eq!(held(&compact(own)), before);
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_batch_size_is_sliced_and_each_slice_compacted() {
+        let values: Vec<String> = (0..10_000)
+            .map(|i| format!("a long string value {i}"))
+            .collect();
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "s",
+            DataType::Utf8View,
+            false,
+        )]));
+        let all = Arc::new(StringViewArray::from_iter_values(values.iter()));
+        let batch = RecordBatch::try_new(schema, vec![all.clone() as ArrayRef]).unwrap();
+        let whole: usize = all.data_buffers().iter().map(|d| d.capacity()).sum();
+        let slices: Vec<RecordBatch> = pieces(batch.clone(), 4096).map(compact).collect();
+        assert_eq!(
+            slices.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
+            [4096, 4096, 1808]
+        );
+        let mut read = vec![];
+        for slice in &slices {
+            let views = slice.column(0).as_string_view();
+            // Each slice holds the bytes of its own rows, not the whole batch's.
+            let held: usize = views.data_buffers().iter().map(|d| d.capacity()).sum();
+            assert!(held * 2 < whole, "{held} of {whole}");
+            read.extend(views.iter().map(|v| v.unwrap().to_string()));
+        }
+        assert_eq!(read, values);
+        // A batch within the size passes whole.
+        assert_eq!(pieces(batch, 10_000).count(), 1);
     }
 }
