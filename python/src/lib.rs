@@ -604,7 +604,7 @@ impl QueryResult {
     fn lazy(df: DataFrame) -> Self {
         let schema = python_schema(&Arc::new(df.schema().as_arrow().clone()));
         Self {
-            df: Some(df),
+            df: Some(in_python_types(df)),
             batches: vec![],
             schema,
         }
@@ -656,6 +656,36 @@ fn python_schema(schema: &SchemaRef) -> SchemaRef {
     ))
 }
 
+/// `df` with its top-level string and binary views cast to what Python sees inside the plan:
+/// the casts run beside the scan, a task per partition, instead of one batch at a time on the
+/// thread that reads the stream. Nested views are left to [`to_python`]; so is a plan the
+/// projection cannot be put on.
+fn in_python_types(df: DataFrame) -> DataFrame {
+    use datafusion::common::Column;
+    use datafusion::logical_expr::{cast, Expr};
+    let fields: Vec<_> = df.schema().iter().collect();
+    if !fields
+        .iter()
+        .any(|(_, f)| matches!(f.data_type(), DataType::Utf8View | DataType::BinaryView))
+    {
+        return df;
+    }
+    let exprs: Vec<Expr> = fields
+        .iter()
+        .map(|(qualifier, f)| {
+            let column = Expr::Column(Column::new(qualifier.cloned(), f.name()));
+            match f.data_type() {
+                DataType::Utf8View | DataType::BinaryView => {
+                    cast(column, without_views(f.data_type()))
+                        .alias_qualified(qualifier.cloned(), f.name())
+                }
+                _ => column,
+            }
+        })
+        .collect();
+    df.clone().select(exprs).unwrap_or(df)
+}
+
 /// `batch` in the schema Python sees.
 fn to_python(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, ArrowError> {
     if batch.schema().fields() == schema.fields() {
@@ -675,6 +705,26 @@ fn to_python(batch: RecordBatch, schema: &SchemaRef) -> Result<RecordBatch, Arro
         columns,
         &arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
     )
+}
+
+/// Batches a query's stream may run ahead of its reader: the engine decodes the next ones
+/// while Python works on the last (a few MiB beside the pool's bound).
+const READ_AHEAD: usize = 8;
+
+/// `stream` polled by a task of its own into a channel of [`READ_AHEAD`] batches; dropping
+/// the result stops the task (and the query). Must be called on the runtime.
+fn read_ahead(mut stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+    let mut builder = RecordBatchReceiverStreamBuilder::new(stream.schema(), READ_AHEAD);
+    let tx = builder.tx();
+    builder.spawn(async move {
+        while let Some(batch) = stream.next().await {
+            if tx.send(batch).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    });
+    builder.build()
 }
 
 /// The rows of a running query for a reader on another thread (the Arrow C stream's consumer):
@@ -739,7 +789,11 @@ impl QueryResult {
         let reader: Box<dyn RecordBatchReader + Send> = match &self.df {
             Some(df) => {
                 let df = df.clone();
-                let stream = wait(py, async move { df.execute_stream().await })?.map_err(to_py)?;
+                let stream = wait(py, async move {
+                    let stream = df.execute_stream().await?;
+                    Ok::<_, DataFusionError>(read_ahead(stream))
+                })?
+                .map_err(to_py)?;
                 Box::new(Streamed {
                     schema: Arc::clone(&self.schema),
                     stream,

@@ -29,6 +29,28 @@ def test_a_query_streams_to_pyarrow_and_reads_the_table(session):
     assert table.column("name").to_pylist() == ["a", "b", None]
     # Read again: the query runs again on the same snapshot, with the same rows.
     assert res.to_arrow().column("price").to_pylist() == [1.5, 2.5, 3.5]
+    # Strings come as pyiceberg hands them, cast inside the plan (beside the scan), not batch
+    # by batch on the reading thread.
+    assert table.schema.field("name").type == pa.large_string()
+    assert "CAST(" in res.explain() and "LargeUtf8" in res.explain()
+
+
+def test_a_reader_dropped_half_way_stops_its_query(tmp_path):
+    s = Session(warehouse=str(tmp_path / "wh"), memory_limit="64MiB")
+    s.sql("CREATE SCHEMA db")
+    s.sql("CREATE TABLE db.big AS SELECT value AS id, concat('s', value) AS s FROM generate_series(1, 400000)")
+    reader = s.sql("SELECT id, s FROM db.big ORDER BY s DESC").to_reader()
+    first = reader.read_next_batch()
+    assert first.num_rows > 0 and first.schema.field("s").type == pa.large_string()
+    del reader
+    # The query's task ran ahead of the reader; dropped, it gives its memory back.
+    import time
+
+    for _ in range(100):
+        if s.reserved_memory == 0:
+            break
+        time.sleep(0.05)
+    assert s.reserved_memory == 0
 
 
 def test_statements_that_change_something_run_at_once(session):
