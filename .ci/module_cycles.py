@@ -7,7 +7,9 @@ Each file's `crate::a::b`, `super::..` and `self::..` paths (in `use` lines and 
 modules left out) are resolved to the file that defines the module they name; the strongly
 connected groups of that graph with more than one file are the cycles. Paths are read as text:
 a module reached only through a re-export of its parent counts as the parent."""
-import os, re, sys
+import os
+import re
+import sys
 from collections import defaultdict
 
 root = sys.argv[1] if len(sys.argv) > 1 else "src"
@@ -57,25 +59,36 @@ for mod, p in files.items():
             if target is not None and target != mod and target != ():
                 edges[mod].add(target)
 
-# Tarjan
-index, low, stack, on, sccs, i = {}, {}, [], set(), [], [0]
+# Tarjan's strongly connected components.
 sys.setrecursionlimit(10000)
-def strong(v):
-    index[v] = low[v] = i[0]; i[0] += 1; stack.append(v); on.add(v)
+index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+
+def connect(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
     for w in edges.get(v, ()):
         if w not in index:
-            strong(w); low[v] = min(low[v], low[w])
-        elif w in on:
+            connect(w)
+            low[v] = min(low[v], low[w])
+        elif w in on_stack:
             low[v] = min(low[v], index[w])
     if low[v] == index[v]:
-        comp = []
+        group = []
         while True:
-            w = stack.pop(); on.discard(w); comp.append(w)
-            if w == v: break
-        if len(comp) > 1: sccs.append(comp)
+            w = stack.pop()
+            on_stack.discard(w)
+            group.append(w)
+            if w == v:
+                break
+        if len(group) > 1:
+            cycles.append(group)
+
+
 for v in list(files):
     if v not in index:
-        strong(v)
-print(f"{len(files)} files, {sum(len(e) for e in edges.values())} import edges, {len(sccs)} cycles (strongly connected groups of files)")
-for c in sorted(sccs, key=len, reverse=True):
+        connect(v)
+print(f"{len(files)} files, {sum(len(e) for e in edges.values())} import edges, {len(cycles)} cycles (strongly connected groups of files)")
+for c in sorted(cycles, key=len, reverse=True):
     print(f"  {len(c)} files: " + ", ".join(sorted("/".join(m) for m in c))[:400])
