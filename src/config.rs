@@ -30,9 +30,10 @@ extensions_options! {
         /// How `MERGE` changes rows: `copy-on-write` or `merge-on-read`; empty means the
         /// table's `write.merge.mode` (copy-on-write when unset).
         pub merge_mode: String, default = String::new()
-        /// Bytes a hash join's build side may take (the session's memory limit, when
-        /// `IcebergSession` has one): a join whose build side may not fit (estimated from
-        /// statistics, or unknown) is planned as a sort-merge join, which spills. 0: no bound.
+        /// Bytes the hash joins' build sides may take (the session's memory limit, when
+        /// `IcebergSession` has one): where the build sides held at the same time may not
+        /// fit (estimated from statistics), the largest, and any of unknown size, are planned
+        /// as sort-merge joins, which spill. 0: no bound.
         pub join_memory_budget: u64, default = 0
         /// Whether copy-on-write rewrites by splice where it can: the row groups that keep
         /// every row, and the columns an `UPDATE` or `MERGE` does not change, copied as they
