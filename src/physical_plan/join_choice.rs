@@ -132,14 +132,13 @@ struct HashJoin {
 /// largest of the ones held at the peak, one by one.
 fn merged_joins(plan: &Arc<dyn ExecutionPlan>, limit: usize) -> Result<Vec<bool>> {
     let mut joins = vec![];
-    collect_joins(plan.as_ref(), &mut joins)?;
+    let shape = shape(plan.as_ref(), &mut joins)?;
     let mut merged: Vec<bool> = joins
         .iter()
         .map(|j| j.changeable && j.holds.is_none())
         .collect();
     loop {
-        let mut next = 0usize;
-        let (peak, held) = peak(plan.as_ref(), &joins, &merged, &mut next);
+        let (peak, held) = peak(&shape, &joins, &merged);
         if peak <= limit {
             return Ok(merged);
         }
@@ -155,56 +154,55 @@ fn merged_joins(plan: &Arc<dyn ExecutionPlan>, limit: usize) -> Result<Vec<bool>
     }
 }
 
-/// The hash joins of `plan` in post-order (children first, left to right).
-fn collect_joins(plan: &dyn ExecutionPlan, out: &mut Vec<HashJoin>) -> Result<()> {
-    for child in plan.children() {
-        collect_joins(child.as_ref(), out)?;
-    }
-    if let Some(join) = plan.downcast_ref::<HashJoinExec>() {
-        let stats =
-            StatisticsContext::new().compute(join.left().as_ref(), &StatisticsArgs::new())?;
-        out.push(HashJoin {
-            holds: estimated_bytes(&stats, join.left().as_ref()).map(|b| b.saturating_mul(2)),
-            changeable: !join.null_aware,
-        });
-    }
-    Ok(())
+/// A plan as the budget sees it: where its hash joins are (by number) and what runs beside
+/// what.
+struct Shape {
+    join: Option<usize>,
+    children: Vec<Shape>,
 }
 
-/// The most bytes `plan`'s hash joins hold at once while it runs, and the joins (by number)
-/// that hold them then. A hash join holds its build side while the build side's own input
-/// finishes and while its probe side runs; the other operators run their children at the
-/// same time (a sort-merge join, a union).
-fn peak(
-    plan: &dyn ExecutionPlan,
-    joins: &[HashJoin],
-    merged: &[bool],
-    next: &mut usize,
-) -> (usize, Vec<usize>) {
-    let children: Vec<(usize, Vec<usize>)> = plan
+/// The shape of `plan`, its hash joins pushed to `joins` in post-order (children first, left
+/// to right: `transform_up`'s order).
+fn shape(plan: &dyn ExecutionPlan, joins: &mut Vec<HashJoin>) -> Result<Shape> {
+    let children = plan
         .children()
         .into_iter()
-        .map(|c| peak(c.as_ref(), joins, merged, next))
-        .collect();
-    if plan.downcast_ref::<HashJoinExec>().is_some() {
-        let me = *next;
-        *next += 1;
-        // As a sort-merge join its two sides run together (below).
-        if !merged[me] {
-            let (busiest, mut held) = children
-                .into_iter()
-                .max_by_key(|(bytes, _)| *bytes)
-                .unwrap_or_default();
+        .map(|child| shape(child.as_ref(), joins))
+        .collect::<Result<Vec<_>>>()?;
+    let Some(join) = plan.downcast_ref::<HashJoinExec>() else {
+        return Ok(Shape {
+            join: None,
+            children,
+        });
+    };
+    let stats = StatisticsContext::new().compute(join.left().as_ref(), &StatisticsArgs::new())?;
+    joins.push(HashJoin {
+        holds: estimated_bytes(&stats, join.left().as_ref()).map(|b| b.saturating_mul(2)),
+        changeable: !join.null_aware,
+    });
+    Ok(Shape {
+        join: Some(joins.len() - 1),
+        children,
+    })
+}
+
+/// The most bytes the hash joins of `shape` hold at once while it runs, and the joins (by
+/// number) that hold them then. A hash join holds its build side while the build side's own
+/// input finishes and while its probe side runs; the other operators, and a hash join merged
+/// into a sort-merge join, run their children at the same time (a union, a sort-merge join).
+fn peak(shape: &Shape, joins: &[HashJoin], merged: &[bool]) -> (usize, Vec<usize>) {
+    let children = shape.children.iter().map(|c| peak(c, joins, merged));
+    match shape.join {
+        Some(me) if !merged[me] => {
+            let (busiest, mut held) = children.max_by_key(|(bytes, _)| *bytes).unwrap_or_default();
             held.push(me);
-            return (busiest.saturating_add(joins[me].holds.unwrap_or(0)), held);
+            (busiest.saturating_add(joins[me].holds.unwrap_or(0)), held)
         }
-    }
-    children
-        .into_iter()
-        .fold((0, vec![]), |(bytes, mut held), (b, h)| {
+        _ => children.fold((0, vec![]), |(bytes, mut held), (b, h)| {
             held.extend(h);
             (bytes.saturating_add(b), held)
-        })
+        }),
+    }
 }
 
 /// Puts [`CompactViewsExec`] right under every sort (of a sort-merge join's input, or any
