@@ -22,8 +22,8 @@ use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use datafusion::prelude::{ParquetReadOptions, SessionContext};
 use iceberg::spec::{Operation, Struct};
 use iceberg::TableIdent;
+use iceberg_exec::commit::{commit, SnapshotChanges};
 use iceberg_exec::physical_plan::write::{write_equality_delete_file, write_position_delete_file};
-use iceberg_exec::snapshot::{commit, SnapshotChanges};
 use iceberg_exec::{IcebergSession, IcebergTableProvider, MetadataStore, WarehouseConfig};
 
 /// Repetitions per engine (`ICEBERG_EXEC_BENCH_RUNS`, default 5).
@@ -144,7 +144,7 @@ fn main() {
             let ident = TableIdent::from_strs(["b", name]).unwrap();
             let table = session.catalog().load_table(&ident).await.unwrap();
             let snapshot = table.metadata().current_snapshot().unwrap().clone();
-            let data = iceberg_exec::scan::plan_files(&table, &snapshot).await.unwrap();
+            let data = iceberg_exec::file_planning::plan_files(&table, &snapshot).await.unwrap();
             if name == "pos" {
                 data_paths = data.iter().map(|f| f.path.replace("file://", "")).collect();
             }

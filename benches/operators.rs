@@ -15,8 +15,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use datafusion::prelude::SessionContext;
 use iceberg::spec::{Operation, Struct};
 use iceberg::TableIdent;
+use iceberg_exec::commit::{commit, SnapshotChanges};
 use iceberg_exec::physical_plan::write::{write_equality_delete_file, write_position_delete_file};
-use iceberg_exec::snapshot::{commit, SnapshotChanges};
 use iceberg_exec::{IcebergSession, MetadataStore, WarehouseConfig};
 
 const QUERY: &str = "SELECT count(*), sum(value) FROM b.t";
@@ -60,7 +60,7 @@ async fn setup(dir: &std::path::Path, rows: i64) -> datafusion::error::Result<()
         .cloned()
         .expect("snapshot");
     let mut added = vec![];
-    for f in iceberg_exec::scan::plan_files(&table, &snapshot).await? {
+    for f in iceberg_exec::file_planning::plan_files(&table, &snapshot).await? {
         let positions = (0..f.record_count as i64)
             .filter(|p| p % 10 == 3)
             .map(|p| (f.path.clone(), p))

@@ -20,7 +20,7 @@ extensions_options! {
         /// Live delete files in a snapshot (from its manifest list's counts) above which scan
         /// planning streams the delete manifests against the scan's data files, holding only
         /// the delete entries that apply, instead of indexing every delete entry in memory.
-        pub planning_threshold: u64, default = crate::scan::DEFAULT_PLANNING_THRESHOLD
+        pub planning_threshold: u64, default = crate::file_planning::DEFAULT_PLANNING_THRESHOLD
         /// How `DELETE` removes rows from files it cannot drop whole: `copy-on-write` or
         /// `merge-on-read`; empty means the table's `write.delete.mode` (copy-on-write when unset).
         pub delete_mode: String, default = String::new()

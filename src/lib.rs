@@ -22,32 +22,47 @@
 #[doc(hidden)]
 pub mod arrow58;
 pub mod catalog;
+pub mod commit;
 mod config;
 #[cfg(feature = "distributed")]
 pub mod distributed;
 mod dml;
 mod error;
+pub mod file_planning;
+mod ident;
 mod io_runtime;
-mod location;
 pub mod maintenance;
 pub mod physical_plan;
-pub mod scan;
+/// File planning's first home: every name here is [`file_planning`]'s.
+#[deprecated(since = "0.1.0", note = "moved to `iceberg_exec::file_planning`")]
+pub mod scan {
+    pub use crate::file_planning::*;
+}
 mod session;
-pub mod snapshot;
+/// The commit layer's first home: every name here is [`commit`]'s.
+#[deprecated(since = "0.1.0", note = "moved to `iceberg_exec::commit`")]
+pub mod snapshot {
+    pub use crate::commit::{
+        commit, is_commit_state_unknown, is_concurrent_change, CommitOutcome, CommitStateUnknown,
+        ConcurrentChange, MayMatch, NewFile, RemovedDeletes, SnapshotChanges, SnapshotProducer,
+        Validation, MAIN_BRANCH, STATEMENT_ID_PROPERTY,
+    };
+}
 mod storage;
 pub mod table;
 mod uuid_type;
 
 pub use catalog::{
-    CatalogUri, IcebergCatalog, IcebergCatalogProvider, IcebergSchemaProvider, MetadataStore,
-    RestCatalog, SqlCatalog, SqlCatalogConfig,
+    CatalogUri, IcebergCatalog, IcebergCatalogProvider, IcebergSchemaProvider, RestCatalog,
+    SqlCatalog, SqlCatalogConfig,
 };
+pub use commit::MetadataStore;
 pub use config::IcebergOptions;
 pub use dml::IcebergQueryPlanner;
-pub use location::LocationMap;
 pub use session::{
     parse_size, session_state_builder, CatalogChoice, IcebergSession, WarehouseConfig,
 };
+pub use storage::LocationMap;
 pub use storage::{ObjectStores, StorageOptions, TableStorage, TableStorageFactory};
 pub use table::{
     find_metadata_file, open_table_at, IcebergScanFunction, IcebergSnapshotsFunction,

@@ -373,13 +373,13 @@ impl IcebergSession {
         if let Some(explained) = self.explain_distributed(sql).await? {
             return Ok(explained);
         }
-        let typed = match crate::dml::subquery::one_statement(sql) {
+        let typed = match crate::table::subquery::one_statement(sql) {
             Some(statement) => crate::uuid_type::text_for_uuids(&self.ctx, &statement).await?,
             None => None,
         };
         let sql = typed.as_deref().unwrap_or(sql);
         // Statements naming metadata columns read their tables with them.
-        let with_metadata = match crate::dml::subquery::one_statement(sql) {
+        let with_metadata = match crate::table::subquery::one_statement(sql) {
             Some(statement) => {
                 crate::table::metadata_columns::rewrite(&self.ctx, &statement).await?
             }
@@ -389,7 +389,7 @@ impl IcebergSession {
             .as_ref()
             .map(|r| r.sql.as_str())
             .unwrap_or(sql);
-        if let Some(merged) = crate::dml::subquery::run(&self.ctx, sql).await? {
+        if let Some(merged) = crate::table::subquery::run(&self.ctx, sql).await? {
             return Ok(merged);
         }
         if let Some(ident) = self.replaced_table(sql) {
@@ -404,7 +404,7 @@ impl IcebergSession {
                     .map_err(|e| rewritten.named_as_written(e)),
                 None => {
                     // The statement's tables load together before DataFusion plans it.
-                    let prefetched = match crate::dml::subquery::one_statement(sql) {
+                    let prefetched = match crate::table::subquery::one_statement(sql) {
                         Some(statement) => {
                             Prefetched::load(
                                 &self.ctx.state(),
@@ -445,7 +445,7 @@ impl IcebergSession {
         if !crate::distributed::is_coordinator(self.ctx.state().config()) {
             return Ok(None);
         }
-        let Some(DFStatement::Explain(explain)) = crate::dml::subquery::one_statement(sql) else {
+        let Some(DFStatement::Explain(explain)) = crate::table::subquery::one_statement(sql) else {
             return Ok(None);
         };
         // Queries only: planning other statements may run them (DDL runs as it is planned).
@@ -476,7 +476,7 @@ impl IcebergSession {
     fn replaced_table(&self, sql: &str) -> Option<iceberg::TableIdent> {
         use datafusion::sql::parser::Statement as DFStatement;
         use datafusion::sql::sqlparser::ast::Statement;
-        let name = match crate::dml::subquery::one_statement(sql)? {
+        let name = match crate::table::subquery::one_statement(sql)? {
             DFStatement::CreateExternalTable(c) if c.or_replace => c.name,
             DFStatement::Statement(s) => match *s {
                 Statement::CreateTable(c) if c.or_replace => c.name,
@@ -562,7 +562,7 @@ impl IcebergSession {
     async fn drop_table(&self, sql: &str) -> Result<Option<DataFrame>> {
         use datafusion::sql::parser::Statement as DFStatement;
         use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
-        let Some(DFStatement::Statement(statement)) = crate::dml::subquery::one_statement(sql)
+        let Some(DFStatement::Statement(statement)) = crate::table::subquery::one_statement(sql)
         else {
             return Ok(None);
         };

@@ -467,7 +467,7 @@ pub(crate) async fn text_for_uuids(
                     .map(|c| {
                         c.0.last()
                             .and_then(|p| p.as_ident())
-                            .map(crate::dml::subquery::normalised)
+                            .map(crate::ident::normalised)
                     })
                     .collect::<Option<_>>()
                     .unwrap_or_default()
@@ -500,7 +500,7 @@ pub(crate) async fn text_for_uuids(
                     .0
                     .last()
                     .and_then(|p| p.as_ident())
-                    .map(crate::dml::subquery::normalised);
+                    .map(crate::ident::normalised);
                 if column.is_some_and(|c| uuids.contains(&c)) {
                     type_it(&mut a.value);
                 }

@@ -41,10 +41,10 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::{ParquetReadOptions, SessionConfig, SessionContext};
 use iceberg::spec::{DataContentType, DataFileBuilder, DataFileFormat, Literal, Operation, Struct};
 use iceberg::TableIdent;
+use iceberg_exec::commit::{commit, NewFile, SnapshotChanges};
 use iceberg_exec::physical_plan::write::{
     write_deletion_vectors, write_equality_delete_file, write_position_delete_file, DeletionVector,
 };
-use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
 use iceberg_exec::{IcebergSession, MetadataStore, ObjectStores, StorageOptions, WarehouseConfig};
 use serde_json::{json, Value};
 
@@ -214,7 +214,7 @@ async fn generate(args: &Args) -> Result<Value> {
         let mut added = vec![];
         let mut vectors = vec![];
         let r = 3 % pos_every;
-        for file in iceberg_exec::scan::plan_files(&table, &snapshot).await? {
+        for file in iceberg_exec::file_planning::plan_files(&table, &snapshot).await? {
             // Positions are where the deleted ids sit in the file, read from the file itself.
             let positions: Vec<(String, i64)> = file_ids(&table, &file.path)
                 .await?
@@ -253,7 +253,7 @@ async fn generate(args: &Args) -> Result<Value> {
         .current_snapshot()
         .cloned()
         .ok_or_else(|| DataFusionError::Internal("no snapshot".into()))?;
-    let data_files: Vec<String> = iceberg_exec::scan::plan_files(&table, &snapshot)
+    let data_files: Vec<String> = iceberg_exec::file_planning::plan_files(&table, &snapshot)
         .await?
         .into_iter()
         .map(|f| local_path(&f.path))

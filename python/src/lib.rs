@@ -109,7 +109,7 @@ fn one_line(e: &DataFusionError) -> String {
 /// names and bad settings `InvalidInput` (a `ValueError`); the rest `IcebergExecError`.
 fn to_py(e: DataFusionError) -> PyErr {
     let message = one_line(&e);
-    let kind = if iceberg_exec::snapshot::is_concurrent_change(&e)
+    let kind = if iceberg_exec::commit::is_concurrent_change(&e)
         || message.contains("was changed concurrently")
     {
         "CommitConflict"

@@ -11,21 +11,21 @@ mod sql;
 mod uri;
 
 use std::fmt::Debug;
-use std::sync::Arc;
 
 use datafusion::error::Result;
 use iceberg::io::FileIO;
-use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
-use iceberg::{TableIdent, TableRequirement, TableUpdate};
+use iceberg::TableIdent;
 
-pub(crate) use names::check_location;
 pub use pointer::{MetadataPointer, SwapOutcome};
 pub use provider::{IcebergCatalogProvider, IcebergSchemaProvider};
 pub use pyiceberg_config::{pyiceberg_catalog, pyiceberg_config_path, pyiceberg_execution};
 pub use rest::RestCatalog;
 pub use sql::{SqlCatalog, SqlCatalogConfig};
 pub use uri::CatalogUri;
+
+// The commit layer's names, where they were first published.
+pub use crate::commit::{CommitResult, MetadataChange, MetadataStore};
 
 /// Builds a [`Table`] handle from loaded metadata.
 pub(crate) fn table_handle(
@@ -43,29 +43,6 @@ pub(crate) fn table_handle(
         .runtime(crate::io_runtime::iceberg_runtime()?)
         .build()
         .df()
-}
-
-/// A table's next metadata, as a commit proposes it.
-#[derive(Debug, Clone)]
-pub struct MetadataChange {
-    /// The version it was built on.
-    pub base: Table,
-    /// The complete new metadata.
-    pub metadata: TableMetadata,
-    /// The same change as the REST spec's updates (`add-snapshot`, `set-snapshot-ref`, ...).
-    pub updates: Vec<TableUpdate>,
-    /// What must still hold of the table for the change to apply (`assert-table-uuid`,
-    /// `assert-ref-snapshot-id`).
-    pub requirements: Vec<TableRequirement>,
-}
-
-/// How a proposed change ended.
-#[derive(Debug)]
-pub enum CommitResult {
-    /// The table is now at the new metadata.
-    Committed(Box<Table>),
-    /// The table moved on since the base: nothing was changed.
-    Conflict,
 }
 
 /// The last handle loaded for each table of a catalog. A metadata file never changes, so a
@@ -103,30 +80,6 @@ impl HandleCache {
     pub(crate) fn remove(&self, ident: &TableIdent) {
         self.lock().remove(ident);
     }
-}
-
-/// Holds each table's current metadata: what a commit compares and replaces.
-///
-/// An error from [`commit_metadata`](Self::commit_metadata) means nothing was committed, unless
-/// it is a [`CommitStateUnknown`](crate::snapshot::CommitStateUnknown): then the change may have
-/// taken effect and the files it names must be kept.
-#[async_trait::async_trait]
-pub trait MetadataStore: Debug + Send + Sync {
-    /// Loads the current version of a table.
-    async fn load(self: Arc<Self>, ident: &TableIdent) -> Result<Table>;
-
-    /// Makes `change` the table's current metadata if the table is still at `change.base`.
-    async fn commit_metadata(
-        self: Arc<Self>,
-        ident: &TableIdent,
-        change: MetadataChange,
-    ) -> Result<CommitResult>;
-
-    /// The file I/O for the tables of this store.
-    fn file_io(&self) -> &FileIO;
-
-    /// The object stores its tables' files are in (shared with its file I/O).
-    fn object_stores(&self) -> &Arc<crate::storage::ObjectStores>;
 }
 
 /// A catalog of Iceberg tables: what DataFusion's catalog and schema providers

@@ -58,48 +58,6 @@ pub(crate) fn check_namespace(ns: &NamespaceIdent) -> Result<()> {
     Ok(())
 }
 
-/// Checks an explicit location (`LOCATION`, `write.data.path`, a warehouse): an absolute local
-/// path, a `file://` URI, or an object-store URI with a bucket (`s3://bucket/prefix`), without
-/// `.` or `..` segments or control characters. `what` names it in errors.
-pub(crate) fn check_location(what: &str, location: &str) -> Result<()> {
-    let bad = |why: &str| {
-        DataFusionError::Plan(format!(
-            "invalid {what} '{}': {why}; nothing was changed",
-            location.escape_debug()
-        ))
-    };
-    if location.chars().any(char::is_control) {
-        return Err(bad("control characters are not allowed in locations"));
-    }
-    let path = match location.strip_prefix("file://") {
-        Some(p) => p,
-        None => match crate::storage::remote_scheme(location) {
-            Some(scheme) => {
-                let rest = &location[scheme.len() + 3..];
-                let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-                if bucket.is_empty() {
-                    return Err(bad("an object-store location names its bucket"));
-                }
-                if key.split('/').any(|s| s == "." || s == "..") {
-                    return Err(bad("a location must not contain '.' or '..' segments"));
-                }
-                return Ok(());
-            }
-            None if location.contains("://") => return Err(bad("unrecognised URI scheme")),
-            None => location,
-        },
-    };
-    if !path.starts_with('/') {
-        return Err(bad(
-            "a location must be absolute (a path starting with '/')",
-        ));
-    }
-    if path.split(['/', '\\']).any(|s| s == "." || s == "..") {
-        return Err(bad("a location must not contain '.' or '..' segments"));
-    }
-    Ok(())
-}
-
 /// Refuses a new table's location when it already holds a table's metadata (two tables would
 /// share, and later clean up, each other's files).
 pub(crate) async fn check_location_is_free(
@@ -147,6 +105,7 @@ pub(crate) async fn check_location_is_free(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::location::check_location;
 
     #[test]
     fn names_that_are_not_one_segment_are_refused() {

@@ -11,9 +11,9 @@ use iceberg::table::Table;
 use iceberg::TableIdent;
 
 use super::{table_handle, CommitResult, MetadataChange, MetadataStore};
+use crate::commit::metadata_file::{new_metadata_location, write_metadata};
+use crate::commit::CommitStateUnknown;
 use crate::error::IcebergResultExt;
-use crate::snapshot::metadata_file::{new_metadata_location, write_metadata};
-use crate::snapshot::CommitStateUnknown;
 use crate::storage::ObjectStores;
 
 /// The outcome of a compare-and-swap on a table's metadata pointer.

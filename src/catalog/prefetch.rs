@@ -153,7 +153,7 @@ mod tests {
             let (s, catalog) = (s.clone(), Arc::clone(&catalog));
             let sql = sql.to_string();
             async move {
-                let statement = crate::dml::subquery::one_statement(&sql).unwrap();
+                let statement = crate::table::subquery::one_statement(&sql).unwrap();
                 let p =
                     Prefetched::load(&s.context().state(), &catalog, catalog.name(), &statement)
                         .await;
@@ -202,7 +202,7 @@ mod tests {
             &s.context().state(),
             &catalog,
             catalog.name(),
-            &crate::dml::subquery::one_statement(statement).unwrap(),
+            &crate::table::subquery::one_statement(statement).unwrap(),
         )
         .await;
         run(&s, "INSERT INTO ns.b VALUES (1)").await;

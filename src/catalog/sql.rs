@@ -20,13 +20,14 @@ use iceberg::{NamespaceIdent, TableCreation, TableIdent};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 
-use super::names::{check_location, check_location_is_free, check_namespace, check_table_name};
+use super::names::{check_location_is_free, check_namespace, check_table_name};
 use super::uri::CatalogUri;
 use super::{table_handle, HandleCache, MetadataPointer, SwapOutcome};
+use crate::commit::metadata_file::{new_metadata_location, read_metadata, write_metadata};
 use crate::error::{db_err, IcebergResultExt};
 use crate::io_runtime;
-use crate::location::LocationMap;
-use crate::snapshot::metadata_file::{new_metadata_location, read_metadata, write_metadata};
+use crate::storage::location::check_location;
+use crate::storage::location::LocationMap;
 use crate::storage::{remote_scheme, table_file_io, ObjectStores, StorageOptions};
 
 /// How to reach a SQL catalog.

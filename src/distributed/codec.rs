@@ -54,24 +54,24 @@ use prost::Message;
 use serde::{Deserialize, Serialize};
 
 use super::planned::EncodedFiles;
-use crate::dml::merge::clauses::{Clause, ClauseAction, ClauseKind, RowLayout};
-use crate::dml::merge::key_filter::{KeyFilter, KeyFilterExec};
-use crate::dml::merge::positions::{
-    bitmap_hex, bitmap_of_hex, DropCounts, DropPositionsExec, MergePositions,
-};
-use crate::dml::merge::rows::{MergeRowsExec, RowsMode};
-use crate::dml::mor_writer::PositionDeleteWriterExec;
+use crate::file_planning::FieldIdAdapterFactory;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::equality_delete::{EqualityDeleteColumns, EqualityDeleteExec, FileGate};
 use crate::physical_plan::join_choice::CompactViewsExec;
+use crate::physical_plan::merge::clauses::{Clause, ClauseAction, ClauseKind, RowLayout};
+use crate::physical_plan::merge::key_filter::{KeyFilter, KeyFilterExec};
+use crate::physical_plan::merge::positions::{
+    bitmap_hex, bitmap_of_hex, DropCounts, DropPositionsExec, MergePositions,
+};
+use crate::physical_plan::merge::rows::{MergeRowsExec, RowsMode};
 use crate::physical_plan::orc::OrcSource;
 use crate::physical_plan::parquet_files::with_recorded_size_reader_indexed;
 use crate::physical_plan::positional_delete::{FileDeletes, PositionalDeleteExec};
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
+use crate::physical_plan::write::PositionDeleteWriterExec;
 use crate::physical_plan::write::{
     sort_requirement, DataFileWriterExec, WriterTally, WrittenFiles,
 };
-use crate::scan::FieldIdAdapterFactory;
 use crate::IcebergTableProvider;
 
 /// What starts every node this codec writes (and tells its bytes from another codec's).

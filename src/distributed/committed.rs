@@ -27,6 +27,8 @@ use datafusion::physical_plan::{
 use datafusion_distributed::DistributedExec;
 use futures::StreamExt;
 
+use crate::physical_plan::baseline::Baseline;
+
 /// The nodes that commit a statement and then answer it.
 const COMMITTING: [&str; 4] = ["CommitExec", "DeleteExec", "UpdateExec", "MergeExec"];
 
@@ -69,12 +71,17 @@ impl QueryPlanner for CommitAwarePlanner {
 #[derive(Debug)]
 pub struct CommittedExec {
     input: Arc<dyn ExecutionPlan>,
+    /// Baseline metrics (output rows, elapsed compute).
+    metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet,
 }
 
 impl CommittedExec {
     /// `input`, whose first batch is the answer of a committed statement.
     pub fn new(input: Arc<dyn ExecutionPlan>) -> Self {
-        Self { input }
+        Self {
+            input,
+            metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet::new(),
+        }
     }
 }
 
@@ -118,7 +125,8 @@ impl ExecutionPlan for CommittedExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, context)?;
+        let baseline = Baseline::new(&self.metrics, partition);
+        let input = baseline.input(self.input.execute(partition, context)?);
         let mut answered = false;
         let stream = input
             .map(move |item| match item {
@@ -134,9 +142,13 @@ impl ExecutionPlan for CommittedExec {
             })
             .take_while(|item| futures::future::ready(item.is_some()))
             .filter_map(futures::future::ready);
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
+        Ok(baseline.output(Box::pin(RecordBatchStreamAdapter::new(
             self.input.schema(),
             stream,
-        )))
+        ))))
+    }
+
+    fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }

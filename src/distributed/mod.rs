@@ -44,8 +44,8 @@ pub use ballista::{ballista_config, BallistaIcebergLogicalCodec, BallistaIceberg
 pub use codec::{IcebergLogicalCodec, IcebergPhysicalCodec};
 pub use committed::CommittedExec;
 
+use crate::file_planning::FieldIdAdapterFactory;
 use crate::physical_plan::scan::plan::is_delete_rows_scan;
-use crate::scan::FieldIdAdapterFactory;
 
 /// A fixed list of workers.
 #[derive(Debug, Clone)]

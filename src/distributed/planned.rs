@@ -10,10 +10,10 @@ use iceberg::spec::{DataContentType, Literal, Struct, TableMetadata, Type};
 use serde::{Deserialize, Serialize};
 
 use crate::error::IcebergResultExt;
+use crate::file_planning::{BlobRange, DeleteFileRef, PlannedFile};
 use crate::physical_plan::write::{
     non_finite_fields, partition_type_of, with_non_finite, NonFinite,
 };
-use crate::scan::{BlobRange, DeleteFileRef, PlannedFile};
 
 /// Planned data files and their delete files, encoded.
 #[derive(Serialize, Deserialize, Debug, PartialEq)]

@@ -12,8 +12,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::rewrite::{plan, DmlJob, DmlOp};
 use super::splice::{drop_rows, DroppedRows};
 use super::DmlTarget;
+use crate::file_planning::PlannedFile;
 use crate::physical_plan::write::{Computed, NewValues, Splicer, WrittenFiles};
-use crate::scan::PlannedFile;
 
 /// Plans `DELETE FROM target WHERE filters` (AND-ed; none: every row).
 pub(crate) async fn plan_delete(

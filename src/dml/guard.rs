@@ -88,7 +88,7 @@ impl QueryPlanner for IcebergQueryPlanner {
                         "Iceberg statements need DataFusion's SessionState".into(),
                     )
                 })?;
-            return crate::dml::core::optimized(state, Arc::clone(&planned.plan));
+            return crate::physical_plan::optimized(state, Arc::clone(&planned.plan));
         }
         let plan = check_dml(logical_plan.clone())?;
         let planning = async {

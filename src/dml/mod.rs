@@ -7,24 +7,20 @@
 //!  update.rs   UPDATE ┴─ rewrite/: the two-pass statement, planned (mod.rs) and run
 //!                        (exec.rs: DeleteExec / UpdateExec); update.rs also splices
 //!                        mor_pass.rs: its merge-on-read pass 1 (position delete files)
-//!                        mor_writer.rs: the same on workers (PositionDeleteWriterExec)
+//!                        (on workers: physical_plan::write::PositionDeleteWriterExec)
 //!  merge/      MERGE INTO (MergeExec)
-//!  core.rs     what all of them share: target, write mode, commit with clean-up, files a
-//!              commit removes with the data files
+//!  core.rs     what all of them share: target, write mode, the statement node's output
 //!  splice.rs   copy-on-write by column splice (UPDATE and MERGE): when it applies, the
 //!              rewrite of files whose other columns are copied as they are
 //! ```
 
 pub(crate) mod core;
 pub(crate) mod delete;
-pub(crate) mod deletes;
 pub(crate) mod guard;
 pub(crate) mod merge;
 mod mor_pass;
-pub(crate) mod mor_writer;
 mod rewrite;
 pub(crate) mod splice;
-pub(crate) mod subquery;
 pub(crate) mod update;
 
 pub(crate) use self::core::DmlTarget;

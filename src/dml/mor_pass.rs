@@ -19,8 +19,8 @@ use roaring::RoaringTreemap;
 
 use crate::physical_plan::write::WrittenFiles;
 
-use super::deletes::{DeleteWriter, FileDeletes};
 use super::rewrite::DmlJob;
+use crate::physical_plan::write::{DeleteWriter, FileDeletes};
 
 /// The object paths of the files whose rows reach several partitions of `plan`: files split
 /// into byte ranges over several partitions' file groups (a repartitioned scan gives every file

@@ -12,9 +12,9 @@ use datafusion::error::{DataFusionError, Result};
 use futures::StreamExt;
 use iceberg::spec::TableMetadata;
 
+use crate::commit::NewFile;
+use crate::file_planning::{PlannedFile, ScanFiles};
 use crate::physical_plan::write::{NewValues, Spliced, Splicer, WrittenFiles};
-use crate::scan::{PlannedFile, ScanFiles};
-use crate::snapshot::NewFile;
 
 /// Whether updating table columns `columns` may move a row to another partition or out of the
 /// table's sort order (then a file cannot be rewritten in place).

@@ -14,9 +14,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::rewrite::{plan, DmlJob, DmlOp};
 use super::splice::{moves_rows, splice_files};
 use super::DmlTarget;
+use crate::commit::NewFile;
+use crate::file_planning::PlannedFile;
 use crate::physical_plan::write::{Computed, NewValues, Splicer, WrittenFiles};
-use crate::scan::PlannedFile;
-use crate::snapshot::NewFile;
 
 /// Plans `UPDATE target SET assignments WHERE filters` (AND-ed; none: every row); values are of
 /// their column's type (DataFusion casts them).

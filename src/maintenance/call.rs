@@ -26,7 +26,7 @@ use super::orphan_files::{orphans_schema, RemoveOrphanFiles};
 use super::position_deletes::RewritePositionDeleteFiles;
 use super::rewrite_data_files::{RewriteDataFiles, RewriteStrategy};
 use super::rewrite_manifests::RewriteManifests;
-use crate::catalog::MetadataStore;
+use crate::commit::MetadataStore;
 
 /// Whether `sql` is a `CALL` statement (checked without parsing).
 pub fn is_call(sql: &str) -> bool {

@@ -27,7 +27,7 @@ use iceberg::TableIdent;
 use object_store::ObjectStoreExt;
 
 use super::files::{self, FileKind, ReachableFiles};
-use crate::catalog::{CommitResult, MetadataChange, MetadataStore};
+use crate::commit::{CommitResult, MetadataChange, MetadataStore};
 use crate::error::IcebergResultExt;
 
 /// What an expiry did, in Spark's terms.
@@ -266,7 +266,7 @@ impl ExpireSnapshots {
                         uuid: metadata.uuid(),
                     },
                     iceberg::TableRequirement::RefSnapshotIdMatch {
-                        r#ref: crate::snapshot::MAIN_BRANCH.to_string(),
+                        r#ref: crate::commit::MAIN_BRANCH.to_string(),
                         snapshot_id: metadata.current_snapshot_id(),
                     },
                 ],

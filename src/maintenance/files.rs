@@ -30,7 +30,8 @@ use futures::StreamExt;
 use iceberg::spec::{DataContentType, ManifestStatus, SnapshotRef};
 use iceberg::table::Table;
 
-use crate::location::LocationMap;
+use crate::physical_plan::baseline::Baseline;
+use crate::storage::location::LocationMap;
 
 /// What a file is to the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -194,7 +195,8 @@ impl PartitionStream for ReachableFiles {
                     }
                 }
                 let list =
-                    crate::scan::manifest_list(&table, &LocationMap::default(), snapshot).await?;
+                    crate::file_planning::manifest_list(&table, &LocationMap::default(), snapshot)
+                        .await?;
                 for manifest in list.iter() {
                     if !seen_manifests.insert(manifest.manifest_path.clone()) {
                         continue;
@@ -206,9 +208,12 @@ impl PartitionStream for ReachableFiles {
                     }
                     // Through the crate's own decoder (the iceberg crate's is several times
                     // slower on large manifests).
-                    let loaded =
-                        crate::scan::load_entries(manifest, table.metadata(), table.file_io())
-                            .await?;
+                    let loaded = crate::file_planning::load_entries(
+                        manifest,
+                        table.metadata(),
+                        table.file_io(),
+                    )
+                    .await?;
                     for entry in &loaded {
                         if live_only && entry.status() == ManifestStatus::Deleted {
                             continue;
@@ -295,12 +300,18 @@ pub(crate) fn unreachable_plan(
 struct SpawnedExec {
     input: Arc<dyn ExecutionPlan>,
     properties: Arc<datafusion::physical_plan::PlanProperties>,
+    /// Baseline metrics (output rows, elapsed compute).
+    metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet,
 }
 
 impl SpawnedExec {
     fn new(input: Arc<dyn ExecutionPlan>) -> Self {
         let properties = Arc::clone(input.properties());
-        Self { input, properties }
+        Self {
+            input,
+            properties,
+            metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet::new(),
+        }
     }
 }
 
@@ -360,8 +371,10 @@ impl ExecutionPlan for SpawnedExec {
         let mut builder = RecordBatchReceiverStream::builder(self.input.schema(), 2);
         let tx = builder.tx();
         let input = Arc::clone(&self.input);
-        builder.spawn(async move {
-            let mut stream = input.execute(partition, context)?;
+        let baseline = Baseline::new(&self.metrics, partition);
+        let task = baseline.clone();
+        builder.spawn(baseline.timed(async move {
+            let mut stream = task.input(input.execute(partition, context)?);
             while let Some(batch) = stream.next().await {
                 // The receiver gone means the consumer stopped: so does this task.
                 if tx.send(batch).await.is_err() {
@@ -369,8 +382,12 @@ impl ExecutionPlan for SpawnedExec {
                 }
             }
             Ok(())
-        });
-        Ok(builder.build())
+        }));
+        Ok(baseline.output(builder.build()))
+    }
+
+    fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }
 

@@ -28,7 +28,7 @@ use iceberg::TableIdent;
 
 use super::expire_snapshots;
 use super::files::{self, canonical, FileBatcher, FileKind, ReachableFiles};
-use crate::catalog::MetadataStore;
+use crate::commit::MetadataStore;
 
 /// What an orphan removal found (and deleted, unless a dry run).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

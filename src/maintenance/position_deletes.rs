@@ -23,13 +23,13 @@ use iceberg::spec::{DataContentType, FormatVersion, Operation, SnapshotRef};
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
-use crate::catalog::MetadataStore;
-use crate::dml::core::commit_or_clean_up;
-use crate::dml::deletes::DeleteWriter;
-use crate::location::LocationMap;
+use crate::commit::commit_or_clean_up;
+use crate::commit::MetadataStore;
+use crate::commit::{RemovedDeletes, SnapshotChanges, Validation};
+use crate::file_planning::{plan_files_pruned, DeleteFileRef, FileFilter, ScanFiles};
+use crate::physical_plan::write::DeleteWriter;
 use crate::physical_plan::write::WrittenFiles;
-use crate::scan::{plan_files_pruned, DeleteFileRef, FileFilter, ScanFiles};
-use crate::snapshot::{RemovedDeletes, SnapshotChanges, Validation};
+use crate::storage::location::LocationMap;
 use crate::IcebergOptions;
 
 /// A delete file's identity, owned ([`DeleteFileRef::identity`]).
@@ -54,7 +54,7 @@ pub(crate) async fn dangling_deletes(
         .chain(scan.equality_deletes.iter().map(|d| key(d)))
         .collect();
     Ok(
-        crate::scan::listed_delete_files(table, &LocationMap::default(), snapshot)
+        crate::file_planning::listed_delete_files(table, &LocationMap::default(), snapshot)
             .await?
             .into_iter()
             .filter(|d| !applying.contains(&key(d)))

@@ -47,22 +47,22 @@ use iceberg::TableIdent;
 use super::options::RewriteOptions;
 use super::progress::Reporter;
 use super::zorder::{parse_zorder, zorder_requirement, ZOrderOptions};
-use crate::catalog::MetadataStore;
-use crate::dml::core::{commit_or_clean_up, optimized, removed_with_deletes};
+use crate::commit::MetadataStore;
+use crate::commit::{commit_or_clean_up, removed_with_deletes};
+use crate::commit::{NewFile, RemovedDeletes, SnapshotChanges, Validation};
 use crate::error::IcebergResultExt;
-use crate::location::LocationMap;
-use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
-use crate::physical_plan::scan::lineage;
-use crate::physical_plan::scan::plan::{
-    arrow_schema, plan_statement_scan, with_dictionaries, with_plain_strings, ScanRequest,
+use crate::file_planning::{
+    plan_files_pruned, unprunable_columns, DeleteFileRef, FileFilter, PlannedFile, ScanFiles,
 };
+use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
+use crate::physical_plan::optimized;
+use crate::physical_plan::scan::lineage;
+use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest};
+use crate::physical_plan::scan::schema::{arrow_schema, with_dictionaries, with_plain_strings};
 use crate::physical_plan::write::{
     decode_data_files, plain_columns_of, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
-use crate::scan::{
-    plan_files_pruned, unprunable_columns, DeleteFileRef, FileFilter, PlannedFile, ScanFiles,
-};
-use crate::snapshot::{NewFile, RemovedDeletes, SnapshotChanges, Validation};
+use crate::storage::location::LocationMap;
 use crate::IcebergOptions;
 use std::sync::atomic::{AtomicU64, Ordering};
 

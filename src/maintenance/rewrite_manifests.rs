@@ -18,9 +18,9 @@ use datafusion::execution::context::SessionState;
 use iceberg::spec::{ManifestContentType, Operation};
 use iceberg::TableIdent;
 
-use crate::catalog::MetadataStore;
-use crate::location::LocationMap;
-use crate::snapshot::{commit, SnapshotChanges};
+use crate::commit::MetadataStore;
+use crate::commit::{commit, SnapshotChanges};
+use crate::storage::location::LocationMap;
 
 /// What a manifest rewrite did, in Spark's terms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -52,7 +52,8 @@ impl RewriteManifests {
         let Some(snapshot) = table.metadata().current_snapshot() else {
             return Ok(RewriteManifestsResult::default());
         };
-        let list = crate::scan::manifest_list(&table, &LocationMap::default(), snapshot).await?;
+        let list =
+            crate::file_planning::manifest_list(&table, &LocationMap::default(), snapshot).await?;
         let data = list
             .iter()
             .filter(|m| m.content == ManifestContentType::Data)

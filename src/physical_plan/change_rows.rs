@@ -22,6 +22,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+use crate::physical_plan::baseline::Baseline;
 use crate::physical_plan::keep_rows::keep_rows;
 use crate::physical_plan::single_child;
 
@@ -217,7 +218,8 @@ impl ExecutionPlan for ChangeRowsExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let input = self.input.execute(partition, context)?;
+        let baseline = Baseline::new(&self.metrics, partition);
+        let input = baseline.input(self.input.execute(partition, context)?);
         let schema = input.schema();
         let condition = Arc::clone(&self.condition);
         let counts = Arc::clone(&self.counts);
@@ -265,7 +267,7 @@ impl ExecutionPlan for ChangeRowsExec {
                 }
             }
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+        Ok(baseline.output(Box::pin(RecordBatchStreamAdapter::new(schema, stream))))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -43,6 +43,7 @@ use datafusion::physical_plan::{
 use datafusion::physical_plan::{ExecutionPlan, Statistics, StatisticsArgs, StatisticsContext};
 use futures::StreamExt;
 
+use crate::physical_plan::baseline::Baseline;
 use crate::IcebergOptions;
 
 /// The rule (see the module docs); placed right after DataFusion's join selection.
@@ -280,12 +281,17 @@ fn estimated_bytes(stats: &Statistics, plan: &dyn ExecutionPlan) -> Option<usize
 #[derive(Debug)]
 pub(crate) struct CompactViewsExec {
     input: Arc<dyn ExecutionPlan>,
+    /// Baseline metrics (output rows, elapsed compute).
+    metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet,
 }
 
 impl CompactViewsExec {
     /// Compacts the batches of `input`.
     pub(crate) fn new(input: Arc<dyn ExecutionPlan>) -> Self {
-        Self { input }
+        Self {
+            input,
+            metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet::new(),
+        }
     }
 
     /// Whether a plan's rows hold views worth compacting.
@@ -344,10 +350,11 @@ impl ExecutionPlan for CompactViewsExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let baseline = Baseline::new(&self.metrics, partition);
         let rows = context.session_config().batch_size().max(1);
-        let stream = self.input.execute(partition, context)?;
+        let stream = baseline.input(self.input.execute(partition, context)?);
         let schema = stream.schema();
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
+        Ok(baseline.output(Box::pin(RecordBatchStreamAdapter::new(
             schema,
             stream.flat_map(move |batch| {
                 futures::stream::iter(match batch {
@@ -355,7 +362,11 @@ impl ExecutionPlan for CompactViewsExec {
                     Err(e) => vec![Err(e)],
                 })
             }),
-        )))
+        ))))
+    }
+
+    fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }
 

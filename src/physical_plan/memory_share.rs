@@ -32,6 +32,8 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
 };
 
+use crate::physical_plan::baseline::Baseline;
+
 /// One share of the pool, which every [`MemoryShareExec`] built with it draws on together.
 #[derive(Debug)]
 pub(crate) struct MemoryShare {
@@ -183,12 +185,18 @@ impl MemoryPool for CappedPool {
 pub(crate) struct MemoryShareExec {
     input: Arc<dyn ExecutionPlan>,
     share: Arc<MemoryShare>,
+    /// Baseline metrics (output rows, elapsed compute).
+    metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet,
 }
 
 impl MemoryShareExec {
     /// `input`, holding at most `share` of the pool together with the share's other users.
     pub(crate) fn new(input: Arc<dyn ExecutionPlan>, share: Arc<MemoryShare>) -> Self {
-        Self { input, share }
+        Self {
+            input,
+            share,
+            metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet::new(),
+        }
     }
 }
 
@@ -241,7 +249,13 @@ impl ExecutionPlan for MemoryShareExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        self.input.execute(partition, self.share.context(context))
+        let baseline = Baseline::new(&self.metrics, partition);
+        let input = baseline.input(self.input.execute(partition, self.share.context(context))?);
+        Ok(baseline.output(input))
+    }
+
+    fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }
 

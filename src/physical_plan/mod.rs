@@ -1,11 +1,14 @@
 //! Our physical operators, one folder per family.
 
+pub(crate) mod baseline;
 pub mod change_rows;
 pub mod commit;
 pub mod equality_delete;
+pub(crate) mod file_keys;
 pub(crate) mod join_choice;
 pub(crate) mod keep_rows;
 pub(crate) mod memory_share;
+pub(crate) mod merge;
 pub(crate) mod orc;
 pub(crate) mod parquet_files;
 pub mod positional_delete;
@@ -18,6 +21,17 @@ use std::sync::Arc;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::ExecutionPlan;
+
+/// `plan` through the physical optimizer rules of `state` (as DataFusion optimizes every plan).
+pub(crate) fn optimized(
+    state: &datafusion::execution::context::SessionState,
+    mut plan: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    for rule in state.physical_optimizers() {
+        plan = rule.optimize(plan, state.config_options())?;
+    }
+    Ok(plan)
+}
 
 /// `context` running with `config` instead of its own session configuration.
 pub(crate) fn with_config(
@@ -99,7 +113,7 @@ pub(crate) fn single_child(
 pub(crate) fn distributes(config: &datafusion::prelude::SessionConfig) -> bool {
     #[cfg(feature = "distributed")]
     {
-        crate::distributed::is_coordinator(config)
+        datafusion_distributed::get_distributed_worker_resolver(config).is_ok()
     }
     #[cfg(not(feature = "distributed"))]
     {

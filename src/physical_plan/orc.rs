@@ -59,9 +59,9 @@ use roaring::RoaringTreemap;
 
 use iceberg::spec::{PrimitiveType, Schema as IcebergSchema, Type as IcebergType};
 
+use crate::file_planning::field_ids::PARQUET_FIELD_ID;
+use crate::file_planning::FieldIdAdapterFactory;
 use crate::physical_plan::positional_delete::{positions_in, FileDeletes};
-use crate::scan::field_ids::PARQUET_FIELD_ID;
-use crate::scan::FieldIdAdapterFactory;
 
 /// The type attribute Iceberg's ORC writer stores a field's id in.
 const ICEBERG_ID: &str = "iceberg.id";

@@ -19,8 +19,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::location::LocationMap;
 use super::{locate, ObjectStores, StorageOptions};
-use crate::location::LocationMap;
 
 /// Size of the parts of a multipart upload; files smaller than one part are written with a
 /// single request.

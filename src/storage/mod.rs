@@ -11,6 +11,7 @@
 
 mod cloud;
 mod file_io;
+pub(crate) mod location;
 mod tidy;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use object_store::ObjectStore;
 
 pub(crate) use file_io::table_file_io;
 pub use file_io::{TableStorage, TableStorageFactory};
+pub use location::LocationMap;
 
 /// Property keys whose values may be shown (in `Debug`, errors and logs); every other value is
 /// redacted, so a secret under a key this list does not know is never printed.
@@ -244,7 +246,7 @@ pub(crate) fn locate(location: &str) -> Result<Located> {
     let Some(scheme) = remote_scheme(location) else {
         return Ok(Located {
             url: ObjectStoreUrl::local_filesystem(),
-            path: crate::location::to_object_path(location)?,
+            path: to_object_path(location)?,
         });
     };
     let rest = &location[scheme.len() + 3..];
@@ -261,9 +263,45 @@ pub(crate) fn locate(location: &str) -> Result<Located> {
     Ok(Located { url, path })
 }
 
+/// The local object-store path of a location (`file:///abs`, `/abs`, or relative to the working
+/// directory).
+pub(crate) fn to_object_path(location: &str) -> Result<ObjectPath> {
+    if location.contains("://") && !location.starts_with("file://") {
+        return Err(DataFusionError::NotImplemented(format!(
+            "only local files are supported, got '{location}'"
+        )));
+    }
+    let raw = location.strip_prefix("file://").unwrap_or(location);
+    let path = std::path::absolute(raw)
+        .map_err(|e| DataFusionError::Execution(format!("bad file location '{location}': {e}")))?;
+    ObjectPath::from_absolute_path(&path)
+        .map_err(|e| DataFusionError::Execution(format!("bad file location '{location}': {e}")))
+}
+
+/// Makes the store of `url` known to the session that plans a scan reading from it.
+pub(crate) fn register_store(
+    state: &dyn datafusion::catalog::Session,
+    stores: &Arc<ObjectStores>,
+    url: &datafusion::execution::object_store::ObjectStoreUrl,
+) -> datafusion::error::Result<()> {
+    if url.as_str() == "file:///" {
+        return Ok(());
+    }
+    stores.register_in(state.runtime_env(), url)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_uris_and_paths_agree() {
+        let a = to_object_path("file:///tmp/wh/t/data/a.parquet").unwrap();
+        let b = to_object_path("/tmp/wh/t/data/a.parquet").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.as_ref(), "tmp/wh/t/data/a.parquet");
+        assert!(to_object_path("s3://bucket/a.parquet").is_err());
+    }
 
     #[test]
     fn locations_split_into_store_and_key() {

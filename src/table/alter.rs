@@ -17,7 +17,7 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer, Word};
 use iceberg::spec::FormatVersion;
 use iceberg::{TableIdent, TableRequirement};
 
-use crate::catalog::{CommitResult, MetadataChange, MetadataStore};
+use crate::commit::{CommitResult, MetadataChange, MetadataStore};
 use crate::error::IcebergResultExt;
 
 /// What an `ALTER TABLE ... TBLPROPERTIES` statement changes.
@@ -224,7 +224,7 @@ pub(crate) async fn apply(
                 uuid: metadata.uuid(),
             },
             TableRequirement::RefSnapshotIdMatch {
-                r#ref: crate::snapshot::MAIN_BRANCH.to_string(),
+                r#ref: crate::commit::MAIN_BRANCH.to_string(),
                 snapshot_id: metadata.current_snapshot_id(),
             },
         ];

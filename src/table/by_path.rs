@@ -12,8 +12,8 @@ use iceberg::{NamespaceIdent, TableIdent};
 use object_store::ObjectStoreExt;
 
 use crate::catalog::table_handle;
-use crate::location::LocationMap;
-use crate::snapshot::metadata_file::read_metadata;
+use crate::commit::metadata_file::read_metadata;
+use crate::storage::location::LocationMap;
 use crate::storage::{locate, remote_scheme, table_file_io, ObjectStores};
 
 fn is_metadata_file(name: &str) -> bool {

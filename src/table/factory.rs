@@ -24,7 +24,8 @@ use iceberg::spec::{FormatVersion, NullOrder, SortDirection, Transform};
 use iceberg::NamespaceIdent;
 
 use super::spec::{parse_partitioning, parse_sort_order, PartitionTerm, SortTerm, TableDefinition};
-use crate::catalog::{IcebergCatalogProvider, MetadataStore};
+use crate::catalog::IcebergCatalogProvider;
+use crate::commit::MetadataStore;
 use crate::table::IcebergTableProvider;
 
 /// Creates Iceberg tables for `CREATE EXTERNAL TABLE ... STORED AS ICEBERG`.

@@ -24,7 +24,7 @@ use super::snapshots::load_target;
 use super::IcebergTableProvider;
 use crate::catalog::IcebergCatalog;
 use crate::io_runtime;
-use crate::location::LocationMap;
+use crate::storage::location::LocationMap;
 
 /// The `iceberg_scan` table function.
 #[derive(Debug, Default)]

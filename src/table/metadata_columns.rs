@@ -28,7 +28,7 @@ use datafusion::sql::sqlparser::ast::{
     Visitor, VisitorMut, WildcardAdditionalOptions,
 };
 
-use crate::dml::subquery::normalised;
+use crate::ident::normalised;
 use crate::physical_plan::scan::metadata::NAMES;
 use crate::IcebergTableProvider;
 

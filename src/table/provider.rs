@@ -16,15 +16,16 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::ExecutionPlan;
 use iceberg::table::Table;
 
-use crate::catalog::MetadataStore;
+use crate::commit::MetadataStore;
 use crate::error::IcebergResultExt;
-use crate::location::LocationMap;
+use crate::file_planning::{plan_files_pruned, unprunable_columns, FileFilter};
 use crate::physical_plan::commit::CommitExec;
 use crate::physical_plan::scan::lineage;
-use crate::physical_plan::scan::plan::{arrow_schema, plan_scan, ScanRequest};
+use crate::physical_plan::scan::plan::{plan_scan, ScanRequest};
+use crate::physical_plan::scan::schema::arrow_schema;
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
-use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter};
+use crate::storage::location::LocationMap;
 use crate::storage::{ObjectStores, StorageOptions};
 use crate::IcebergOptions;
 
@@ -344,7 +345,7 @@ impl IcebergTableProvider {
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
-        files: &crate::scan::ScanFiles,
+        files: &crate::file_planning::ScanFiles,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         use crate::physical_plan::positional_delete::POSITION_COLUMN;
         use crate::physical_plan::scan::metadata::{
@@ -427,7 +428,7 @@ impl IcebergTableProvider {
                 self.table.identifier()
             )));
         };
-        crate::snapshot::metadata_file::refuse_inline_manifests(self.table.metadata())?;
+        crate::commit::metadata_file::refuse_inline_manifests(self.table.metadata())?;
         Ok(crate::dml::DmlTarget {
             table: &self.table,
             store: Arc::clone(store),
@@ -605,7 +606,7 @@ impl TableProvider for IcebergTableProvider {
                 self.table.identifier()
             )));
         };
-        crate::snapshot::metadata_file::refuse_inline_manifests(self.table.metadata())?;
+        crate::commit::metadata_file::refuse_inline_manifests(self.table.metadata())?;
         let sort: Option<LexRequirement> = sort_requirement(&self.table, &input.schema())?;
         let written = WrittenFiles::default();
         let writer = Arc::new(DataFileWriterExec::try_new(

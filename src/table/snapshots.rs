@@ -14,7 +14,7 @@ use iceberg::TableIdent;
 use super::by_path::open_table_at;
 use crate::catalog::IcebergCatalog;
 use crate::io_runtime;
-use crate::location::LocationMap;
+use crate::storage::location::LocationMap;
 use crate::storage::ObjectStores;
 
 /// The `iceberg_snapshots` table function: one row per snapshot, oldest first.

@@ -19,7 +19,7 @@ use iceberg::spec::{
     UnboundPartitionSpec,
 };
 use iceberg::{NamespaceIdent, TableCreation, TableIdent};
-use iceberg_exec::snapshot::{commit, NewFile, SnapshotChanges};
+use iceberg_exec::commit::{commit, NewFile, SnapshotChanges};
 use iceberg_exec::MetadataStore;
 
 /// A column of the identity-partitioned table: name, Iceberg type, Arrow type.

@@ -14,6 +14,10 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::error::Result;
 use iceberg_exec::{IcebergSession, WarehouseConfig};
 
+/// Held by tests that switch the process-wide manifest cache off or that depend on it being on:
+/// the local tests share one process.
+pub static MANIFEST_CACHE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A session on a fresh warehouse in `dir`.
 pub async fn session(dir: &Path) -> IcebergSession {
     IcebergSession::open(WarehouseConfig::local(dir))

@@ -8,10 +8,10 @@ use std::time::Instant;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::error::{DataFusionError, Result};
 use iceberg::TableIdent;
-use iceberg_exec::catalog::MetadataStore;
+use iceberg_exec::commit::MetadataStore;
+use iceberg_exec::commit::{commit, SnapshotChanges};
+use iceberg_exec::file_planning::plan_files;
 use iceberg_exec::physical_plan::write::write_equality_delete_file;
-use iceberg_exec::scan::plan_files;
-use iceberg_exec::snapshot::{commit, SnapshotChanges};
 use iceberg_exec::IcebergSession;
 
 use crate::{print_batches, Format};

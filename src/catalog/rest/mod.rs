@@ -26,10 +26,11 @@ use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 
 use self::client::{no_reply, Failure, Reply, RestClient};
-use super::names::{check_location, check_namespace, check_table_name};
+use super::names::{check_namespace, check_table_name};
 use super::{table_handle, CommitResult, HandleCache, MetadataChange, MetadataStore};
-use crate::location::LocationMap;
-use crate::snapshot::CommitStateUnknown;
+use crate::commit::CommitStateUnknown;
+use crate::storage::location::check_location;
+use crate::storage::location::LocationMap;
 use crate::storage::{is_shown, table_file_io, ObjectStores, StorageOptions};
 
 /// The catalog's answer to `GET /v1/config`.

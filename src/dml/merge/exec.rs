@@ -25,28 +25,29 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use iceberg::spec::Operation;
 
-use super::join::{
-    hash_join, join_filter, join_plan, read_source, rewrite_join, spilled_exec, BufferedSource,
-    JoinMode,
-};
-use super::key_filter::{source_key_filter, KeyFilterExec};
-use super::positions::{
-    positions_consumer, DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap,
-};
-use super::rewrite::RewriteExec;
-use super::rows::{MergeRowsExec, RowsMode};
-use super::splice::SpliceValues;
+use crate::commit::{commit_or_clean_up, removed_with_deletes};
+use crate::commit::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
 use crate::dml::core::WriteMode;
-use crate::dml::core::{commit_or_clean_up, removed_with_deletes};
-use crate::dml::deletes::{DeleteWriter, FileDeletes};
 use crate::dml::splice::{drop_rows, files_allow_splice, moves_rows, splice_files, DroppedRows};
 use crate::error::IcebergResultExt;
+use crate::file_planning::{PlannedFile, ScanFiles};
+use crate::physical_plan::baseline::Baseline;
+use crate::physical_plan::merge::join::{
+    hash_join, join_filter, join_plan, rewrite_join, JoinMode,
+};
+use crate::physical_plan::merge::key_filter::{source_key_filter, KeyFilterExec};
+use crate::physical_plan::merge::positions::{
+    positions_consumer, DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap,
+};
+use crate::physical_plan::merge::rewrite::RewriteExec;
+use crate::physical_plan::merge::rows::{MergeRowsExec, RowsMode};
+use crate::physical_plan::merge::source::{read_source, spilled_exec, BufferedSource};
+use crate::physical_plan::merge::splice::SpliceValues;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::without_work_stealing;
 use crate::physical_plan::write::{run_writers, sort_requirement, DataFileWriterExec, WriterTally};
+use crate::physical_plan::write::{DeleteWriter, FileDeletes};
 use crate::physical_plan::write::{NewValues, Splicer, WrittenFiles};
-use crate::scan::{PlannedFile, ScanFiles};
-use crate::snapshot::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::physical_plan::joins::PartitionMode;
 
@@ -160,6 +161,7 @@ impl ExecutionPlan for MergeExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let baseline = Baseline::new(&self.metrics, 0);
         crate::dml::core::only_partition("MergeExec", partition)?;
         let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);
         let m = Counters {
@@ -188,7 +190,7 @@ impl ExecutionPlan for MergeExec {
             without_work_stealing(context),
             m,
         );
-        Ok(crate::dml::core::count_stream(fut))
+        Ok(baseline.output(crate::dml::core::count_stream(fut)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -513,7 +515,7 @@ async fn changes(
         match job.mode {
             WriteMode::MergeOnRead => {
                 let outputs = write_deletes(job, &touched, &changed, written, context).await?;
-                (delete_files, replaced) = crate::dml::deletes::fold(outputs);
+                (delete_files, replaced) = crate::physical_plan::write::fold(outputs);
             }
             WriteMode::CopyOnWrite if splice_values.is_some() => {
                 let Some(values) = splice_values.clone() else {
@@ -728,7 +730,7 @@ async fn distributed_first_pass(
     target: Arc<dyn ExecutionPlan>,
     written: &WrittenFiles,
     context: &Arc<TaskContext>,
-) -> Result<(Vec<crate::snapshot::NewFile>, MergeReport)> {
+) -> Result<(Vec<crate::commit::NewFile>, MergeReport)> {
     let spec = &job.spec;
     let filter = spec
         .filter
@@ -766,7 +768,7 @@ async fn distributed_write(
     tally: Arc<dyn WriterTally>,
     written: &WrittenFiles,
     context: &Arc<TaskContext>,
-) -> Result<(Vec<crate::snapshot::NewFile>, MergeReport)> {
+) -> Result<(Vec<crate::commit::NewFile>, MergeReport)> {
     let sort = sort_requirement(&job.table, &input.schema())?;
     let writer = DataFileWriterExec::try_new(input, job.table.clone(), sort, written.clone())?
         .with_row_lineage(job.row_lineage())?

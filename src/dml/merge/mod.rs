@@ -30,14 +30,7 @@
 //!            concurrent commits (on a conflict the statement runs again on the new state)
 //! ```
 
-pub(crate) mod clauses;
 mod exec;
-mod join;
-pub(crate) mod key_filter;
-pub(crate) mod positions;
-mod rewrite;
-pub(crate) mod rows;
-mod splice;
 
 pub use exec::MergeExec;
 
@@ -63,22 +56,25 @@ use futures::StreamExt;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
-use self::clauses::{clause_columns, compile, Clause, ClauseKind, RowLayout, Sides};
-use self::join::{split_on, JoinSpec, KeyBounds};
 use super::core::{DmlTarget, WriteMode};
-use crate::catalog::MetadataStore;
+use crate::commit::MetadataStore;
+use crate::commit::{NewFile, Validation};
 use crate::error::IcebergResultExt;
-use crate::location::LocationMap;
+use crate::file_planning::strict::FileStats;
+use crate::file_planning::{plan_files_pruned, unprunable_columns, FileFilter, ScanFiles};
+use crate::physical_plan::merge::clauses::{
+    self, clause_columns, compile, Clause, ClauseKind, RowLayout, Sides,
+};
+use crate::physical_plan::merge::on::{self, split_on, JoinSpec};
+use crate::physical_plan::merge::source::{self, KeyBounds};
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
-use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
+use crate::physical_plan::scan::schema::arrow_schema;
 use crate::physical_plan::write::{
     decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
-use crate::scan::strict::FileStats;
-use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, ScanFiles};
-use crate::snapshot::{NewFile, Validation};
+use crate::storage::location::LocationMap;
 use crate::IcebergOptions;
 
 /// The source-side marker column: TRUE on join rows with a source row.
@@ -243,7 +239,7 @@ fn decide_plan(
     clauses: &[MergeIntoClause],
     on: &Expr,
     sides: &Sides<'_>,
-    split: &join::SplitOn,
+    split: &on::SplitOn,
     merge_schema: &DFSchemaRef,
     table_schema: &SchemaRef,
     join_type: JoinType,
@@ -295,7 +291,7 @@ fn decide_plan(
 fn splice_plan(
     clauses: &[MergeIntoClause],
     read: &HashSet<usize>,
-    split: &join::SplitOn,
+    split: &on::SplitOn,
     merge_schema: &DFSchemaRef,
     table_schema: &SchemaRef,
     join_type: JoinType,
@@ -561,7 +557,7 @@ impl MergeJob {
 
     /// `plan` through the session's physical optimizer rules.
     pub(super) fn optimized(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-        crate::dml::core::optimized(&self.state, plan)
+        crate::physical_plan::optimized(&self.state, plan)
     }
 
     /// A scan of `files` (`projection` of the table's columns, or all) ending with each row's
@@ -620,7 +616,7 @@ impl MergeJob {
             datafusion::execution::memory_pool::MemoryLimit::Finite(_)
         );
         let input = match sort.is_some() && limited {
-            true => join::spill_through(input, context, spill.clone()).await?,
+            true => source::spill_through(input, context, spill.clone()).await?,
             false => input,
         };
         let input: Arc<dyn ExecutionPlan> = match &sort {
@@ -663,7 +659,7 @@ impl MergeJob {
             Some(Some(f)) if !f.is_empty() => Some(f.clone()),
             _ => None,
         };
-        let may_match: crate::snapshot::MayMatch = match filters {
+        let may_match: crate::commit::MayMatch = match filters {
             None => Arc::new(|_: &TableMetadata, _: i32, _| true),
             Some(filters) => {
                 let mut columns = HashSet::new();

@@ -23,16 +23,18 @@ use futures::StreamExt;
 use iceberg::spec::{Operation, TableMetadata};
 
 use super::{DmlJob, DmlOp};
-use crate::dml::core::{commit_or_clean_up, removed_with_deletes, WriteMode};
+use crate::commit::{commit_or_clean_up, removed_with_deletes};
+use crate::commit::{is_concurrent_change, NewFile, RemovedDeletes, SnapshotChanges, Validation};
+use crate::dml::core::WriteMode;
 use crate::dml::delete::splice_delete;
 use crate::dml::mor_pass::write_position_deletes;
-use crate::dml::mor_writer::Reported;
 use crate::dml::update::splice_update;
 use crate::error::IcebergResultExt;
+use crate::file_planning::strict::FileStats;
+use crate::file_planning::PlannedFile;
+use crate::physical_plan::baseline::Baseline;
+use crate::physical_plan::write::position_delete_writer::Reported;
 use crate::physical_plan::write::{decode_tally, run_writers, WrittenFiles};
-use crate::scan::strict::FileStats;
-use crate::scan::PlannedFile;
-use crate::snapshot::{is_concurrent_change, NewFile, RemovedDeletes, SnapshotChanges, Validation};
 use crate::IcebergOptions;
 
 /// Runs a `DELETE` or `UPDATE`: pass 1 (its child), pass 2, verification and the commit. One
@@ -89,7 +91,7 @@ impl DisplayAs for DmlExec {
 
 /// Adds each row's file to `counts`.
 fn count_files(batch: &RecordBatch, counts: &mut HashMap<String, u64>) -> Result<()> {
-    let files = crate::dml::core::FileKeys::of(batch.column(0))?;
+    let files = crate::physical_plan::file_keys::FileKeys::of(batch.column(0))?;
     let mut per_key = vec![0u64; files.names.len()];
     for &k in &files.keys {
         per_key[k] += 1;
@@ -179,7 +181,7 @@ async fn run_once(
             match result {
                 Ok(reported) => {
                     matched = reported.counts;
-                    (delete_files, replaced) = crate::dml::deletes::fold(reported.files);
+                    (delete_files, replaced) = crate::physical_plan::write::fold(reported.files);
                 }
                 Err(e) => {
                     written.remove_all(job.table.file_io()).await;
@@ -190,7 +192,7 @@ async fn run_once(
             match write_position_deletes(&job, plan, &context, &written).await {
                 Ok((counts, files)) => {
                     matched = counts;
-                    (delete_files, replaced) = crate::dml::deletes::fold(files);
+                    (delete_files, replaced) = crate::physical_plan::write::fold(files);
                 }
                 Err(e) => {
                     written.remove_all(job.table.file_io()).await;
@@ -334,7 +336,7 @@ async fn run_once(
     .await?;
     let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
     let (filters, columns) = (job.filters.clone(), job.columns.clone());
-    let may_match: crate::snapshot::MayMatch =
+    let may_match: crate::commit::MayMatch =
         Arc::new(move |metadata: &TableMetadata, spec_id: i32, file| {
             let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
                 return true;
@@ -433,6 +435,7 @@ impl ExecutionPlan for DmlExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let baseline = Baseline::new(&self.metrics, 0);
         crate::dml::core::only_partition("DmlExec", partition)?;
         let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);
         let m = Counters {
@@ -450,7 +453,7 @@ impl ExecutionPlan for DmlExec {
             statement_attempts: counter("statement_attempts"),
         };
         let fut = run(Arc::clone(&self.job), self.pass1.clone(), context, m);
-        Ok(crate::dml::core::count_stream(fut))
+        Ok(baseline.output(crate::dml::core::count_stream(fut)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

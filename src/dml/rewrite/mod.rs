@@ -43,24 +43,26 @@ use iceberg::spec::{SnapshotRef, TableMetadata};
 use iceberg::table::Table;
 
 use super::guard::{dml_checked, unchecked_dml_error};
-use crate::catalog::MetadataStore;
+use crate::commit::MetadataStore;
 use crate::error::IcebergResultExt;
-use crate::location::LocationMap;
+use crate::file_planning::strict::FileStats;
+use crate::file_planning::{
+    plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles,
+};
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::metadata::{self, FileMetadataColumns};
-use crate::physical_plan::scan::plan::arrow_schema;
 use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
+use crate::physical_plan::scan::schema::arrow_schema;
 use crate::physical_plan::write::{
     plain_columns_of, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
-use crate::scan::strict::FileStats;
-use crate::scan::{plan_files_pruned, unprunable_columns, FileFilter, PlannedFile, ScanFiles};
+use crate::storage::location::LocationMap;
 use crate::IcebergOptions;
 
 use super::core::{DmlTarget, WriteMode};
-use super::mor_writer::PositionDeleteWriterExec;
+use crate::physical_plan::write::PositionDeleteWriterExec;
 
 mod exec;
 
@@ -202,7 +204,7 @@ async fn proven_files(
     let mut proven = HashSet::new();
     // From the snapshot's listing, which planning the scan has just read (and cached).
     for (spec_id, file) in
-        crate::scan::listed_data_files(table, locations, snapshot, &wanted).await?
+        crate::file_planning::listed_data_files(table, locations, snapshot, &wanted).await?
     {
         let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
             continue;
@@ -352,7 +354,7 @@ impl DmlJob {
                 job.executable(Arc::new(CoalescePartitionsExec::new(plan)))
                     .await?,
             ),
-            Some(plan) => Some(super::core::optimized(&job.state, plan)?),
+            Some(plan) => Some(crate::physical_plan::optimized(&job.state, plan)?),
             None => None,
         };
         Ok((job, pass1))
@@ -363,7 +365,7 @@ impl DmlJob {
     async fn executable(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
         match self.distributed {
             true => super::guard::through_planner(&self.state, plan).await,
-            false => super::core::optimized(&self.state, plan),
+            false => crate::physical_plan::optimized(&self.state, plan),
         }
     }
 

@@ -20,10 +20,11 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use iceberg::table::Table;
 
-use crate::catalog::MetadataStore;
+use crate::commit::MetadataStore;
+use crate::commit::{commit_or_clean_up, SnapshotChanges, STATEMENT_ID_PROPERTY};
+use crate::physical_plan::baseline::Baseline;
 use crate::physical_plan::single_child;
 use crate::physical_plan::write::{decode_data_files, WrittenFiles};
-use crate::snapshot::{commit, is_commit_state_unknown, SnapshotChanges, STATEMENT_ID_PROPERTY};
 
 /// Commits the data files produced by its input as one append snapshot and returns one row,
 /// `count`: the number of rows added.
@@ -100,33 +101,6 @@ impl CommitExec {
     }
 }
 
-/// Removes the files recorded in `written` that the snapshot `snapshot_id` of `table` does
-/// not reference. When the snapshot cannot be read, none is removed (orphans at worst).
-async fn remove_unreferenced(
-    table: &Table,
-    snapshot_id: i64,
-    written: &WrittenFiles,
-    file_io: &iceberg::io::FileIO,
-) {
-    let recorded = written.take();
-    let Some(snapshot) = table.metadata().snapshot_by_id(snapshot_id) else {
-        return;
-    };
-    let referenced: std::collections::HashSet<String> =
-        match crate::scan::plan_files(table, snapshot).await {
-            Ok(files) => files.into_iter().map(|f| f.path).collect(),
-            Err(e) => {
-                log::warn!("kept the files of a repeated commit (cannot list the table: {e})");
-                return;
-            }
-        };
-    for f in recorded.iter().filter(|f| !referenced.contains(*f)) {
-        if let Err(e) = file_io.delete(f).await {
-            log::warn!("could not remove {f} after a repeated commit: {e}");
-        }
-    }
-}
-
 impl DisplayAs for CommitExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
@@ -185,12 +159,13 @@ impl ExecutionPlan for CommitExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let baseline = Baseline::new(&self.metrics, 0);
         if partition != 0 {
             return Err(DataFusionError::Internal(format!(
                 "CommitExec has one partition, asked for {partition}"
             )));
         }
-        let mut input = self.input.execute(0, context)?;
+        let mut input = baseline.input(self.input.execute(0, context)?);
         let store = Arc::clone(&self.store);
         let table = self.table.clone();
         let written = self.written.clone();
@@ -199,7 +174,6 @@ impl ExecutionPlan for CommitExec {
         let attempts_metric = MetricBuilder::new(&self.metrics).counter("commit_attempts", 0);
         let fut = async move {
             let file_io = store.file_io().clone();
-            let ident = table.identifier().clone();
             let mut files = vec![];
             while let Some(batch) = input.next().await {
                 match batch.and_then(|b| decode_data_files(&b, table.metadata())) {
@@ -226,52 +200,34 @@ impl ExecutionPlan for CommitExec {
             }
             let mut rows = changes.added_records();
             files_metric.add(changes.added_data_files.len());
-            let committed = if changes.added_data_files.is_empty() {
+            if changes.added_data_files.is_empty() {
                 // Nothing written (no input rows): no snapshot.
-                Ok(None)
-            } else {
-                commit(Arc::clone(&store), &ident, changes).await.map(Some)
-            };
-            match committed {
-                Ok(Some(o)) if o.duplicate => {
-                    // An earlier run of this statement committed, and the answer is that
-                    // commit's. Of the files this run saw, those the table references stay: a
-                    // host that retries only this task hands it the files the first run
-                    // committed. The others (written again by this run) go.
-                    remove_unreferenced(&o.table, o.snapshot_id, &written, &file_io).await;
-                    // (This run's own count when the snapshot does not record one.)
-                    if let Some(n) = o
-                        .table
-                        .metadata()
-                        .snapshot_by_id(o.snapshot_id)
-                        .and_then(|s| s.summary().additional_properties.get("added-records"))
-                        .and_then(|n| n.parse().ok())
-                    {
-                        rows = n;
-                    }
-                    let array = Arc::new(UInt64Array::from(vec![rows])) as ArrayRef;
-                    Ok(RecordBatch::try_new(count_schema(), vec![array])?)
-                }
-                Ok(outcome) => {
-                    if let Some(o) = outcome {
-                        attempts_metric.add(o.attempts as usize);
-                    }
-                    written.take();
-                    let array = Arc::new(UInt64Array::from(vec![rows])) as ArrayRef;
-                    Ok(RecordBatch::try_new(count_schema(), vec![array])?)
-                }
-                Err(e) => {
-                    if !is_commit_state_unknown(&e) {
-                        written.remove_all(&file_io).await;
-                    }
-                    Err(e)
+                written.take();
+                let array = Arc::new(UInt64Array::from(vec![rows])) as ArrayRef;
+                return Ok(RecordBatch::try_new(count_schema(), vec![array])?);
+            }
+            let o = commit_or_clean_up(&store, &table, changes, &written).await?;
+            attempts_metric.add(o.attempts as usize);
+            if o.duplicate {
+                // An earlier run of this statement committed, and the answer is that commit's
+                // (this run's own count when the snapshot does not record one).
+                if let Some(n) = o
+                    .table
+                    .metadata()
+                    .snapshot_by_id(o.snapshot_id)
+                    .and_then(|s| s.summary().additional_properties.get("added-records"))
+                    .and_then(|n| n.parse().ok())
+                {
+                    rows = n;
                 }
             }
+            let array = Arc::new(UInt64Array::from(vec![rows])) as ArrayRef;
+            Ok(RecordBatch::try_new(count_schema(), vec![array])?)
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
+        Ok(baseline.output(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
             futures::stream::once(fut),
-        )))
+        ))))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -53,6 +53,7 @@ use super::table::{
     partition_of, signed_row_hash_16, signed_row_hash_4, signed_row_hash_8, table_hash, KeyBits,
     KeyTable,
 };
+use crate::physical_plan::baseline::Baseline;
 use crate::physical_plan::keep_rows::keep_rows;
 use crate::physical_plan::spill::SpillWriter;
 
@@ -329,6 +330,8 @@ impl ExecutionPlan for EqualityDeleteExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let baseline = Baseline::new(&self.metrics, partition);
+        // Read ahead on a task of its own: the probe side's time is not this node's.
         let input = read_ahead(self.input.execute(partition, Arc::clone(&context))?);
         let schema = self.schema();
         let build_schema = self.build.schema();
@@ -350,6 +353,7 @@ impl ExecutionPlan for EqualityDeleteExec {
             Field::new("seq", DataType::Int64, false),
         ]));
         let joiner = Joiner {
+            baseline: baseline.clone(),
             key_types,
             converter: RowConverter::new(key_fields)?,
             columns: self.columns.clone(),
@@ -378,7 +382,8 @@ impl ExecutionPlan for EqualityDeleteExec {
         let user = BuildUser::new(&self.shared);
         let mut builder = RecordBatchReceiverStream::builder(schema, 2);
         let tx = builder.tx();
-        builder.spawn(async move {
+        let work = baseline.clone();
+        builder.spawn(work.timed(async move {
             let built = {
                 let mut slot = user.0.built.lock().await;
                 match slot.as_ref() {
@@ -394,8 +399,8 @@ impl ExecutionPlan for EqualityDeleteExec {
             drop(built);
             drop(user);
             result
-        });
-        Ok(builder.build())
+        }));
+        Ok(baseline.output(builder.build()))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -519,6 +524,8 @@ impl std::fmt::Debug for Loaded {
 
 /// One partition's share of the join.
 struct Joiner {
+    /// The node's baseline metrics (the build side's streams are its inputs).
+    baseline: Baseline,
     converter: RowConverter,
     /// Types of the key columns (the build side's).
     key_types: Vec<DataType>,
@@ -846,7 +853,7 @@ impl Joiner {
         // partitions would otherwise be the one the first build drained).
         let build = reset_plan_states(build)?;
         let streams = (0..build.output_partitioning().partition_count())
-            .map(|p| build.execute(p, Arc::clone(&context)))
+            .map(|p| Ok(self.baseline.input(build.execute(p, Arc::clone(&context))?)))
             .collect::<Result<Vec<_>>>()?;
         let keys = futures::stream::select_all(streams).map(|b| self.key_batch(&b?));
         let timer = self.build_time.timer();

@@ -110,7 +110,7 @@ pub(crate) async fn read(
     dv: &DeletionVectorRef,
     cardinality: u64,
 ) -> Result<RoaringTreemap> {
-    let path = crate::location::parsed_object_path(location)?;
+    let path = crate::storage::location::parsed_object_path(location)?;
     let end = dv.offset.checked_add(dv.length).ok_or_else(|| {
         DataFusionError::Execution(format!(
             "deletion vector in {location} has an impossible range {}+{}",

@@ -32,9 +32,9 @@ use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::StreamExt;
 
-use super::exec::PositionDeleteFile;
-use crate::location::file_at;
+use super::load::PositionDeleteFile;
 use crate::physical_plan::parquet_files::with_recorded_size_reader;
+use crate::storage::location::file_at;
 
 /// Rows per batch of the delete side.
 const DELETE_BATCH_ROWS: usize = 1024;

@@ -34,7 +34,7 @@ use iceberg::spec::{
     Literal, PrimitiveLiteral, PrimitiveType, Struct, TableMetadata, Transform, Type,
 };
 
-use crate::scan::PlannedFile;
+use crate::file_planning::PlannedFile;
 
 /// An identity partition field whose source is a top-level column of the scan.
 #[derive(Debug, Clone)]
@@ -200,7 +200,7 @@ pub(crate) fn partition_scalar(
         (PrimitiveType::TimestamptzNs, PrimitiveLiteral::Int(days)) => Some(
             ScalarValue::TimestampNanosecond(Some(*days as i64 * MICROS_PER_DAY * 1000), utc()),
         ),
-        _ => crate::scan::strict::literal_scalar(ty, v),
+        _ => crate::file_planning::literal::literal_scalar(ty, v),
     };
     let value = value.ok_or_else(|| {
         DataFusionError::Execution(format!(
@@ -223,7 +223,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::scan::DataFileRef;
+    use crate::file_planning::DataFileRef;
 
     fn metadata() -> TableMetadata {
         let schema = iceberg::spec::Schema::builder()

@@ -10,6 +10,7 @@ use datafusion::common::Statistics;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
 
+use crate::physical_plan::baseline::Baseline;
 use crate::physical_plan::single_child;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::filter_pushdown::{
@@ -48,12 +49,18 @@ pub struct ScanSummary {
 pub struct IcebergScanExec {
     input: Arc<dyn ExecutionPlan>,
     summary: ScanSummary,
+    /// Baseline metrics (output rows, elapsed compute).
+    metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet,
 }
 
 impl IcebergScanExec {
     /// Wraps the parquet scan `input` of the scan described by `summary`.
     pub fn new(input: Arc<dyn ExecutionPlan>, summary: ScanSummary) -> Self {
-        Self { input, summary }
+        Self {
+            input,
+            summary,
+            metrics: datafusion::physical_plan::metrics::ExecutionPlanMetricsSet::new(),
+        }
     }
 
     /// What planning decided.
@@ -124,7 +131,9 @@ impl ExecutionPlan for IcebergScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        self.input.execute(partition, context)
+        let baseline = Baseline::new(&self.metrics, partition);
+        let input = baseline.input(self.input.execute(partition, context)?);
+        Ok(baseline.output(input))
     }
 
     fn child_stats_requests(
@@ -176,6 +185,10 @@ impl ExecutionPlan for IcebergScanExec {
         _config: &ConfigOptions,
     ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
         Ok(FilterPushdownPropagation::if_all(child_pushdown_result))
+    }
+
+    fn metrics(&self) -> Option<datafusion::physical_plan::metrics::MetricsSet> {
+        Some(self.metrics.clone_inner())
     }
 }
 

@@ -19,7 +19,7 @@ use datafusion::error::Result;
 use iceberg::spec::{Literal, NestedField, PrimitiveType, TableMetadata, Type};
 
 use crate::error::IcebergResultExt;
-use crate::scan::PlannedFile;
+use crate::file_planning::PlannedFile;
 
 /// `_file`: the data file's location as its manifest records it.
 pub const FILE: &str = "_file";
@@ -104,7 +104,7 @@ impl FileMetadataColumns {
                     .with_fields(fields)
                     .build()
                     .df()?;
-                super::plan::arrow_schema(&schema)?
+                super::schema::arrow_schema(&schema)?
                     .fields()
                     .iter()
                     .map(|f| match f.data_type() {

@@ -7,5 +7,6 @@ mod exec;
 pub(crate) mod lineage;
 pub mod metadata;
 pub(crate) mod plan;
+pub(crate) mod schema;
 
 pub use exec::{IcebergScanExec, ScanSummary};

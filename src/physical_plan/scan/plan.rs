@@ -33,23 +33,21 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::ExecutionPlan;
 use iceberg::spec::{DataContentType, DataFileFormat, Struct};
 
-use crate::scan::PlannedFile;
+use crate::file_planning::PlannedFile;
 use iceberg::table::Table;
 
 use super::constants::IdentityConstants;
 use super::lineage::{self, LineageInputs, DATA_SEQ_COLUMN, FIRST_ROW_ID_COLUMN};
 use crate::error::IcebergResultExt;
-use crate::location::{file_at, LocationMap};
+use crate::file_planning::{group_files, DeleteFileRef, FieldIdAdapterFactory, ScanFiles};
 use crate::physical_plan::equality_delete::{
     EqualityDeleteColumns, EqualityDeleteExec, FileGate, GLOBAL_SCOPE, NO_SCOPE,
 };
-use crate::physical_plan::parquet_files::{
-    byte_dictionary_type, parquet_exec, parquet_exec_with_dictionaries,
-};
+use crate::physical_plan::parquet_files::{parquet_exec, parquet_exec_with_dictionaries};
 use crate::physical_plan::positional_delete::{
     FileDeletes, PositionDeleteFile, PositionalDeleteExec,
 };
-use crate::scan::{group_files, DeleteFileRef, FieldIdAdapterFactory, ScanFiles};
+use crate::storage::location::{file_at, LocationMap};
 use crate::IcebergOptions;
 
 /// Hidden per-file column: the index of the data file's [`FileGate`] (sequence number and
@@ -140,7 +138,7 @@ pub(crate) async fn plan_scan(
         .table
         .metadata()
         .current_snapshot_id()
-        .map(|id| crate::scan::distinct_counts(req.table.metadata(), id))
+        .map(|id| crate::file_planning::distinct_counts(req.table.metadata(), id))
         .unwrap_or_default();
     let statistics_of = |schema: &SchemaRef, files: &[PlannedFile]| {
         let rows = files.iter().map(|f| f.record_count).sum::<u64>() as usize;
@@ -166,7 +164,7 @@ pub(crate) async fn plan_scan(
                 continue;
             };
             let value = |d: Option<&iceberg::spec::Datum>| {
-                d.and_then(|d| crate::scan::strict::literal_scalar(ty, d.literal()))
+                d.and_then(|d| crate::file_planning::literal::literal_scalar(ty, d.literal()))
                     .and_then(|v| match v.data_type() == *field.data_type() {
                         true => Some(v),
                         false => v.cast_to(field.data_type()).ok(),
@@ -263,7 +261,7 @@ pub(crate) async fn plan_scan(
     // The gate of each file equality deletes may apply to. A file no equality delete applies
     // to reads as newest of all: the join passes its batches without looking keys up (same
     // answer by the gating rule).
-    let gate_of = |f: &crate::scan::PlannedFile| FileGate {
+    let gate_of = |f: &crate::file_planning::PlannedFile| FileGate {
         data_seq: if f.equality_deletes {
             f.data_seq
         } else {
@@ -292,7 +290,7 @@ pub(crate) async fn plan_scan(
         Some(projection)
     };
     let url = req.locations.store_url(req.table.metadata().location())?;
-    crate::table::register_store(state, req.stores, &url)?;
+    crate::storage::register_store(state, req.stores, &url)?;
     // A data file's position delete files, by its object store location.
     let deletes_of = |f: &PlannedFile| -> Result<Option<(String, FileDeletes)>> {
         if f.position_deletes.is_empty() {
@@ -714,114 +712,4 @@ async fn delete_scan(
         .with_expr_adapter(Some(adapter.shared()))
         .build();
     parquet_exec(state, config, false)
-}
-
-/// The Arrow schema DataFusion sees for an Iceberg schema (no field-id metadata).
-pub(crate) fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
-    let with_ids = crate::arrow58::iceberg_to_arrow(schema)?;
-    let fields: Vec<_> = with_ids
-        .fields()
-        .iter()
-        .map(|f| {
-            let f = mark_uuid(strip_field_metadata(f), f, schema);
-            // Top-level strings are string views, as DataFusion reads parquet strings by default
-            // (`schema_force_view_types`): the parquet reader then decodes into views directly.
-            match f.data_type() {
-                arrow::datatypes::DataType::Utf8 => {
-                    f.with_data_type(arrow::datatypes::DataType::Utf8View)
-                }
-                _ => f,
-            }
-        })
-        .collect();
-    Ok(Arc::new(arrow::datatypes::Schema::new(fields)))
-}
-
-/// `schema` with its top-level string views as plain strings: a scan whose rows a writer copies
-/// into new files decodes into the strings the writer encodes, instead of views it would cast.
-pub(crate) fn with_plain_strings(schema: &SchemaRef) -> SchemaRef {
-    let fields: Vec<FieldRef> = schema
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
-            DataType::Utf8View => Arc::new(f.as_ref().clone().with_data_type(DataType::Utf8)),
-            _ => Arc::clone(f),
-        })
-        .collect();
-    Arc::new(arrow::datatypes::Schema::new_with_metadata(
-        fields,
-        schema.metadata().clone(),
-    ))
-}
-
-/// `schema` (the Arrow form of `read_schema`) with the top-level strings and binaries of
-/// `field_ids` as dictionaries: a scan whose rows a writer copies into new files reads those
-/// columns as the files' dictionaries, and the writer encodes them from the dictionaries (see
-/// `write::dictionary_chunk`), instead of every value copied out and hashed back in.
-pub(crate) fn with_dictionaries(
-    schema: &SchemaRef,
-    read_schema: &iceberg::spec::Schema,
-    field_ids: &[i32],
-) -> SchemaRef {
-    let fields: Vec<FieldRef> = schema
-        .fields()
-        .iter()
-        .zip(read_schema.as_struct().fields())
-        .map(|(f, field)| match byte_dictionary_type(f.data_type()) {
-            Some(dictionary) if field_ids.contains(&field.id) => {
-                Arc::new(f.as_ref().clone().with_data_type(dictionary))
-            }
-            _ => Arc::clone(f),
-        })
-        .chain(
-            schema
-                .fields()
-                .iter()
-                .skip(read_schema.as_struct().fields().len())
-                .cloned(),
-        )
-        .collect();
-    Arc::new(arrow::datatypes::Schema::new_with_metadata(
-        fields,
-        schema.metadata().clone(),
-    ))
-}
-
-/// `plain` marked `arrow.uuid` when `f` (with its field id) is an Iceberg uuid. Only columns are
-/// marked: Arrow compares nested types with their fields' metadata, so a marked field inside a
-/// struct or list would make the files' own types (unmarked) unequal to the table's.
-fn mark_uuid(
-    plain: arrow::datatypes::Field,
-    f: &arrow::datatypes::Field,
-    schema: &iceberg::spec::Schema,
-) -> arrow::datatypes::Field {
-    let is_uuid = f
-        .metadata()
-        .get(parquet::arrow::PARQUET_FIELD_ID_META_KEY)
-        .and_then(|id| id.parse::<i32>().ok())
-        .and_then(|id| schema.field_by_id(id))
-        .is_some_and(|field| {
-            matches!(
-                *field.field_type,
-                iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Uuid)
-            )
-        });
-    if is_uuid {
-        crate::uuid_type::uuid_field(plain)
-    } else {
-        plain
-    }
-}
-
-fn strip_field_metadata(f: &arrow::datatypes::Field) -> arrow::datatypes::Field {
-    let strip = |c: &FieldRef| Arc::new(strip_field_metadata(c));
-    let data_type = match f.data_type() {
-        DataType::Struct(children) => DataType::Struct(children.iter().map(strip).collect()),
-        DataType::List(c) => DataType::List(strip(c)),
-        DataType::LargeList(c) => DataType::LargeList(strip(c)),
-        DataType::FixedSizeList(c, n) => DataType::FixedSizeList(strip(c), *n),
-        DataType::Map(c, sorted) => DataType::Map(strip(c), *sorted),
-        other => other.clone(),
-    };
-    Field::new(f.name(), data_type, f.is_nullable())
 }

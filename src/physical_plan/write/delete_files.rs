@@ -1,6 +1,6 @@
 //! Writing delete files: position deletes (`file_path`, `pos`, sorted) and equality deletes
 //! (the equality columns of deleted rows), as parquet files with full column metrics, described
-//! as [`NewFile`]s ready for a row-delta commit ([`crate::snapshot::commit`]).
+//! as [`NewFile`]s ready for a row-delta commit ([`crate::commit::commit`]).
 
 use std::sync::Arc;
 
@@ -22,8 +22,8 @@ use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use super::locations::FileLocations;
 use super::writer::{parquet_writers, position_delete_writers, WriteSchema};
 use crate::arrow58::RecordBatch58;
+use crate::commit::NewFile;
 use crate::error::IcebergResultExt;
-use crate::snapshot::NewFile;
 
 /// Field id of `file_path` in position delete files (reserved by the spec).
 pub const DELETE_FILE_PATH_ID: i32 = 2147483546;

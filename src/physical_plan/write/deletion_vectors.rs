@@ -22,9 +22,9 @@ use roaring::RoaringTreemap;
 
 use super::delete_files::partition_key;
 use super::locations::FileLocations;
+use crate::commit::NewFile;
 use crate::error::IcebergResultExt;
 use crate::physical_plan::positional_delete::dv;
-use crate::snapshot::NewFile;
 
 /// The Puffin magic that opens the file, before the first blob.
 const PUFFIN_HEADER_BYTES: u64 = 4;

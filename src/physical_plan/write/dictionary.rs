@@ -23,9 +23,9 @@ use object_store::{ObjectMeta, ObjectStore};
 use parquet::basic::Encoding;
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 
-use crate::location::{file_at, LocationMap};
+use crate::file_planning::PlannedFile;
 use crate::physical_plan::parquet_files::fetch_footer;
-use crate::scan::PlannedFile;
+use crate::storage::location::{file_at, LocationMap};
 use crate::storage::ObjectStores;
 
 /// Footers read to decide: enough to see how a table's writer fared, few requests.

@@ -2,12 +2,13 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 
+use crate::physical_plan::baseline::Baseline;
 use crate::physical_plan::single_child;
 use arrow::array::RecordBatch;
 use datafusion::physical_expr::PhysicalExpr;
@@ -26,6 +27,7 @@ use iceberg::table::Table;
 use super::writer::{
     data_files_schema, tally_batch, write_partition, PartitionWrite, WriterCounters,
 };
+use crate::commit::WrittenFiles;
 use crate::physical_plan::change_rows::ChangeCounts;
 
 /// A report a [`DataFileWriterExec`] appends to its output once all of its partitions have
@@ -38,41 +40,6 @@ pub(crate) trait WriterTally: Send + Sync + fmt::Debug {
 impl WriterTally for ChangeCounts {
     fn rows(&self) -> Result<RecordBatch> {
         tally_batch(self.get())
-    }
-}
-
-/// Locations of every file a write handed out, shared by the writer and commit nodes of one
-/// statement so that a failed statement can remove what it wrote.
-#[derive(Debug, Clone, Default)]
-pub struct WrittenFiles(Arc<Mutex<Vec<String>>>);
-
-impl WrittenFiles {
-    pub(crate) fn record(&self, location: String) {
-        if let Ok(mut v) = self.0.lock() {
-            v.push(location);
-        }
-    }
-
-    /// Deletes every recorded file (after a failed statement), leaving none recorded. Best
-    /// effort: a file that cannot be removed is an orphan, not a correctness problem.
-    pub async fn remove_all(&self, file_io: &iceberg::io::FileIO) {
-        for f in self.take() {
-            if let Err(e) = file_io.delete(&f).await {
-                log::warn!("could not remove {f} after a failed statement: {e}");
-            }
-        }
-    }
-
-    /// Takes the recorded locations (each once), leaving none.
-    pub fn take(&self) -> Vec<String> {
-        let mut taken = self
-            .0
-            .lock()
-            .map(|mut v| std::mem::take(&mut *v))
-            .unwrap_or_default();
-        taken.sort_unstable();
-        taken.dedup();
-        taken
     }
 }
 
@@ -414,8 +381,9 @@ impl ExecutionPlan for DataFileWriterExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let baseline = Baseline::new(&self.metrics, partition);
         let pool = Arc::clone(&context.runtime_env().memory_pool);
-        let input = self.input.execute(partition, context)?;
+        let input = baseline.input(self.input.execute(partition, context)?);
         let counters = WriterCounters {
             rows: MetricBuilder::new(&self.metrics).counter("rows_written", partition),
             files: MetricBuilder::new(&self.metrics).counter("files_written", partition),
@@ -455,10 +423,10 @@ impl ExecutionPlan for DataFileWriterExec {
                 [&batch, &tally],
             )?)
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
+        Ok(baseline.output(Box::pin(RecordBatchStreamAdapter::new(
             data_files_schema(),
             futures::stream::once(fut),
-        )))
+        ))))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

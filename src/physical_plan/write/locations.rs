@@ -11,7 +11,7 @@ use datafusion::error::Result;
 use iceberg::spec::{PartitionKey, TableMetadata};
 use iceberg::writer::file_writer::location_generator::LocationGenerator;
 
-use crate::catalog::check_location;
+use crate::storage::location::check_location;
 
 /// The properties that move a table's data files, in the order they are honoured.
 const DATA_PATH_PROPERTIES: [&str; 2] = ["write.data.path", "write.folder-storage.path"];

@@ -70,10 +70,10 @@ use super::locations::FileLocations;
 use super::parquet_file::{count_nans, file_metrics, holds_floats, RowGroup, SharedBuffer};
 use super::writer::{with_plain_columns, writer_properties};
 use super::WrittenFiles;
+use crate::commit::NewFile;
 use crate::error::IcebergResultExt;
-use crate::location::LocationMap;
-use crate::scan::PlannedFile;
-use crate::snapshot::NewFile;
+use crate::file_planning::PlannedFile;
+use crate::storage::location::LocationMap;
 
 /// Rows decoded at a time from a changed column.
 const BATCH_ROWS: usize = 8192;

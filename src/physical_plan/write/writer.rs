@@ -29,12 +29,12 @@ use parquet::basic::{Compression, Encoding, GzipLevel, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 
-use super::exec::WrittenFiles;
 use super::locations::FileLocations;
 use super::parquet_file::ParquetFileWriterBuilder;
 use crate::arrow58::{batch_to_58, schema_from_58, RecordBatch58, SchemaRef58};
+use crate::commit::NewFile;
+use crate::commit::WrittenFiles;
 use crate::error::IcebergResultExt;
-use crate::snapshot::NewFile;
 
 /// Schema of the writer's output: one row per data file written.
 pub(crate) fn data_files_schema() -> SchemaRef {

@@ -1,0 +1,28 @@
+//! The commit layer: everything that changes a table's metadata. The proposed change and the
+//! store that swaps it ([`MetadataStore`], implemented by the catalogs), metadata files, the
+//! snapshot producer (manifests, manifest lists, summaries, sequence numbers, refs), the commit
+//! loop with its retries and commit-state-unknown, the files a statement wrote (removed when its
+//! commit fails for sure) and the delete files a removal takes along.
+//!
+//! It imports file planning (`scan`: reading manifests), storage and locations; nothing above:
+//! catalogs, operators, statements, maintenance and the distributed nodes import it.
+
+mod cluster;
+pub(crate) mod metadata_file;
+mod producer;
+mod removed;
+mod retry;
+mod store;
+mod written;
+
+pub use producer::{
+    is_concurrent_change, ConcurrentChange, MayMatch, NewFile, RemovedDeletes, SnapshotChanges,
+    SnapshotProducer, Validation, MAIN_BRANCH,
+};
+pub(crate) use removed::removed_with_deletes;
+pub(crate) use retry::commit_or_clean_up;
+pub use retry::{
+    commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown, STATEMENT_ID_PROPERTY,
+};
+pub use store::{CommitResult, MetadataChange, MetadataStore};
+pub use written::WrittenFiles;
