@@ -115,9 +115,10 @@ impl ExecutionPlan for CommittedExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        Ok(Arc::new(Self {
-            input: crate::physical_plan::single_child("CommittedExec", children)?,
-        }))
+        Ok(Arc::new(Self::new(crate::physical_plan::single_child(
+            "CommittedExec",
+            children,
+        )?)))
     }
 
     fn execute(

@@ -1,20 +1,14 @@
-//! What `DELETE`, `UPDATE` and `MERGE` share: the table a statement changes, its write mode,
-//! the one-row `count` node's properties, plans run through the session's physical optimizer, the files a commit removes along with data files,
-//! and the commit that removes what the statement wrote when it fails.
+//! What the planning of `DELETE`, `UPDATE` and `MERGE` shares: the table a statement changes and
+//! its write mode. (Their node, its retry loop and counters: `physical_plan::statement`; the
+//! commit with clean-up and the files a removal takes along: `commit`.)
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{Partitioning, PlanProperties, SendableRecordBatchStream};
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
 use crate::commit::MetadataStore;
-use crate::physical_plan::commit::count_schema;
 use crate::storage::location::LocationMap;
 
 /// The table a statement changes, as the provider holds it.
@@ -65,36 +59,4 @@ impl WriteMode {
             Self::MergeOnRead => "merge-on-read",
         }
     }
-}
-
-/// The properties of a statement node: one partition, one final row (`count`).
-pub(crate) fn count_properties() -> Arc<PlanProperties> {
-    Arc::new(PlanProperties::new(
-        EquivalenceProperties::new(count_schema()),
-        Partitioning::UnknownPartitioning(1),
-        EmissionType::Final,
-        Boundedness::Bounded,
-    ))
-}
-
-/// Errors unless `partition` is 0 (statement nodes have one partition).
-pub(crate) fn only_partition(node: &str, partition: usize) -> Result<()> {
-    match partition {
-        0 => Ok(()),
-        p => Err(DataFusionError::Internal(format!(
-            "{node} has one partition, asked for {p}"
-        ))),
-    }
-}
-
-/// The output of a statement node: one row, `count`, once `statement` has run.
-pub(crate) fn count_stream(
-    statement: impl std::future::Future<Output = Result<u64>> + Send + 'static,
-) -> SendableRecordBatchStream {
-    let stream = futures::stream::once(async move {
-        let n = statement.await?;
-        let array = Arc::new(UInt64Array::from(vec![n])) as ArrayRef;
-        Ok(RecordBatch::try_new(count_schema(), vec![array])?)
-    });
-    Box::pin(RecordBatchStreamAdapter::new(count_schema(), stream))
 }

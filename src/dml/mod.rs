@@ -9,7 +9,8 @@
 //!                        mor_pass.rs: its merge-on-read pass 1 (position delete files)
 //!                        (on workers: physical_plan::write::PositionDeleteWriterExec)
 //!  merge/      MERGE INTO (MergeExec)
-//!  core.rs     what all of them share: target, write mode, the statement node's output
+//!  core.rs     what all of them share: the target, the write mode (their node, its retry
+//!              loop and counters: physical_plan::statement::StatementExec)
 //!  splice.rs   copy-on-write by column splice (UPDATE and MERGE): when it applies, the
 //!              rewrite of files whose other columns are copied as they are
 //! ```

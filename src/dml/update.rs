@@ -8,7 +8,6 @@ use datafusion::catalog::Session;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::Expr;
-use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::rewrite::{plan, DmlJob, DmlOp};
@@ -16,6 +15,7 @@ use super::splice::{moves_rows, splice_files};
 use super::DmlTarget;
 use crate::commit::NewFile;
 use crate::file_planning::PlannedFile;
+use crate::physical_plan::statement::StatementMetrics;
 use crate::physical_plan::write::{Computed, NewValues, Splicer, WrittenFiles};
 
 /// Plans `UPDATE target SET assignments WHERE filters` (AND-ed; none: every row); values are of
@@ -40,8 +40,7 @@ pub(super) async fn splice_update(
     touched: &[PlannedFile],
     context: &Arc<TaskContext>,
     written: &WrittenFiles,
-    files_spliced: &Count,
-    splice_fallbacks: &Count,
+    m: &StatementMetrics,
 ) -> Result<Option<(Vec<NewFile>, u64)>> {
     let DmlOp::Update(assignments) = &job.op else {
         return Ok(None);
@@ -88,12 +87,12 @@ pub(super) async fn splice_update(
             for location in attempt.take() {
                 written.record(location);
             }
-            files_spliced.add(files.len());
+            m.add("files_spliced", files.len());
             Ok(Some((files, changed)))
         }
         Ok(None) => {
             attempt.remove_all(job.table.file_io()).await;
-            splice_fallbacks.add(1);
+            m.add("splice_fallbacks", 1);
             Ok(None)
         }
         Err(e) => {

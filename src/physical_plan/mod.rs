@@ -14,6 +14,7 @@ pub(crate) mod parquet_files;
 pub mod positional_delete;
 pub mod scan;
 pub(crate) mod spill;
+pub(crate) mod statement;
 pub mod write;
 
 use std::sync::Arc;

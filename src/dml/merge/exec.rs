@@ -1,5 +1,7 @@
-//! [`MergeExec`]: runs a planned `MERGE` (read the source, plan and join the target, write the
-//! new rows, then position deletes or the rewrite), checks it, and commits, again on a conflict.
+//! A planned `MERGE` as the statement its node (`MergeExec`, a
+//! [`StatementExec`](crate::physical_plan::statement::StatementExec) whose child is the source)
+//! runs: read the source, plan and join the target, write the new rows, then position deletes or
+//! the rewrite, check it, and commit; again on the new table state after a conflict.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -9,29 +11,25 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SpillFile, TaskContext};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::expressions::{self, Column};
-use datafusion::physical_plan::metrics::{
-    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, SpillMetrics,
-};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, SpillMetrics};
 use datafusion::physical_plan::projection::ProjectionExec;
-use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, SendableRecordBatchStream,
-};
+use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 use iceberg::spec::Operation;
+use iceberg::table::Table;
+
+use crate::commit::MetadataStore;
 
 use crate::commit::{commit_or_clean_up, removed_with_deletes};
-use crate::commit::{is_concurrent_change, RemovedDeletes, SnapshotChanges};
+use crate::commit::{RemovedDeletes, SnapshotChanges};
 use crate::dml::core::WriteMode;
 use crate::dml::splice::{drop_rows, files_allow_splice, moves_rows, splice_files, DroppedRows};
-use crate::error::IcebergResultExt;
 use crate::file_planning::{PlannedFile, ScanFiles};
-use crate::physical_plan::baseline::Baseline;
 use crate::physical_plan::merge::join::{
     hash_join, join_filter, join_plan, rewrite_join, JoinMode,
 };
@@ -44,6 +42,7 @@ use crate::physical_plan::merge::rows::{MergeRowsExec, RowsMode};
 use crate::physical_plan::merge::source::{read_source, spilled_exec, BufferedSource};
 use crate::physical_plan::merge::splice::SpliceValues;
 use crate::physical_plan::spill::SpillWriter;
+use crate::physical_plan::statement::{Statement, StatementMetrics};
 use crate::physical_plan::without_work_stealing;
 use crate::physical_plan::write::{run_writers, sort_requirement, DataFileWriterExec, WriterTally};
 use crate::physical_plan::write::{DeleteWriter, FileDeletes};
@@ -53,35 +52,25 @@ use datafusion::physical_plan::joins::PartitionMode;
 
 use super::{MergeJob, SOURCE_MARKER};
 
-/// Runs a `MERGE`; its child is the source. One output row: `count`, the rows updated, deleted
-/// and inserted (each kind is a metric).
+/// A planned `MERGE`: its node's child is the source. One output row: `count`, the rows
+/// updated, deleted and inserted (each kind is a metric).
 #[derive(Debug)]
-pub struct MergeExec {
-    source: Arc<dyn ExecutionPlan>,
-    job: Arc<MergeJob>,
-    metrics: ExecutionPlanMetricsSet,
-    properties: Arc<PlanProperties>,
+pub(super) struct MergeStatement {
+    pub(super) job: Arc<MergeJob>,
 }
 
-impl MergeExec {
-    pub(super) fn new(source: Arc<dyn ExecutionPlan>, job: Arc<MergeJob>) -> Self {
-        let properties = crate::dml::core::count_properties();
-        Self {
-            source,
-            job,
-            metrics: ExecutionPlanMetricsSet::new(),
-            properties,
-        }
+#[async_trait::async_trait]
+impl Statement for MergeStatement {
+    fn name(&self) -> &'static str {
+        "MergeExec"
     }
-}
 
-impl DisplayAs for MergeExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+    fn describe(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let job = &self.job;
         let clauses: Vec<&str> = job.clauses.iter().map(|c| c.text.as_str()).collect();
         write!(
             f,
-            "MergeExec: table={}, mode={}, join={} on {}, keys={}, clauses=[{}]",
+            "table={}, mode={}, join={} on {}, keys={}, clauses=[{}]",
             job.table.identifier(),
             job.mode.name(),
             job.spec.join_type,
@@ -101,138 +90,77 @@ impl DisplayAs for MergeExec {
         }
         Ok(())
     }
-}
 
-struct Counters {
-    source_rows: Count,
-    target_files: Count,
-    rows_updated: Count,
-    rows_deleted: Count,
-    rows_inserted: Count,
-    files_rewritten: Count,
-    files_written: Count,
-    delete_files_written: Count,
-    delete_files_removed: Count,
-    grace_partitions: Count,
-    key_filter_skipped: Count,
-    first_pass_columns: Count,
-    files_spliced: Count,
-    row_groups_copied: Count,
-    splice_fallbacks: Count,
-    commit_attempts: Count,
-    statement_attempts: Count,
-    spill: SpillMetrics,
-}
-
-impl ExecutionPlan for MergeExec {
-    fn name(&self) -> &str {
-        "MergeExec"
+    fn counters(&self) -> &'static [&'static str] {
+        &[
+            "source_rows",
+            "target_files_scanned",
+            "rows_updated",
+            "rows_deleted",
+            "rows_inserted",
+            "files_rewritten",
+            "files_written",
+            "delete_files_written",
+            "delete_files_removed",
+            "grace_partitions",
+            "target_rows_skipped_by_key_filter",
+            "first_pass_target_columns",
+            "files_spliced",
+            "row_groups_copied",
+            "splice_fallbacks",
+            "commit_attempts",
+        ]
     }
 
-    fn apply_expressions(
+    fn spills(&self) -> bool {
+        true
+    }
+
+    fn context(&self, context: Arc<TaskContext>) -> Arc<TaskContext> {
+        without_work_stealing(context)
+    }
+
+    fn table(&self) -> &Table {
+        &self.job.table
+    }
+
+    fn store(&self) -> &Arc<dyn MetadataStore> {
+        &self.job.store
+    }
+
+    async fn run_once(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![&self.source]
-    }
-
-    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![false]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let source = crate::physical_plan::single_child("MergeExec", children)?;
-        Ok(Arc::new(Self::new(source, Arc::clone(&self.job))))
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        let baseline = Baseline::new(&self.metrics, 0);
-        crate::dml::core::only_partition("MergeExec", partition)?;
-        let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);
-        let m = Counters {
-            source_rows: counter("source_rows"),
-            target_files: counter("target_files_scanned"),
-            rows_updated: counter("rows_updated"),
-            rows_deleted: counter("rows_deleted"),
-            rows_inserted: counter("rows_inserted"),
-            files_rewritten: counter("files_rewritten"),
-            files_written: counter("files_written"),
-            delete_files_written: counter("delete_files_written"),
-            delete_files_removed: counter("delete_files_removed"),
-            grace_partitions: counter("grace_partitions"),
-            key_filter_skipped: counter("target_rows_skipped_by_key_filter"),
-            first_pass_columns: counter("first_pass_target_columns"),
-            files_spliced: counter("files_spliced"),
-            row_groups_copied: counter("row_groups_copied"),
-            splice_fallbacks: counter("splice_fallbacks"),
-            commit_attempts: counter("commit_attempts"),
-            statement_attempts: counter("statement_attempts"),
-            spill: SpillMetrics::new(&self.metrics, 0),
+        children: &[Arc<dyn ExecutionPlan>],
+        context: &Arc<TaskContext>,
+        metrics: &StatementMetrics,
+    ) -> Result<u64> {
+        let [source] = children else {
+            return Err(DataFusionError::Internal(
+                "MergeExec reads one source".into(),
+            ));
         };
-        let fut = run(
-            Arc::clone(&self.job),
-            Arc::clone(&self.source),
-            without_work_stealing(context),
-            m,
-        );
-        Ok(baseline.output(crate::dml::core::count_stream(fut)))
+        run_once(&self.job, Arc::clone(source), context, metrics).await
     }
 
-    fn metrics(&self) -> Option<MetricsSet> {
-        Some(self.metrics.clone_inner())
-    }
-}
-
-/// Runs the statement; on a conflicting concurrent commit, again on the new table state, up to
-/// the table's `commit.retry.num-retries` times.
-async fn run(
-    mut job: Arc<MergeJob>,
-    source: Arc<dyn ExecutionPlan>,
-    context: Arc<TaskContext>,
-    m: Counters,
-) -> Result<u64> {
-    let retries = job
-        .table
-        .metadata()
-        .table_properties()
-        .df()?
-        .commit_num_retries;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        m.statement_attempts.add(1);
-        match run_once(&job, Arc::clone(&source), &context, &m).await {
-            Err(e) if is_concurrent_change(&e) && attempt <= retries => {
-                log::info!("MERGE on '{}' runs again: {e}", job.sql_table());
-                let table = Arc::clone(&job.store).load(job.table.identifier()).await?;
-                if table.metadata().current_schema_id() != job.schema_id {
-                    return Err(DataFusionError::Execution(format!(
-                        "MERGE on table '{}' stopped: the table's schema changed while it ran; \
-                         nothing was changed",
-                        job.sql_table()
-                    )));
-                }
-                let mut again = MergeJob::clone(&job);
-                again.table = table;
-                job = Arc::new(again);
-            }
-            other => return other,
+    async fn again(
+        &self,
+        table: Table,
+        children: &[Arc<dyn ExecutionPlan>],
+    ) -> Result<(Arc<dyn Statement>, Vec<Arc<dyn ExecutionPlan>>)> {
+        let job = &self.job;
+        if table.metadata().current_schema_id() != job.schema_id {
+            return Err(DataFusionError::Execution(format!(
+                "MERGE on table '{}' stopped: the table's schema changed while it ran; \
+                 nothing was changed",
+                job.sql_table()
+            )));
         }
+        let mut again = MergeJob::clone(job);
+        again.table = table;
+        let statement = Arc::new(MergeStatement {
+            job: Arc::new(again),
+        });
+        Ok((statement, children.to_vec()))
     }
 }
 
@@ -258,7 +186,7 @@ async fn run_once(
     job: &MergeJob,
     source: Arc<dyn ExecutionPlan>,
     context: &Arc<TaskContext>,
-    m: &Counters,
+    m: &StatementMetrics,
 ) -> Result<u64> {
     // A splice that cannot finish (its values do not fit, a file another writer made) gives
     // way to the ordinary rewrite: the files it wrote go, and the statement runs again.
@@ -273,7 +201,7 @@ async fn run_once(
                 // scan's queue) start afresh.
                 source = reset_plan_states(source)?;
                 written.remove_all(job.table.file_io()).await;
-                m.splice_fallbacks.add(1);
+                m.add("splice_fallbacks", 1);
                 splice = false;
             }
             other => break (written, other),
@@ -295,15 +223,15 @@ async fn run_once(
     let files_written = changes.added_data_files.len();
     let delete_files_written = changes.added_delete_files.len();
     let outcome = commit_or_clean_up(&job.store, &job.table, changes, &written).await?;
-    m.commit_attempts.add(outcome.attempts as usize);
+    m.add("commit_attempts", outcome.attempts as usize);
     let (updated, deleted, inserted, rewritten, delete_files_removed) = counts;
-    m.rows_updated.add(updated as usize);
-    m.rows_deleted.add(deleted as usize);
-    m.rows_inserted.add(inserted as usize);
-    m.files_rewritten.add(rewritten);
-    m.files_written.add(files_written);
-    m.delete_files_written.add(delete_files_written);
-    m.delete_files_removed.add(delete_files_removed);
+    m.add("rows_updated", updated as usize);
+    m.add("rows_deleted", deleted as usize);
+    m.add("rows_inserted", inserted as usize);
+    m.add("files_rewritten", rewritten);
+    m.add("files_written", files_written);
+    m.add("delete_files_written", delete_files_written);
+    m.add("delete_files_removed", delete_files_removed);
     Ok(updated + deleted + inserted)
 }
 
@@ -325,7 +253,7 @@ async fn changes(
     job: &MergeJob,
     source: Arc<dyn ExecutionPlan>,
     context: &Arc<TaskContext>,
-    m: &Counters,
+    m: &StatementMetrics,
     written: &WrittenFiles,
     splice: bool,
 ) -> Result<Outcome> {
@@ -335,11 +263,11 @@ async fn changes(
             job.sql_table()
         ))
     };
-    let read = read_source(with_marker(source)?, &job.spec, context, m.spill.clone()).await?;
-    m.source_rows.add(read.rows as usize);
+    let read = read_source(with_marker(source)?, &job.spec, context, m.spill()).await?;
+    m.add("source_rows", read.rows as usize);
     let filters = job.target_filters(&read.bounds);
     let files = job.target_files(&filters).await?;
-    m.target_files.add(files.files.len());
+    m.add("target_files_scanned", files.files.len());
     // Copy-on-write by column splice when every file it may touch allows it.
     let metadata = job.table.metadata();
     let splice = match &job.splice {
@@ -373,8 +301,8 @@ async fn changes(
     });
     let source_schema = Arc::clone(&read.schema);
     let target = job.scan(&files, Some(&layout.target_columns)).await?;
-    if m.first_pass_columns.value() == 0 {
-        m.first_pass_columns.add(layout.target_columns.len());
+    if m.value("first_pass_target_columns") == 0 {
+        m.add("first_pass_target_columns", layout.target_columns.len());
     }
     // Distributed, with the source in memory and hash keys: the join, the clauses and the
     // writers run in the workers' tasks, which report the positions they changed.
@@ -390,8 +318,7 @@ async fn changes(
                 // The source's keys travel as a filter on the target too: only target rows
                 // that may match are shuffled.
                 let key_filter =
-                    source_key_filter(&read, spec, &target.schema(), context, m.spill.clone())
-                        .await?;
+                    source_key_filter(&read, spec, &target.schema(), context, m.spill()).await?;
                 let target: Arc<dyn ExecutionPlan> = match &key_filter {
                     Some(f) => Arc::new(KeyFilterExec::new(
                         target,
@@ -419,8 +346,7 @@ async fn changes(
             }
             None => {
                 let key_filter =
-                    source_key_filter(&read, spec, &target.schema(), context, m.spill.clone())
-                        .await?;
+                    source_key_filter(&read, spec, &target.schema(), context, m.spill()).await?;
                 let (join, mode) = join_plan(
                     read,
                     target,
@@ -428,10 +354,10 @@ async fn changes(
                     spec,
                     layout,
                     context,
-                    m.spill.clone(),
+                    m.spill(),
                 )?;
                 if let JoinMode::Grace(n) = mode {
-                    m.grace_partitions.add(n);
+                    m.add("grace_partitions", n);
                 }
                 let positions =
                     MergePositions::new(positions_consumer().register(context.memory_pool()));
@@ -453,9 +379,9 @@ async fn changes(
                         (None, None) => RowsMode::NewRows,
                     }),
                 );
-                let added = job.write(rows, written, context, &m.spill).await?;
+                let added = job.write(rows, written, context, &m.spill()).await?;
                 if let Some(f) = &key_filter {
-                    m.key_filter_skipped.add(f.skipped());
+                    m.add("target_rows_skipped_by_key_filter", f.skipped());
                 }
                 let counts = positions.counts();
                 let changed = positions.take_changed()?;
@@ -542,7 +468,7 @@ async fn changes(
                          the {read} rows of the rewritten files)"
                     )));
                 }
-                m.files_spliced.add(files.len());
+                m.add("files_spliced", files.len());
                 rewritten = touched.len();
                 added.extend(files);
             }
@@ -578,9 +504,9 @@ async fn changes(
                     };
                     by_splice = drop_rows(splicer, drops, &touched, written).await?;
                     rest = std::mem::take(&mut by_splice.refused);
-                    m.files_spliced.add(touched.len() - rest.len());
-                    m.row_groups_copied.add(by_splice.groups_copied);
-                    m.splice_fallbacks.add(usize::from(!rest.is_empty()));
+                    m.add("files_spliced", touched.len() - rest.len());
+                    m.add("row_groups_copied", by_splice.groups_copied);
+                    m.add("splice_fallbacks", usize::from(!rest.is_empty()));
                 }
                 let spliced = Arc::new(AtomicU64::new(0));
                 let (kept, read, dropped) = match rest.is_empty() {
@@ -596,8 +522,7 @@ async fn changes(
                         let scan = job.scan(&rewrite, None).await?;
                         let keep: Arc<dyn ExecutionPlan> = match source_copy {
                             Some(copy) => {
-                                let source =
-                                    spilled_exec(copy, source_schema, context, m.spill.clone())?;
+                                let source = spilled_exec(copy, source_schema, context, m.spill())?;
                                 let spliced = Arc::clone(&spliced);
                                 let versions = |probe: Arc<dyn ExecutionPlan>| {
                                     let join = rewrite_join(source, probe, &job.spec, &job.layout)?;
@@ -648,7 +573,7 @@ async fn changes(
                                 (kept, report.read, report.dropped)
                             }
                             false => {
-                                let kept = job.write(keep, written, context, &m.spill).await?;
+                                let kept = job.write(keep, written, context, &m.spill()).await?;
                                 let read = counts.read.load(Ordering::Relaxed);
                                 (kept, read, counts.dropped.load(Ordering::Relaxed))
                             }

@@ -32,7 +32,7 @@
 
 mod exec;
 
-pub use exec::MergeExec;
+use exec::MergeStatement;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -71,6 +71,7 @@ use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::scan::schema::arrow_schema;
+use crate::physical_plan::statement::StatementExec;
 use crate::physical_plan::write::{
     decode_data_files, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
@@ -226,7 +227,8 @@ pub(crate) async fn plan_merge(
         splicing,
         distributed,
     };
-    Ok(Arc::new(MergeExec::new(source, Arc::new(job))))
+    let statement = Arc::new(MergeStatement { job: Arc::new(job) });
+    Ok(Arc::new(StatementExec::new(statement, vec![source])))
 }
 
 /// Copy-on-write's first pass when it can read fewer columns than the whole rows: the columns

@@ -1,92 +1,44 @@
-//! `DeleteExec` / `UpdateExec`: runs pass 1 (its child), pass 2, the self-check and the commit
-//! of a planned `DELETE` or `UPDATE`, and runs it again on the new table state when a
-//! concurrent commit changed what it read.
+//! A planned `DELETE` or `UPDATE` as the statement its node (`DeleteExec` / `UpdateExec`, a
+//! [`StatementExec`](crate::physical_plan::statement::StatementExec)) runs: pass 1 (its child),
+//! pass 2, the self-check and the commit; planned again on the new table state when a concurrent
+//! commit changed what it read.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
 use arrow::array::{Array, RecordBatch};
-use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::Distribution;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::metrics::{
-    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
-};
-use datafusion::physical_plan::{
-    execute_stream, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
-    SendableRecordBatchStream,
-};
+use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use futures::StreamExt;
 use iceberg::spec::{Operation, TableMetadata};
+use iceberg::table::Table;
 
 use super::{DmlJob, DmlOp};
+use crate::commit::MetadataStore;
 use crate::commit::{commit_or_clean_up, removed_with_deletes};
-use crate::commit::{is_concurrent_change, NewFile, RemovedDeletes, SnapshotChanges, Validation};
+use crate::commit::{NewFile, RemovedDeletes, SnapshotChanges, Validation};
 use crate::dml::core::WriteMode;
 use crate::dml::delete::splice_delete;
 use crate::dml::mor_pass::write_position_deletes;
 use crate::dml::update::splice_update;
-use crate::error::IcebergResultExt;
 use crate::file_planning::strict::FileStats;
 use crate::file_planning::PlannedFile;
-use crate::physical_plan::baseline::Baseline;
+use crate::physical_plan::statement::{Statement, StatementMetrics};
 use crate::physical_plan::write::position_delete_writer::Reported;
 use crate::physical_plan::write::{decode_tally, run_writers, WrittenFiles};
 use crate::IcebergOptions;
 
-/// Runs a `DELETE` or `UPDATE`: pass 1 (its child), pass 2, verification and the commit. One
-/// output row: `count`, the rows deleted or updated. Shown as `DeleteExec` / `UpdateExec`.
+/// A planned `DELETE` or `UPDATE`, run by a
+/// [`StatementExec`](crate::physical_plan::statement::StatementExec) (shown as `DeleteExec` /
+/// `UpdateExec`) whose child is pass 1: pass 2, verification and the commit. One output row:
+/// `count`, the rows deleted or updated.
 #[derive(Debug)]
-pub struct DmlExec {
-    pass1: Option<Arc<dyn ExecutionPlan>>,
-    job: Arc<DmlJob>,
-    metrics: ExecutionPlanMetricsSet,
-    properties: Arc<PlanProperties>,
-}
-
-impl DmlExec {
-    pub(super) fn new(pass1: Option<Arc<dyn ExecutionPlan>>, job: DmlJob) -> Self {
-        Self::with_job(pass1, Arc::new(job))
-    }
-
-    fn with_job(pass1: Option<Arc<dyn ExecutionPlan>>, job: Arc<DmlJob>) -> Self {
-        let properties = crate::dml::core::count_properties();
-        Self {
-            pass1,
-            job,
-            metrics: ExecutionPlanMetricsSet::new(),
-            properties,
-        }
-    }
-}
-
-impl DisplayAs for DmlExec {
-    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        let job = &self.job;
-        write!(
-            f,
-            "{}: table={}, mode={}, removed_whole={}, checked={}",
-            self.name(),
-            job.table.identifier(),
-            job.mode.name(),
-            job.removed_whole.len(),
-            job.checked.files.len(),
-        )?;
-        if let DmlOp::Update(assignments) = &job.op {
-            let set: Vec<String> = assignments
-                .iter()
-                .map(|(c, v)| format!("{c} = {v}"))
-                .collect();
-            write!(f, ", set=[{}]", set.join(", "))?;
-        }
-        if let Some(c) = job.condition() {
-            write!(f, ", condition={c}")?;
-        }
-        Ok(())
-    }
+pub(super) struct DmlStatement {
+    pub(super) job: Arc<DmlJob>,
 }
 
 /// Adds each row's file to `counts`.
@@ -104,61 +56,11 @@ fn count_files(batch: &RecordBatch, counts: &mut HashMap<String, u64>) -> Result
     Ok(())
 }
 
-struct Counters {
-    rows_deleted: Count,
-    files_removed: Count,
-    files_rewritten: Count,
-    rows_rewritten: Count,
-    files_spliced: Count,
-    row_groups_copied: Count,
-    splice_fallbacks: Count,
-    files_written: Count,
-    delete_files_removed: Count,
-    delete_files_written: Count,
-    commit_attempts: Count,
-    statement_attempts: Count,
-}
-
-/// Runs the statement; when a concurrent commit changed what it read, plans and runs it again on
-/// the new table state, up to the table's `commit.retry.num-retries` times.
-async fn run(
-    mut job: Arc<DmlJob>,
-    mut pass1: Option<Arc<dyn ExecutionPlan>>,
-    context: Arc<TaskContext>,
-    m: Counters,
-) -> Result<u64> {
-    let retries = job
-        .table
-        .metadata()
-        .table_properties()
-        .df()?
-        .commit_num_retries;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        m.statement_attempts.add(1);
-        match run_once(Arc::clone(&job), pass1.clone(), Arc::clone(&context), &m).await {
-            Err(e) if is_concurrent_change(&e) && attempt <= retries => {
-                log::info!(
-                    "{} on '{}' runs again: {e}",
-                    job.op.sql(),
-                    job.table.identifier()
-                );
-                let table = Arc::clone(&job.store).load(job.table.identifier()).await?;
-                let (again, plan) = job.again(table).await?;
-                job = Arc::new(again);
-                pass1 = plan;
-            }
-            other => return other,
-        }
-    }
-}
-
 async fn run_once(
     job: Arc<DmlJob>,
     pass1: Option<Arc<dyn ExecutionPlan>>,
     context: Arc<TaskContext>,
-    m: &Counters,
+    m: &StatementMetrics,
 ) -> Result<u64> {
     let mor = job.mode == WriteMode::MergeOnRead;
     let written = WrittenFiles::default();
@@ -240,17 +142,7 @@ async fn run_once(
             // Copy-on-write UPDATE by column splice, when it applies.
             let spliced = match mor {
                 true => None,
-                false => {
-                    splice_update(
-                        &job,
-                        &touched,
-                        &context,
-                        &written,
-                        &m.files_spliced,
-                        &m.splice_fallbacks,
-                    )
-                    .await?
-                }
+                false => splice_update(&job, &touched, &context, &written, m).await?,
             };
             if let Some((files, selected)) = spliced {
                 let read: u64 = touched.iter().map(|f| f.record_count).sum();
@@ -265,7 +157,7 @@ async fn run_once(
                         job.table.identifier()
                     )));
                 }
-                m.rows_rewritten.add(written_rows as usize);
+                m.add("rows_rewritten", written_rows as usize);
                 return Ok(());
             }
             // Copy-on-write DELETE: row groups that keep every row are copied as they are.
@@ -273,9 +165,9 @@ async fn run_once(
             let mut rest = touched.clone();
             if !mor {
                 if let Some(d) = splice_delete(&job, &touched, &context, &written).await? {
-                    m.files_spliced.add(touched.len() - d.refused.len());
-                    m.row_groups_copied.add(d.groups_copied);
-                    m.splice_fallbacks.add(usize::from(!d.refused.is_empty()));
+                    m.add("files_spliced", touched.len() - d.refused.len());
+                    m.add("row_groups_copied", d.groups_copied);
+                    m.add("splice_fallbacks", usize::from(!d.refused.is_empty()));
                     (read, selected) = (d.read, d.dropped);
                     added.extend(d.files);
                     rest = d.refused;
@@ -309,7 +201,7 @@ async fn run_once(
                     job.table.identifier()
                 )));
             }
-            m.rows_rewritten.add(written_rows as usize);
+            m.add("rows_rewritten", written_rows as usize);
             Ok(())
         }
         .await;
@@ -367,96 +259,98 @@ async fn run_once(
     let files_written = changes.added_data_files.len();
     let delete_files_written = changes.added_delete_files.len();
     let outcome = commit_or_clean_up(&job.store, &job.table, changes, &written).await?;
-    m.commit_attempts.add(outcome.attempts as usize);
-    m.rows_deleted.add(deleted as usize);
-    m.files_removed.add(job.removed_whole.len());
-    m.files_rewritten.add(if mor { 0 } else { touched.len() });
-    m.files_written.add(files_written);
-    m.delete_files_written.add(delete_files_written);
-    m.delete_files_removed.add(delete_files_removed);
+    m.add("commit_attempts", outcome.attempts as usize);
+    m.add("rows_deleted", deleted as usize);
+    m.add("files_removed_whole", job.removed_whole.len());
+    m.add("files_rewritten", if mor { 0 } else { touched.len() });
+    m.add("files_written", files_written);
+    m.add("delete_files_written", delete_files_written);
+    m.add("delete_files_removed", delete_files_removed);
     Ok(deleted)
 }
 
-impl ExecutionPlan for DmlExec {
-    fn name(&self) -> &str {
+#[async_trait::async_trait]
+impl Statement for DmlStatement {
+    fn name(&self) -> &'static str {
         match self.job.op {
             DmlOp::Delete => "DeleteExec",
             DmlOp::Update(_) => "UpdateExec",
         }
     }
 
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
-    ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
+    fn describe(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let job = &self.job;
+        write!(
+            f,
+            "table={}, mode={}, removed_whole={}, checked={}",
+            job.table.identifier(),
+            job.mode.name(),
+            job.removed_whole.len(),
+            job.checked.files.len(),
+        )?;
+        if let DmlOp::Update(assignments) = &job.op {
+            let set: Vec<String> = assignments
+                .iter()
+                .map(|(c, v)| format!("{c} = {v}"))
+                .collect();
+            write!(f, ", set=[{}]", set.join(", "))?;
+        }
+        if let Some(c) = job.condition() {
+            write!(f, ", condition={c}")?;
+        }
+        Ok(())
     }
 
-    fn properties(&self) -> &Arc<PlanProperties> {
-        &self.properties
+    fn counters(&self) -> &'static [&'static str] {
+        &[
+            "rows_deleted",
+            "files_removed_whole",
+            "files_rewritten",
+            "rows_rewritten",
+            "files_spliced",
+            "row_groups_copied",
+            "splice_fallbacks",
+            "files_written",
+            "delete_files_removed",
+            "delete_files_written",
+            "commit_attempts",
+        ]
     }
 
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        self.pass1.iter().collect()
-    }
-
-    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
-        vec![false; self.pass1.iter().count()]
-    }
-
-    fn required_input_distribution(&self) -> Vec<datafusion::physical_expr::Distribution> {
-        use datafusion::physical_expr::Distribution;
+    fn child_distribution(&self) -> Distribution {
         // Distributed, pass 1 reaches this node as one stream from the workers (the planner
         // puts the network boundary where the partitions merge).
-        let d = match self.job.distributed {
+        match self.job.distributed {
             true => Distribution::SinglePartition,
             false => Distribution::UnspecifiedDistribution,
-        };
-        vec![d; self.pass1.iter().count()]
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        if children.len() != self.pass1.iter().count() {
-            return Err(DataFusionError::Internal(
-                "DmlExec got a different number of children".into(),
-            ));
         }
-        Ok(Arc::new(Self::with_job(
-            children.into_iter().next(),
-            Arc::clone(&self.job),
-        )))
     }
 
-    fn execute(
+    fn table(&self) -> &Table {
+        &self.job.table
+    }
+
+    fn store(&self) -> &Arc<dyn MetadataStore> {
+        &self.job.store
+    }
+
+    async fn run_once(
         &self,
-        partition: usize,
-        context: Arc<TaskContext>,
-    ) -> Result<SendableRecordBatchStream> {
-        let baseline = Baseline::new(&self.metrics, 0);
-        crate::dml::core::only_partition("DmlExec", partition)?;
-        let counter = |name: &'static str| MetricBuilder::new(&self.metrics).counter(name, 0);
-        let m = Counters {
-            rows_deleted: counter("rows_deleted"),
-            files_removed: counter("files_removed_whole"),
-            files_rewritten: counter("files_rewritten"),
-            rows_rewritten: counter("rows_rewritten"),
-            files_spliced: counter("files_spliced"),
-            row_groups_copied: counter("row_groups_copied"),
-            splice_fallbacks: counter("splice_fallbacks"),
-            files_written: counter("files_written"),
-            delete_files_removed: counter("delete_files_removed"),
-            delete_files_written: counter("delete_files_written"),
-            commit_attempts: counter("commit_attempts"),
-            statement_attempts: counter("statement_attempts"),
-        };
-        let fut = run(Arc::clone(&self.job), self.pass1.clone(), context, m);
-        Ok(baseline.output(crate::dml::core::count_stream(fut)))
+        children: &[Arc<dyn ExecutionPlan>],
+        context: &Arc<TaskContext>,
+        metrics: &StatementMetrics,
+    ) -> Result<u64> {
+        let pass1 = children.first().cloned();
+        run_once(Arc::clone(&self.job), pass1, Arc::clone(context), metrics).await
     }
 
-    fn metrics(&self) -> Option<MetricsSet> {
-        Some(self.metrics.clone_inner())
+    async fn again(
+        &self,
+        table: Table,
+        _children: &[Arc<dyn ExecutionPlan>],
+    ) -> Result<(Arc<dyn Statement>, Vec<Arc<dyn ExecutionPlan>>)> {
+        let (job, pass1) = self.job.again(table).await?;
+        let statement = Arc::new(DmlStatement { job: Arc::new(job) });
+        Ok((statement, pass1.into_iter().collect()))
     }
 }

@@ -55,6 +55,7 @@ use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::metadata::{self, FileMetadataColumns};
 use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
 use crate::physical_plan::scan::schema::arrow_schema;
+use crate::physical_plan::statement::StatementExec;
 use crate::physical_plan::write::{
     plain_columns_of, sort_requirement, DataFileWriterExec, WrittenFiles,
 };
@@ -66,7 +67,7 @@ use crate::physical_plan::write::PositionDeleteWriterExec;
 
 mod exec;
 
-use exec::DmlExec;
+use exec::DmlStatement;
 
 /// What a statement does to the rows its condition selects.
 #[derive(Debug, Clone)]
@@ -186,7 +187,11 @@ pub(crate) async fn plan(
         checked: ScanFiles::default(),
     };
     let (job, pass1) = job.plan().await?;
-    Ok(Arc::new(DmlExec::new(pass1, job)))
+    let statement = Arc::new(DmlStatement { job: Arc::new(job) });
+    Ok(Arc::new(StatementExec::new(
+        statement,
+        pass1.into_iter().collect(),
+    )))
 }
 
 /// The candidate files whose every row provably matches `filters`.
