@@ -7,6 +7,7 @@
 //! It imports file planning (`scan`: reading manifests), storage and locations; nothing above:
 //! catalogs, operators, statements, maintenance and the distributed nodes import it.
 
+mod changes;
 mod cluster;
 pub(crate) mod metadata_file;
 mod producer;
@@ -15,10 +16,11 @@ mod retry;
 mod store;
 mod written;
 
-pub use producer::{
+pub use changes::{
     is_concurrent_change, ConcurrentChange, MayMatch, NewFile, RemovedDeletes, SnapshotChanges,
-    SnapshotProducer, Validation, MAIN_BRANCH,
+    Validation, MAIN_BRANCH,
 };
+pub use producer::SnapshotProducer;
 pub(crate) use removed::removed_with_deletes;
 pub(crate) use retry::commit_or_clean_up;
 pub use retry::{

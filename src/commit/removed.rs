@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::error::Result;
 use iceberg::table::Table;
 
-use super::producer::RemovedDeletes;
+use super::changes::RemovedDeletes;
 use crate::file_planning::{plan_files_pruned, DeleteFileRef, FileFilter, PlannedFile};
 use crate::storage::location::LocationMap;
 

@@ -9,7 +9,8 @@ use datafusion::error::{DataFusionError, Result};
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
-use super::producer::{SnapshotChanges, SnapshotProducer};
+use super::changes::SnapshotChanges;
+use super::producer::SnapshotProducer;
 use super::store::{CommitResult, MetadataStore};
 use super::written::WrittenFiles;
 use crate::error::IcebergResultExt;

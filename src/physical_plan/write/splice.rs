@@ -64,10 +64,11 @@ use parquet::file::reader::{ChunkReader, Length};
 use parquet::schema::types::ColumnDescPtr;
 use roaring::RoaringTreemap;
 
+use super::column_metrics::{count_nans, file_metrics, holds_floats};
 use super::dictionary::columns_of_file;
 use super::dictionary_chunk;
 use super::locations::FileLocations;
-use super::parquet_file::{count_nans, file_metrics, holds_floats, RowGroup, SharedBuffer};
+use super::parquet_file::{RowGroup, SharedBuffer};
 use super::writer::{with_plain_columns, writer_properties};
 use super::WrittenFiles;
 use crate::commit::NewFile;
