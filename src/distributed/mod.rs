@@ -39,10 +39,10 @@ use datafusion_distributed::{
 };
 use url::Url;
 
+pub use crate::physical_plan::committed::CommittedExec;
 #[cfg(feature = "ballista")]
 pub use ballista::{ballista_config, BallistaIcebergLogicalCodec, BallistaIcebergPhysicalCodec};
 pub use codec::{IcebergLogicalCodec, IcebergPhysicalCodec};
-pub use committed::CommittedExec;
 
 use crate::file_planning::FieldIdAdapterFactory;
 use crate::physical_plan::scan::plan::is_delete_rows_scan;

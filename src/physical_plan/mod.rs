@@ -3,6 +3,8 @@
 pub(crate) mod baseline;
 pub mod change_rows;
 pub mod commit;
+#[cfg(feature = "distributed")]
+pub(crate) mod committed;
 pub mod equality_delete;
 pub(crate) mod file_keys;
 pub(crate) mod join_choice;
@@ -13,6 +15,7 @@ pub(crate) mod orc;
 pub(crate) mod parquet_files;
 pub mod positional_delete;
 pub mod scan;
+pub(crate) mod spawned;
 pub(crate) mod spill;
 pub(crate) mod statement;
 pub mod write;
