@@ -235,6 +235,17 @@ impl RewriteOptions {
     }
 }
 
+/// How the rows of a file group are laid out in the new files.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RewriteStrategy {
+    /// Combine files as they are, rows in file order (Spark's bin-pack; `Sort` sorts).
+    #[default]
+    BinPack,
+    /// Sort the rows of each group: by this order (`"c1 DESC NULLS LAST, c2"`), by a z-order
+    /// of columns (`"zorder(c1, c2)"`), or by the table's sort order when `None`.
+    Sort(Option<String>),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,10 @@
 //! condition, two `IN`/`EXISTS` subqueries in one condition, correlated conditions other than
 //! equalities, and correlated scalar subqueries.
 
+mod correlation;
+mod scalar;
+mod sql;
+
 use std::ops::ControlFlow;
 
 use datafusion::common::ScalarValue;
@@ -34,15 +38,19 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{
-    Assignment, AssignmentTarget, BinaryOperator, Expr, FromTable, ObjectName, Query, SetExpr,
-    Statement, TableFactor, TableWithJoins, UnaryOperator, UpdateTableFromKind, Visit, VisitMut,
-    Visitor, VisitorMut,
+    Assignment, AssignmentTarget, Expr, FromTable, Query, Statement, TableFactor, TableWithJoins,
+    UnaryOperator, UpdateTableFromKind, Visit, VisitMut, Visitor,
 };
 
 use crate::ident::normalised;
 
+use correlation::correlation;
+use scalar::{scalar_value, ReplaceScalars, ScalarSubqueries};
+use sql::{conjuncts, name_parts, refuse};
+
 /// The source's key columns, named apart from any column of the target.
 const KEY: &str = "__iceberg_key";
+
 /// The source's alias in the MERGE.
 const SOURCE: &str = "__iceberg_src";
 
@@ -234,13 +242,6 @@ fn target_of(tables: &[TableWithJoins]) -> Option<(String, Vec<Vec<String>>, boo
     Some((target, qualifiers, plain_delete))
 }
 
-fn name_parts(name: &ObjectName) -> Option<Vec<String>> {
-    name.0
-        .iter()
-        .map(|p| p.as_ident().map(normalised))
-        .collect()
-}
-
 /// Whether `e` holds a subquery of any kind.
 fn has_subquery(e: &Expr) -> bool {
     Visit::visit(e, &mut FindSubquery).is_break()
@@ -257,57 +258,6 @@ impl Visitor for FindSubquery {
             }
             _ => ControlFlow::Continue(()),
         }
-    }
-}
-
-/// The scalar subqueries of the statement (outside other subqueries), in visiting order.
-struct ScalarSubqueries {
-    depth: usize,
-    found: Vec<Query>,
-}
-
-impl Visitor for ScalarSubqueries {
-    type Break = ();
-    fn pre_visit_query(&mut self, _q: &Query) -> ControlFlow<()> {
-        self.depth += 1;
-        ControlFlow::Continue(())
-    }
-    fn post_visit_query(&mut self, _q: &Query) -> ControlFlow<()> {
-        self.depth -= 1;
-        ControlFlow::Continue(())
-    }
-    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-        if let (Expr::Subquery(q), 0) = (e, self.depth) {
-            self.found.push(q.as_ref().clone());
-        }
-        ControlFlow::Continue(())
-    }
-}
-
-/// Replaces the scalar subqueries outside other subqueries by `values`, in visiting order.
-struct ReplaceScalars {
-    depth: usize,
-    values: std::vec::IntoIter<Expr>,
-}
-
-impl VisitorMut for ReplaceScalars {
-    type Break = ();
-    fn pre_visit_query(&mut self, _q: &mut Query) -> ControlFlow<()> {
-        self.depth += 1;
-        ControlFlow::Continue(())
-    }
-    fn post_visit_query(&mut self, _q: &mut Query) -> ControlFlow<()> {
-        self.depth -= 1;
-        ControlFlow::Continue(())
-    }
-    fn pre_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<()> {
-        if matches!(e, Expr::Subquery(_)) && self.depth == 0 {
-            if let Some(v) = self.values.next() {
-                // The value replaces the node before its query is entered.
-                *e = v;
-            }
-        }
-        ControlFlow::Continue(())
     }
 }
 
@@ -347,104 +297,12 @@ async fn with_scalar_values(ctx: &SessionContext, mut dml: Dml) -> Result<Dml> {
     Ok(dml)
 }
 
-/// The value of an uncorrelated scalar subquery, as a SQL literal of its type.
-async fn scalar_value(ctx: &SessionContext, q: &Query) -> Result<Expr> {
-    let refused = |e: DataFusionError| {
-        DataFusionError::Plan(format!(
-            "a scalar subquery in DELETE/UPDATE must not refer to the target table's row \
-             (correlated scalar subqueries are not supported; nothing was changed): {e}"
-        ))
-    };
-    let frame = ctx.sql(&q.to_string()).await.map_err(refused)?;
-    let fields = frame.schema().fields().clone();
-    let [field] = fields.as_ref() else {
-        return Err(DataFusionError::Plan(format!(
-            "a scalar subquery must return one column, not {}",
-            fields.len()
-        )));
-    };
-    let batches = frame.collect().await?;
-    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-    if rows > 1 {
-        return Err(DataFusionError::Execution(format!(
-            "a scalar subquery in DELETE/UPDATE returned {rows} rows; nothing was changed"
-        )));
-    }
-    // No row: NULL of the column's type.
-    let value = match batches.iter().find(|b| b.num_rows() == 1) {
-        Some(b) => ScalarValue::try_from_array(b.column(0), 0)?,
-        None => ScalarValue::try_new_null(field.data_type())?,
-    };
-    literal(&value)
-}
-
-/// `value` as a SQL expression of its exact type.
-fn literal(value: &ScalarValue) -> Result<Expr> {
-    let ty = value.data_type().to_string().replace('\'', "''");
-    let binary = match value {
-        ScalarValue::Binary(Some(b))
-        | ScalarValue::LargeBinary(Some(b))
-        | ScalarValue::BinaryView(Some(b))
-        | ScalarValue::FixedSizeBinary(_, Some(b)) => Some(b),
-        _ => None,
-    };
-    let text = match (value.is_null(), binary) {
-        (true, _) => "NULL".to_string(),
-        // Bytes as a hex literal (their display is hex, which a cast would read as text).
-        (false, Some(b)) => {
-            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-            format!("X'{hex}'")
-        }
-        (false, None) => {
-            let array = value.to_array()?;
-            let text = arrow::util::display::array_value_to_string(&array, 0)?;
-            format!("'{}'", text.replace('\'', "''"))
-        }
-    };
-    parse_expr(&format!("arrow_cast({text}, '{ty}')"))
-}
-
-fn parse_expr(text: &str) -> Result<Expr> {
-    use datafusion::sql::sqlparser::dialect::GenericDialect;
-    use datafusion::sql::sqlparser::parser::Parser;
-    Parser::new(&GenericDialect {})
-        .try_with_sql(text)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|e| DataFusionError::Internal(format!("re-parsing '{text}': {e}")))
-}
-
 /// What a statement with a set subquery becomes.
 enum Planned {
     /// The statement to run instead.
     Sql(String),
     /// Its condition is true for no row.
     NoRows,
-}
-
-/// The conjuncts of `e` (through AND and parentheses).
-fn conjuncts(e: Expr, out: &mut Vec<Expr>) {
-    match e {
-        Expr::BinaryOp {
-            left,
-            op: BinaryOperator::And,
-            right,
-        } => {
-            conjuncts(*left, out);
-            conjuncts(*right, out);
-        }
-        Expr::Nested(inner)
-            if matches!(
-                inner.as_ref(),
-                Expr::BinaryOp {
-                    op: BinaryOperator::And,
-                    ..
-                }
-            ) =>
-        {
-            conjuncts(*inner, out)
-        }
-        other => out.push(other),
-    }
 }
 
 /// A set subquery conjunct: `[NOT] IN (subquery)` or `[NOT] EXISTS (subquery)`.
@@ -496,12 +354,6 @@ fn set_condition(e: &Expr) -> Option<SetCondition> {
         },
         _ => None,
     }
-}
-
-fn refuse(what: &str) -> DataFusionError {
-    DataFusionError::NotImplemented(format!(
-        "DELETE/UPDATE with {what} is not supported; nothing was changed"
-    ))
 }
 
 /// `AND`-joined conditions.
@@ -690,158 +542,6 @@ async fn as_merge(ctx: &SessionContext, dml: &Dml) -> Result<Planned> {
                 correlated.from,
                 when(None),
             )))
-        }
-    }
-}
-
-/// A correlated `EXISTS` subquery taken apart: `inner = outer` equalities, the source's own
-/// conditions, and its FROM list.
-struct Correlated {
-    inner: Vec<Expr>,
-    outer: Vec<Expr>,
-    remaining: Vec<Expr>,
-    from: String,
-}
-
-/// Whether `e` names a column of the target (qualified by one of `qualifiers`).
-fn refers_to_target(e: &Expr, qualifiers: &[Vec<String>]) -> bool {
-    struct Finder<'a>(&'a [Vec<String>]);
-    impl Visitor for Finder<'_> {
-        type Break = ();
-        fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-            if let Expr::CompoundIdentifier(parts) = e {
-                let parts: Vec<String> = parts.iter().map(normalised).collect();
-                let hit = self
-                    .0
-                    .iter()
-                    .any(|q| parts.len() == q.len() + 1 && parts[..q.len()] == q[..]);
-                if hit {
-                    return ControlFlow::Break(());
-                }
-            }
-            ControlFlow::Continue(())
-        }
-    }
-    Visit::visit(e, &mut Finder(qualifiers)).is_break()
-}
-
-/// The correlation of an `EXISTS` subquery with the target, `None` when it has none.
-fn correlation(q: &Query, qualifiers: &[Vec<String>]) -> Result<Option<Correlated>> {
-    let SetExpr::Select(select) = q.body.as_ref() else {
-        return Err(refuse("an EXISTS subquery that is not a plain SELECT"));
-    };
-    let plain = q.limit_clause.is_none()
-        && q.fetch.is_none()
-        && q.with.is_none()
-        && select.having.is_none()
-        && select.distinct.is_none()
-        && matches!(&select.group_by, datafusion::sql::sqlparser::ast::GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty());
-    let mut all = vec![];
-    if let Some(s) = select.selection.clone() {
-        conjuncts(s, &mut all);
-    }
-    let (mut inner, mut outer, mut remaining) = (vec![], vec![], vec![]);
-    for c in all {
-        if !refers_to_target(&c, qualifiers) {
-            remaining.push(c);
-            continue;
-        }
-        let Expr::BinaryOp {
-            left,
-            op: BinaryOperator::Eq,
-            right,
-        } = &c
-        else {
-            return Err(refuse(&format!(
-                "a correlated condition other than an equality ({c})"
-            )));
-        };
-        match (
-            refers_to_target(left, qualifiers),
-            refers_to_target(right, qualifiers),
-        ) {
-            (true, false) => {
-                outer.push(left.as_ref().clone());
-                inner.push(right.as_ref().clone());
-            }
-            (false, true) => {
-                outer.push(right.as_ref().clone());
-                inner.push(left.as_ref().clone());
-            }
-            _ => {
-                return Err(refuse(&format!(
-                    "a correlated condition other than an equality ({c})"
-                )))
-            }
-        }
-    }
-    // A table of the subquery's own FROM named like the target hides the target's name.
-    let mut named = vec![];
-    for t in &select.from {
-        for factor in std::iter::once(&t.relation).chain(t.joins.iter().map(|j| &j.relation)) {
-            named.extend(relation_qualifiers(factor));
-        }
-    }
-    if named.iter().any(|n| qualifiers.contains(n)) {
-        return Err(refuse(
-            "an EXISTS subquery over a table named like the target (give one of them an alias)",
-        ));
-    }
-    if inner.is_empty() {
-        return Ok(None);
-    }
-    // An aggregate without GROUP BY yields a row whatever the keys: not a keyed match.
-    if select
-        .projection
-        .iter()
-        .any(|p| Visit::visit(p, &mut FindFunction).is_break())
-    {
-        return Err(refuse(
-            "a correlated EXISTS subquery that selects a function",
-        ));
-    }
-    if !plain {
-        return Err(refuse(
-            "a correlated EXISTS subquery with GROUP BY, HAVING, DISTINCT, LIMIT or WITH",
-        ));
-    }
-    let from = select
-        .from
-        .iter()
-        .map(|t| t.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    Ok(Some(Correlated {
-        inner,
-        outer,
-        remaining,
-        from,
-    }))
-}
-
-/// The names a relation of a FROM list is referred to by (its alias, or its name and the
-/// name's last parts).
-fn relation_qualifiers(factor: &TableFactor) -> Vec<Vec<String>> {
-    match factor {
-        TableFactor::Table { name, alias, .. } => match (alias, name_parts(name)) {
-            (Some(a), _) => vec![vec![normalised(&a.name)]],
-            (None, Some(parts)) => (0..parts.len()).map(|i| parts[i..].to_vec()).collect(),
-            (None, None) => vec![],
-        },
-        TableFactor::Derived { alias: Some(a), .. } => vec![vec![normalised(&a.name)]],
-        _ => vec![],
-    }
-}
-
-/// Finds a function call.
-struct FindFunction;
-
-impl Visitor for FindFunction {
-    type Break = ();
-    fn pre_visit_expr(&mut self, e: &Expr) -> ControlFlow<()> {
-        match e {
-            Expr::Function(_) => ControlFlow::Break(()),
-            _ => ControlFlow::Continue(()),
         }
     }
 }

@@ -25,57 +25,44 @@
 //! to one makes the rewrite fail, changing nothing (those deletes are kept); appends and, with
 //! the starting sequence number, equality deletes do not conflict.
 
+mod groups;
+mod rewriter;
+mod sort;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::compute::SortOptions;
-use arrow::datatypes::Schema;
 use datafusion::common::DFSchema;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::simplify::SimplifyContext;
 use datafusion::logical_expr::{Expr, ExprSchemable};
 use datafusion::optimizer::simplify_expressions::ExprSimplifier;
-use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::{LexRequirement, PhysicalSortRequirement};
-use datafusion::physical_plan::{execute_stream, ExecutionPlan};
 use futures::{StreamExt, TryStreamExt};
-use iceberg::spec::{DataContentType, Operation, Struct, Transform};
+use iceberg::spec::Operation;
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
 use super::options::RewriteOptions;
 use super::progress::Reporter;
-use super::zorder::{parse_zorder, zorder_requirement, ZOrderOptions};
 use crate::commit::MetadataStore;
 use crate::commit::{commit_or_clean_up, removed_with_deletes};
 use crate::commit::{NewFile, RemovedDeletes, SnapshotChanges, Validation};
 use crate::error::IcebergResultExt;
 use crate::file_planning::{
-    plan_files_pruned, unprunable_columns, DeleteFileRef, FileFilter, PlannedFile, ScanFiles,
+    plan_files_pruned, unprunable_columns, DeleteFileRef, FileFilter, PlannedFile,
 };
-use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
-use crate::physical_plan::optimized;
 use crate::physical_plan::scan::lineage;
-use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest};
-use crate::physical_plan::scan::schema::{arrow_schema, with_dictionaries, with_plain_strings};
-use crate::physical_plan::write::{
-    decode_data_files, plain_columns_of, sort_requirement, DataFileWriterExec, WrittenFiles,
-};
+use crate::physical_plan::scan::schema::arrow_schema;
+use crate::physical_plan::write::WrittenFiles;
 use crate::storage::location::LocationMap;
 use crate::IcebergOptions;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// How the rows of a file group are laid out in the new files.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum RewriteStrategy {
-    /// Combine files as they are, rows in file order (Spark's bin-pack; `Sort` sorts).
-    #[default]
-    BinPack,
-    /// Sort the rows of each group: by this order (`"c1 DESC NULLS LAST, c2"`), by a z-order
-    /// of columns (`"zorder(c1, c2)"`), or by the table's sort order when `None`.
-    Sort(Option<String>),
-}
+pub use super::options::RewriteStrategy;
+use groups::{choose_groups, pack, FileGroup};
+use rewriter::GroupRewriter;
+use sort::sort_of;
 
 /// What a rewrite did, in Spark's terms.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -260,188 +247,6 @@ pub struct PlannedRewrite {
     streamed: bool,
     base_snapshot_id: Option<i64>,
     base_sequence_number: i64,
-}
-
-/// Data files of one partition rewritten together.
-#[derive(Debug, Clone)]
-struct FileGroup {
-    files: Vec<PlannedFile>,
-}
-
-impl FileGroup {
-    fn bytes(&self) -> u64 {
-        self.files.iter().map(|f| f.size).sum()
-    }
-}
-
-/// Delete files that apply to `f`, and the share of its rows they are known to delete.
-fn delete_load(f: &PlannedFile, equality: &[Arc<DeleteFileRef>]) -> (usize, f64) {
-    let eq = equality.iter().filter(|d| d.may_apply_to(f)).count();
-    let known: u64 = f
-        .position_deletes
-        .iter()
-        .filter(|d| d.referenced_data_file.as_deref() == Some(f.path.as_str()))
-        .map(|d| d.record_count)
-        .sum();
-    let ratio = match f.record_count {
-        0 => 0.0,
-        n => known.min(n) as f64 / n as f64,
-    };
-    (f.position_deletes.len() + eq, ratio)
-}
-
-/// `files` packed next-fit into groups of at most `limit` bytes (a larger file goes alone).
-fn pack(files: Vec<PlannedFile>, limit: u64) -> Vec<FileGroup> {
-    let mut out = vec![];
-    let mut current = FileGroup { files: vec![] };
-    for f in files {
-        if !current.files.is_empty() && current.bytes() + f.size > limit {
-            out.push(std::mem::replace(&mut current, FileGroup { files: vec![] }));
-        }
-        current.files.push(f);
-    }
-    if !current.files.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
-/// Spark's bin-pack selection: candidate files, packed per partition, groups worth rewriting.
-fn choose_groups(options: &RewriteOptions, scan: &ScanFiles) -> Vec<FileGroup> {
-    let delete_issue = |f: &PlannedFile| {
-        let (count, ratio) = delete_load(f, &scan.equality_deletes);
-        count >= options.delete_file_threshold || ratio >= options.delete_ratio_threshold
-    };
-    let mut partitions: Vec<((i32, Struct), Vec<PlannedFile>)> = vec![];
-    let mut index: HashMap<(i32, Struct), usize> = HashMap::new();
-    for f in &scan.files {
-        let candidate = options.rewrite_all
-            || f.size < options.min_file_size
-            || f.size > options.max_file_size
-            || delete_issue(f);
-        if !candidate {
-            continue;
-        }
-        let key = (f.spec_id, f.partition.clone());
-        let i = *index.entry(key.clone()).or_insert_with(|| {
-            partitions.push((key, vec![]));
-            partitions.len() - 1
-        });
-        partitions[i].1.push(f.clone());
-    }
-    let mut groups: Vec<FileGroup> = partitions
-        .into_iter()
-        .flat_map(|(_, files)| pack(files, options.max_file_group_size))
-        .collect();
-    groups.retain(|g| {
-        let n = g.files.len();
-        options.rewrite_all
-            || (n > 1 && n >= options.min_input_files)
-            || (n > 1 && g.bytes() > options.target_file_size)
-            || g.bytes() > options.max_file_size
-            || g.files.iter().any(delete_issue)
-    });
-    groups
-}
-
-/// The order the new files are written in.
-fn sort_of(
-    table: &Table,
-    strategy: &RewriteStrategy,
-    input: &Schema,
-    zorder: ZOrderOptions,
-) -> Result<Option<LexRequirement>> {
-    match strategy {
-        // As Spark's bin-pack: files are combined as they are, not sorted.
-        RewriteStrategy::BinPack => Ok(None),
-        RewriteStrategy::Sort(None) => match sort_requirement(table, input)? {
-            Some(order) => Ok(Some(order)),
-            None => Err(DataFusionError::Plan(format!(
-                "rewrite_data_files: table '{}' has no sort order; give one with sort_order",
-                table.identifier()
-            ))),
-        },
-        RewriteStrategy::Sort(Some(order)) => match parse_zorder(order)? {
-            Some(columns) => {
-                let columns = without_identity_partition_columns(table, columns)?;
-                let key = zorder_requirement(&columns, input, zorder)?;
-                Ok(LexRequirement::new([key]))
-            }
-            None => parse_sort_order(order, input).map(Some),
-        },
-    }
-}
-
-/// The z-order columns less the table's identity partition columns, as Spark has them: their
-/// value is the same throughout a partition, so they would only take bits from the others. A
-/// z-order of nothing else is an error.
-fn without_identity_partition_columns(table: &Table, columns: Vec<String>) -> Result<Vec<String>> {
-    let metadata = table.metadata();
-    let schema = metadata.current_schema();
-    let identity: Vec<&str> = metadata
-        .default_partition_spec()
-        .fields()
-        .iter()
-        .filter(|f| f.transform == Transform::Identity)
-        .filter_map(|f| schema.name_by_field_id(f.source_id))
-        .collect();
-    let (dropped, kept): (Vec<String>, Vec<String>) = columns
-        .into_iter()
-        .partition(|c| identity.contains(&c.as_str()));
-    if kept.is_empty() {
-        return Err(DataFusionError::Plan(format!(
-            "rewrite_data_files sort_order: cannot z-order table '{}' only by identity partition \
-             columns ({}): their value is the same throughout a partition",
-            table.identifier(),
-            dropped.join(", ")
-        )));
-    }
-    if !dropped.is_empty() {
-        log::warn!(
-            "rewrite_data_files: identity partition columns ({}) of table '{}' left out of the \
-             z-order: their value is the same throughout a partition",
-            dropped.join(", "),
-            table.identifier()
-        );
-    }
-    Ok(kept)
-}
-
-/// `"c1 DESC NULLS LAST, c2"` over `input` (Iceberg's defaults: ASC, nulls first when
-/// ascending and last when descending).
-fn parse_sort_order(text: &str, input: &Schema) -> Result<LexRequirement> {
-    let bad = |why: String| DataFusionError::Plan(format!("rewrite_data_files sort_order: {why}"));
-    let mut reqs = vec![];
-    for item in text.split(',') {
-        let words: Vec<String> = item.split_whitespace().map(str::to_string).collect();
-        let Some(name) = words.first() else {
-            return Err(bad(format!("empty item in '{text}'")));
-        };
-        let name = name.trim_matches('"');
-        let upper: Vec<String> = words[1..].iter().map(|w| w.to_ascii_uppercase()).collect();
-        let (descending, rest) = match upper.first().map(String::as_str) {
-            Some("DESC") => (true, &upper[1..]),
-            Some("ASC") => (false, &upper[1..]),
-            _ => (false, &upper[..]),
-        };
-        let nulls_first = match rest.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            [] => !descending,
-            ["NULLS", "FIRST"] => true,
-            ["NULLS", "LAST"] => false,
-            _ => return Err(bad(format!("cannot read '{}'", item.trim()))),
-        };
-        let index = input
-            .index_of(name)
-            .map_err(|_| bad(format!("no column '{name}'")))?;
-        reqs.push(PhysicalSortRequirement::new(
-            Arc::new(Column::new(name, index)),
-            Some(SortOptions {
-                descending,
-                nulls_first,
-            }),
-        ));
-    }
-    LexRequirement::new(reqs).ok_or_else(|| bad("no columns given".into()))
 }
 
 /// Writers that run at once: `wanted`, but under a memory limit one per 128 MiB of it (each
@@ -694,146 +499,6 @@ impl PlannedRewrite {
     }
 }
 
-/// What rewriting one group needs, owned (groups run concurrently).
-struct GroupRewriter {
-    store: Arc<dyn MetadataStore>,
-    table: Table,
-    strategy: RewriteStrategy,
-    zorder: ZOrderOptions,
-    target_file_size: u64,
-    equality_deletes: Vec<Arc<DeleteFileRef>>,
-    streamed: bool,
-    state: SessionState,
-}
-
-impl GroupRewriter {
-    /// The plan that rewrites one group: its live rows (deletes applied, row lineage carried on
-    /// v3) written into new files of the target size.
-    async fn group_plan(
-        &self,
-        group: &FileGroup,
-        counts: Arc<ChangeCounts>,
-        written: WrittenFiles,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
-        let metadata = self.table.metadata();
-        let lineage = lineage::has_row_lineage(metadata);
-        let read_schema = lineage::rows_schema(metadata)?;
-        let locations = LocationMap::default();
-        // How the files' columns fared with dictionaries: those that overflowed are written
-        // plain, those that held are read as the files' dictionaries.
-        let dictionaries = plain_columns_of(
-            &self.state.task_ctx(),
-            self.store.object_stores(),
-            &locations,
-            metadata.location(),
-            &group.files,
-        )
-        .await?;
-        // Strings decoded as the writer encodes them: no views to cast, and the columns whose
-        // dictionaries held as dictionaries (see `dictionary_columns`).
-        let schema = with_dictionaries(
-            &with_plain_strings(&arrow_schema(&read_schema)?),
-            &read_schema,
-            &self.dictionary_columns(&dictionaries.kept),
-        );
-        let req = ScanRequest {
-            table: &self.table,
-            read_schema: &read_schema,
-            schema: &schema,
-            projection: None,
-            filtered: false,
-            limit: None,
-            locations: &locations,
-            stores: self.store.object_stores(),
-            file_column: false,
-            position_column: false,
-            row_lineage: lineage,
-            file_metadata: None,
-        };
-        let files = ScanFiles {
-            files: group.files.clone(),
-            equality_deletes: self.equality_deletes.clone(),
-            streamed: self.streamed,
-            columns: None,
-        };
-        let scan = plan_statement_scan(&self.state, &req, &files).await?;
-        // Counts the live rows (the condition selects none: every row passes).
-        let rows: Arc<dyn ExecutionPlan> = Arc::new(ChangeRowsExec::try_new(
-            scan,
-            datafusion::physical_plan::expressions::lit(false),
-            RowChange::Delete,
-            counts,
-        )?);
-        let sort = sort_of(&self.table, &self.strategy, &rows.schema(), self.zorder)?;
-        // One writer per group: its files fill up to the target size.
-        let writer = DataFileWriterExec::try_new(rows, self.table.clone(), sort, written)?
-            .with_row_lineage(lineage)?
-            .with_target_file_size(self.target_file_size as usize)
-            .with_plain_columns(dictionaries.plain)
-            .with_single_writer();
-        optimized(&self.state, Arc::new(writer))
-    }
-
-    /// Of the columns (field ids) whose dictionaries held in the files, those a bin-pack reads
-    /// as dictionaries: any but the partition sources (the writer computes partition values
-    /// from them) and equality-delete keys (looked up by value). A sort reads values.
-    fn dictionary_columns(&self, kept: &[i32]) -> Vec<i32> {
-        if !matches!(self.strategy, RewriteStrategy::BinPack) {
-            return vec![];
-        }
-        let metadata = self.table.metadata();
-        let sources: Vec<i32> = metadata
-            .partition_specs_iter()
-            .flat_map(|spec| spec.fields().iter().map(|f| f.source_id))
-            .collect();
-        kept.iter()
-            .copied()
-            .filter(|id| !sources.contains(id))
-            .filter(|id| {
-                !self
-                    .equality_deletes
-                    .iter()
-                    .any(|d| d.equality_ids.contains(id))
-            })
-            .collect()
-    }
-
-    /// Rewrites one group: the files it wrote and the rows they hold.
-    async fn rewrite(
-        &self,
-        group: &FileGroup,
-        written: WrittenFiles,
-    ) -> Result<(Vec<NewFile>, u64)> {
-        let counts = Arc::new(ChangeCounts::default());
-        let plan = self.group_plan(group, Arc::clone(&counts), written).await?;
-        let mut stream = execute_stream(plan, self.state.task_ctx())?;
-        let mut added = vec![];
-        while let Some(batch) = stream.next().await {
-            added.extend(decode_data_files(&batch?, self.table.metadata())?);
-        }
-        // Self-check: every live row read is written, and no more rows than the files hold.
-        let (read, _) = counts.get();
-        let rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
-        let stored: u64 = group.files.iter().map(|f| f.record_count).sum();
-        if rows != read || read > stored {
-            return Err(DataFusionError::Execution(format!(
-                "rewrite_data_files on table '{}' does not add up: read {read} live rows of \
-                 {stored}, wrote {rows}",
-                self.table.identifier()
-            )));
-        }
-        if added
-            .iter()
-            .any(|f| f.file.content_type() != DataContentType::Data)
-        {
-            return Err(DataFusionError::Internal(
-                "the rewrite wrote a delete file".into(),
-            ));
-        }
-        Ok((added, rows))
-    }
-}
-
 impl std::fmt::Display for PlannedRewrite {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -853,7 +518,9 @@ impl std::fmt::Display for PlannedRewrite {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::sort::parse_sort_order;
+    use arrow::compute::SortOptions;
+    use arrow::datatypes::Schema;
     use arrow::datatypes::{DataType, Field};
 
     #[test]
