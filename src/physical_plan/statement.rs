@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, UInt64Array};
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
@@ -33,7 +32,7 @@ use iceberg::table::Table;
 use crate::commit::{is_concurrent_change, MetadataStore};
 use crate::error::IcebergResultExt;
 use crate::physical_plan::baseline::Baseline;
-use crate::physical_plan::commit::count_schema;
+use crate::physical_plan::commit::{count_batch, count_schema};
 
 /// A statement a [`StatementExec`] runs: what `dml` plans for `DELETE`, `UPDATE` and `MERGE`.
 #[async_trait::async_trait]
@@ -264,9 +263,7 @@ impl ExecutionPlan for StatementExec {
         let statement = Arc::clone(&self.statement);
         let children = self.children.clone();
         let stream = futures::stream::once(async move {
-            let n = run(statement, children, context, metrics).await?;
-            let array = Arc::new(UInt64Array::from(vec![n])) as ArrayRef;
-            Ok(RecordBatch::try_new(count_schema(), vec![array])?)
+            count_batch(run(statement, children, context, metrics).await?)
         });
         Ok(baseline.output(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),

@@ -57,6 +57,12 @@ pub(crate) fn count_schema() -> SchemaRef {
     )]))
 }
 
+/// The one row of a statement node: `count`, `n`.
+pub(crate) fn count_batch(n: u64) -> Result<RecordBatch> {
+    let array = Arc::new(UInt64Array::from(vec![n])) as ArrayRef;
+    Ok(RecordBatch::try_new(count_schema(), vec![array])?)
+}
+
 impl CommitExec {
     /// A commit of `input`'s files, written for `table`, to that table in `store`.
     pub fn new(
@@ -159,12 +165,12 @@ impl ExecutionPlan for CommitExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let baseline = Baseline::new(&self.metrics, 0);
         if partition != 0 {
             return Err(DataFusionError::Internal(format!(
                 "CommitExec has one partition, asked for {partition}"
             )));
         }
+        let baseline = Baseline::new(&self.metrics, 0);
         let mut input = baseline.input(self.input.execute(0, context)?);
         let store = Arc::clone(&self.store);
         let table = self.table.clone();
@@ -172,7 +178,7 @@ impl ExecutionPlan for CommitExec {
         let statement_id = self.statement_id.clone();
         let files_metric = MetricBuilder::new(&self.metrics).counter("files_committed", 0);
         let attempts_metric = MetricBuilder::new(&self.metrics).counter("commit_attempts", 0);
-        let fut = async move {
+        let committed = async move {
             let file_io = store.file_io().clone();
             let mut files = vec![];
             while let Some(batch) = input.next().await {
@@ -198,35 +204,30 @@ impl ExecutionPlan for CommitExec {
                     .summary_properties
                     .insert(STATEMENT_ID_PROPERTY.to_string(), id);
             }
-            let mut rows = changes.added_records();
+            let rows = changes.added_records();
             files_metric.add(changes.added_data_files.len());
             if changes.added_data_files.is_empty() {
                 // Nothing written (no input rows): no snapshot.
                 written.take();
-                let array = Arc::new(UInt64Array::from(vec![rows])) as ArrayRef;
-                return Ok(RecordBatch::try_new(count_schema(), vec![array])?);
+                return Ok(rows);
             }
             let o = commit_or_clean_up(&store, &table, changes, &written).await?;
             attempts_metric.add(o.attempts as usize);
-            if o.duplicate {
-                // An earlier run of this statement committed, and the answer is that commit's
-                // (this run's own count when the snapshot does not record one).
-                if let Some(n) = o
-                    .table
-                    .metadata()
-                    .snapshot_by_id(o.snapshot_id)
-                    .and_then(|s| s.summary().additional_properties.get("added-records"))
-                    .and_then(|n| n.parse().ok())
-                {
-                    rows = n;
-                }
+            if !o.duplicate {
+                return Ok(rows);
             }
-            let array = Arc::new(UInt64Array::from(vec![rows])) as ArrayRef;
-            Ok(RecordBatch::try_new(count_schema(), vec![array])?)
+            // An earlier run of this statement committed, and the answer is that commit's (this
+            // run's own count when the snapshot does not record one).
+            Ok(o.table
+                .metadata()
+                .snapshot_by_id(o.snapshot_id)
+                .and_then(|s| s.summary().additional_properties.get("added-records"))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(rows))
         };
         Ok(baseline.output(Box::pin(RecordBatchStreamAdapter::new(
             count_schema(),
-            futures::stream::once(fut),
+            futures::stream::once(async move { count_batch(committed.await?) }),
         ))))
     }
 

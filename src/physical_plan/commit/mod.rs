@@ -2,5 +2,5 @@
 
 mod exec;
 
-pub(crate) use exec::count_schema;
 pub use exec::CommitExec;
+pub(crate) use exec::{count_batch, count_schema};
