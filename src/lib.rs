@@ -76,3 +76,8 @@ pub use uuid_type::{
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The user guide's Rust examples (`docs/rust.md`), compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/rust.md")]
+pub struct GuideRustDoctests;

@@ -78,7 +78,6 @@ impl SnapshotProducer {
     /// Builds the new table metadata on top of `base`, writing manifests and a manifest list.
     pub async fn apply(&mut self, base: &Table, attempt: u32) -> Result<MetadataChange> {
         let metadata = base.metadata();
-        let file_io = base.file_io();
         self.attempt_files.clear();
 
         let snapshot_id = match self.snapshot_id {
@@ -167,31 +166,10 @@ impl SnapshotProducer {
             summary.add_file(&new.file, metadata.current_schema().clone(), spec.clone());
         }
 
-        let list_path = self.metadata_path(
-            metadata,
-            &format!("snap-{snapshot_id}-{attempt}-{}.avro", self.commit_uuid),
-        );
-        let out = file_io.new_output(&list_path).df()?;
-        self.attempt_files.push(list_path.clone());
-        let writer = out.writer().await.df()?;
         let parent_id = parent.as_ref().map(|p| p.snapshot_id());
-        let mut list_writer = match format_version {
-            FormatVersion::V1 => ManifestListWriter::v1(writer, snapshot_id, parent_id),
-            FormatVersion::V2 => {
-                ManifestListWriter::v2(writer, snapshot_id, parent_id, sequence_number)
-            }
-            FormatVersion::V3 => ManifestListWriter::v3(
-                writer,
-                snapshot_id,
-                parent_id,
-                sequence_number,
-                Some(metadata.next_row_id()),
-            ),
-        };
-        list_writer.add_manifests(manifests.into_iter()).df()?;
-        let next_row_id = list_writer.next_row_id();
-        list_writer.close().await.df()?;
-
+        let (list_path, next_row_id) = self
+            .write_manifest_list(base, snapshot_id, parent_id, attempt, manifests)
+            .await?;
         let mut props = summary.build();
         if let Some((replaced, created, kept)) = rewrite_counts {
             props.insert("manifests-replaced".to_string(), replaced.to_string());
@@ -224,28 +202,45 @@ impl SnapshotProducer {
             }
             _ => snapshot.build(),
         };
-        let location = base.metadata_location().map(str::to_string);
-        let result = metadata
-            .clone()
-            .into_builder(location)
-            .set_branch_snapshot(snapshot, MAIN_BRANCH)
-            .df()?
-            .build()
-            .df()?;
-        Ok(MetadataChange {
-            base: base.clone(),
-            metadata: result.metadata,
-            updates: result.changes,
-            requirements: vec![
-                TableRequirement::UuidMatch {
-                    uuid: metadata.uuid(),
-                },
-                TableRequirement::RefSnapshotIdMatch {
-                    r#ref: MAIN_BRANCH.to_string(),
-                    snapshot_id: parent_id,
-                },
-            ],
-        })
+        on_main_branch(base, snapshot, parent_id)
+    }
+
+    /// Writes the manifest list of the snapshot; its location, and the next row id after the
+    /// rows its manifests hand ids to (format v3).
+    async fn write_manifest_list(
+        &mut self,
+        base: &Table,
+        snapshot_id: i64,
+        parent_id: Option<i64>,
+        attempt: u32,
+        manifests: Vec<ManifestFile>,
+    ) -> Result<(String, Option<u64>)> {
+        let metadata = base.metadata();
+        let list_path = self.metadata_path(
+            metadata,
+            &format!("snap-{snapshot_id}-{attempt}-{}.avro", self.commit_uuid),
+        );
+        let out = base.file_io().new_output(&list_path).df()?;
+        self.attempt_files.push(list_path.clone());
+        let writer = out.writer().await.df()?;
+        let sequence_number = metadata.next_sequence_number();
+        let mut list_writer = match metadata.format_version() {
+            FormatVersion::V1 => ManifestListWriter::v1(writer, snapshot_id, parent_id),
+            FormatVersion::V2 => {
+                ManifestListWriter::v2(writer, snapshot_id, parent_id, sequence_number)
+            }
+            FormatVersion::V3 => ManifestListWriter::v3(
+                writer,
+                snapshot_id,
+                parent_id,
+                sequence_number,
+                Some(metadata.next_row_id()),
+            ),
+        };
+        list_writer.add_manifests(manifests.into_iter()).df()?;
+        let next_row_id = list_writer.next_row_id();
+        list_writer.close().await.df()?;
+        Ok((list_path, next_row_id))
     }
 
     async fn write_new_manifests(
@@ -712,6 +707,38 @@ fn manifest_entries_target(metadata: &iceberg::spec::TableMetadata) -> Result<us
         None => 8 * 1024 * 1024,
     };
     Ok((target / MANIFEST_ENTRY_BYTES).max(1))
+}
+
+/// The change that makes `snapshot` the head of `main` on `base`, required to find `main` at
+/// `parent_id` and the table the same one.
+fn on_main_branch(
+    base: &Table,
+    snapshot: Snapshot,
+    parent_id: Option<i64>,
+) -> Result<MetadataChange> {
+    let metadata = base.metadata();
+    let location = base.metadata_location().map(str::to_string);
+    let result = metadata
+        .clone()
+        .into_builder(location)
+        .set_branch_snapshot(snapshot, MAIN_BRANCH)
+        .df()?
+        .build()
+        .df()?;
+    Ok(MetadataChange {
+        base: base.clone(),
+        metadata: result.metadata,
+        updates: result.changes,
+        requirements: vec![
+            TableRequirement::UuidMatch {
+                uuid: metadata.uuid(),
+            },
+            TableRequirement::RefSnapshotIdMatch {
+                r#ref: MAIN_BRANCH.to_string(),
+                snapshot_id: parent_id,
+            },
+        ],
+    })
 }
 
 #[cfg(test)]

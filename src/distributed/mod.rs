@@ -45,7 +45,7 @@ pub use ballista::{ballista_config, BallistaIcebergLogicalCodec, BallistaIceberg
 pub use codec::{IcebergLogicalCodec, IcebergPhysicalCodec};
 
 use crate::file_planning::FieldIdAdapterFactory;
-use crate::physical_plan::scan::plan::is_delete_rows_scan;
+use crate::physical_plan::scan::equality::is_delete_rows_scan;
 
 /// A fixed list of workers.
 #[derive(Debug, Clone)]

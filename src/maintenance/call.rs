@@ -28,12 +28,34 @@ use super::rewrite_data_files::{RewriteDataFiles, RewriteStrategy};
 use super::rewrite_manifests::RewriteManifests;
 use crate::commit::MetadataStore;
 
-/// Whether `sql` is a `CALL` statement (checked without parsing).
+/// Whether `sql` is a `CALL` statement (checked without parsing; comments before it are
+/// skipped).
 pub fn is_call(sql: &str) -> bool {
-    let sql = sql.trim_start();
+    let sql = without_leading_comments(sql);
     sql.len() > 4
         && sql[..4].eq_ignore_ascii_case("call")
         && sql[4..].starts_with(|c: char| c.is_whitespace())
+}
+
+/// `sql` from its first token on: leading whitespace, `-- line` and `/* block */` comments
+/// skipped.
+fn without_leading_comments(sql: &str) -> &str {
+    let mut rest = sql.trim_start();
+    loop {
+        if let Some(line) = rest.strip_prefix("--") {
+            rest = line
+                .split_once('\n')
+                .map_or("", |(_, after)| after)
+                .trim_start();
+        } else if let Some(block) = rest.strip_prefix("/*") {
+            rest = block
+                .split_once("*/")
+                .map_or("", |(_, after)| after)
+                .trim_start();
+        } else {
+            return rest;
+        }
+    }
 }
 
 /// One argument's value.
@@ -675,6 +697,18 @@ mod tests {
             &["table", "strategy", "sort_order", "options", "where"],
             &f.args,
         )
+    }
+
+    #[test]
+    fn a_call_is_found_after_comments_and_only_then() {
+        assert!(is_call("  call system.rewrite_manifests('ns.t')"));
+        assert!(is_call(
+            "-- compact\n/* all of it */ CALL system.rewrite_manifests('ns.t')"
+        ));
+        assert!(!is_call("-- CALL system.rewrite_manifests('ns.t')"));
+        assert!(!is_call("/* CALL x */ SELECT 1"));
+        assert!(!is_call("SELECT 'CALL system.x()'"));
+        assert!(!is_call("/* never closed CALL x"));
     }
 
     #[test]

@@ -103,8 +103,8 @@ impl RewritePositionDeleteFiles {
         self
     }
 
-    /// Rewrites and commits.
-    pub async fn execute(self, state: &SessionState) -> Result<RewritePositionDeleteFilesResult> {
+    /// The options: (`rewrite-all`, `max-concurrent-file-group-rewrites`).
+    fn options(&self) -> Result<(bool, usize)> {
         let mut rewrite_all = false;
         let mut concurrency = 8usize;
         for (k, v) in &self.options {
@@ -137,6 +137,12 @@ impl RewritePositionDeleteFiles {
                 }
             }
         }
+        Ok((rewrite_all, concurrency))
+    }
+
+    /// Rewrites and commits.
+    pub async fn execute(self, state: &SessionState) -> Result<RewritePositionDeleteFilesResult> {
+        let (rewrite_all, concurrency) = self.options()?;
         let table = Arc::clone(&self.store).load(&self.ident).await?;
         let metadata = table.metadata();
         let Some(snapshot) = metadata.current_snapshot().cloned() else {
@@ -155,55 +161,17 @@ impl RewritePositionDeleteFiles {
             threshold,
         )
         .await?;
-
-        // The data files each partition-scoped delete file applies to.
-        let mut targets: HashMap<DeleteKey, Vec<usize>> = HashMap::new();
-        for (i, f) in scan.files.iter().enumerate() {
-            for d in &f.position_deletes {
-                if d.referenced_data_file.as_deref() != Some(f.path.as_str()) {
-                    targets.entry(key(d)).or_default().push(i);
-                }
-            }
-        }
-        let mut chosen: HashSet<usize> = scan
-            .files
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| {
-                let ds = &f.position_deletes;
-                !ds.is_empty()
-                    && (rewrite_all
-                        || ds.len() > 1
-                        || ds
-                            .iter()
-                            .any(|d| d.referenced_data_file.as_deref() != Some(f.path.as_str()))
-                        || (v3 && ds.iter().any(|d| d.deletion_vector.is_none())))
-            })
-            .map(|(i, _)| i)
-            .collect();
-        // Pull in every target of the partition-scoped files of chosen data files.
-        loop {
-            let before = chosen.len();
-            let more: Vec<usize> = chosen
-                .iter()
-                .flat_map(|&i| scan.files[i].position_deletes.iter())
-                .filter_map(|d| targets.get(&key(d)))
-                .flatten()
-                .copied()
-                .collect();
-            chosen.extend(more);
-            if chosen.len() == before {
-                break;
-            }
-        }
+        let choice = Choice::of(&scan, v3, rewrite_all);
         let dangling = dangling_deletes(&table, &snapshot, &scan).await?;
-        if chosen.is_empty() && dangling.is_empty() {
+        if choice.chosen.is_empty() && dangling.is_empty() {
             return Ok(RewritePositionDeleteFilesResult::default());
         }
 
-        let mut chosen: Vec<usize> = chosen.into_iter().collect();
-        chosen.sort();
-        let files: Vec<_> = chosen.iter().map(|&i| scan.files[i].clone()).collect();
+        let files: Vec<_> = choice
+            .chosen
+            .iter()
+            .map(|&i| scan.files[i].clone())
+            .collect();
         let writer = DeleteWriter::new(&table, &LocationMap::default(), &files, &state.task_ctx())?;
         let written = WrittenFiles::default();
         let paths: Vec<String> = files.iter().map(|f| f.path.clone()).collect();
@@ -234,32 +202,15 @@ impl RewritePositionDeleteFiles {
         }
         let chosen_paths: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
         let mut result = RewritePositionDeleteFilesResult::default();
-        let mut removed_refs: HashMap<DeleteKey, Arc<DeleteFileRef>> = HashMap::new();
-        for f in &files {
-            for d in &f.position_deletes {
-                let k = key(d);
-                let file_scoped = d.referenced_data_file.as_deref() == Some(f.path.as_str());
-                let all_targets_rewritten = targets.get(&k).is_none_or(|t| {
-                    t.iter()
-                        .all(|&i| chosen_paths.contains(scan.files[i].path.as_str()))
-                });
-                if file_scoped || all_targets_rewritten {
-                    removed_refs.insert(k, Arc::clone(d));
-                }
-            }
-        }
-        for d in &dangling {
-            result.dangling_delete_files_count += 1;
-            removed_refs.insert(key(d), Arc::clone(d));
-        }
-        for d in removed_refs.values() {
-            removed.insert(d);
+        for d in choice.removed(&scan, &files, &dangling) {
+            removed.insert(&d);
             result.rewritten_delete_files_count += 1;
             result.rewritten_bytes_count += match d.deletion_vector {
                 Some(blob) => blob.length,
                 None => d.size,
             };
         }
+        result.dangling_delete_files_count = dangling.len() as u64;
         result.added_delete_files_count = added.len() as u64;
         result.added_bytes_count = added
             .iter()
@@ -302,5 +253,91 @@ impl RewritePositionDeleteFiles {
                 ))
             })?;
         Ok(result)
+    }
+}
+
+/// The data files whose deletes a rewrite merges (indexes into the planned files, ascending),
+/// and the data files each partition-scoped delete file applies to.
+struct Choice {
+    chosen: Vec<usize>,
+    targets: HashMap<DeleteKey, Vec<usize>>,
+}
+
+impl Choice {
+    /// The files with several delete files, a partition-scoped one, a v2 file on a v3 table
+    /// (or any, with `rewrite_all`), and every target of a partition-scoped delete file of
+    /// theirs (so that file can go).
+    fn of(scan: &ScanFiles, v3: bool, rewrite_all: bool) -> Self {
+        let mut targets: HashMap<DeleteKey, Vec<usize>> = HashMap::new();
+        for (i, f) in scan.files.iter().enumerate() {
+            for d in &f.position_deletes {
+                if d.referenced_data_file.as_deref() != Some(f.path.as_str()) {
+                    targets.entry(key(d)).or_default().push(i);
+                }
+            }
+        }
+        let mut chosen: HashSet<usize> = scan
+            .files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| {
+                let ds = &f.position_deletes;
+                !ds.is_empty()
+                    && (rewrite_all
+                        || ds.len() > 1
+                        || ds
+                            .iter()
+                            .any(|d| d.referenced_data_file.as_deref() != Some(f.path.as_str()))
+                        || (v3 && ds.iter().any(|d| d.deletion_vector.is_none())))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        // Pull in every target of the partition-scoped files of chosen data files.
+        loop {
+            let before = chosen.len();
+            let more: Vec<usize> = chosen
+                .iter()
+                .flat_map(|&i| scan.files[i].position_deletes.iter())
+                .filter_map(|d| targets.get(&key(d)))
+                .flatten()
+                .copied()
+                .collect();
+            chosen.extend(more);
+            if chosen.len() == before {
+                break;
+            }
+        }
+        let mut chosen: Vec<usize> = chosen.into_iter().collect();
+        chosen.sort();
+        Self { chosen, targets }
+    }
+
+    /// The delete files the rewrite removes: the file-scoped ones of the rewritten data files
+    /// (`files`), the partition-scoped ones whose every target was rewritten, and `dangling`.
+    fn removed(
+        &self,
+        scan: &ScanFiles,
+        files: &[crate::file_planning::PlannedFile],
+        dangling: &[Arc<DeleteFileRef>],
+    ) -> Vec<Arc<DeleteFileRef>> {
+        let chosen_paths: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        let mut removed: HashMap<DeleteKey, Arc<DeleteFileRef>> = HashMap::new();
+        for f in files {
+            for d in &f.position_deletes {
+                let k = key(d);
+                let file_scoped = d.referenced_data_file.as_deref() == Some(f.path.as_str());
+                let all_targets_rewritten = self.targets.get(&k).is_none_or(|t| {
+                    t.iter()
+                        .all(|&i| chosen_paths.contains(scan.files[i].path.as_str()))
+                });
+                if file_scoped || all_targets_rewritten {
+                    removed.insert(k, Arc::clone(d));
+                }
+            }
+        }
+        for d in dangling {
+            removed.insert(key(d), Arc::clone(d));
+        }
+        removed.into_values().collect()
     }
 }

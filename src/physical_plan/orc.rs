@@ -271,68 +271,16 @@ impl FileOpener for OrcOpener {
             // fields named as the table names them, timestamps in the table's unit.
             let (table, _) = adapter.source();
             let file_schema = decoded_schema(&root, &ids, table);
-            // The table column each file column reads into (by field id, else the name
-            // mapping, else by name), and the file columns the scan needs.
-            let renamed = adapter.renamed(&file_schema);
-            let wanted: Vec<Option<usize>> = schema
-                .fields()
-                .iter()
-                .zip(&field_ids)
-                .map(|(f, id)| match *id == POSITION_ID {
-                    true => None,
-                    false => renamed.fields().iter().position(|r| r.name() == f.name()),
-                })
-                .collect();
-            // Columns the file lacks whose per-file statistics make them constant (identity
-            // partition values) read as that value, as the parquet opener reads them.
-            let constants: Vec<Option<ScalarValue>> = wanted
-                .iter()
-                .zip(&columns)
-                .zip(schema.fields())
-                .zip(&field_ids)
-                .map(|(((source, &at), field), id)| match source {
-                    Some(_) => Ok(None),
-                    None if *id == POSITION_ID => Ok(None),
-                    None => constant(file.statistics.as_deref(), at, rows, field.data_type()),
-                })
-                .collect::<Result<_>>()?;
-            let mut read: Vec<usize> = wanted.iter().flatten().copied().collect();
-            read.sort_unstable();
-            read.dedup();
-            let physical = Arc::new(file_schema.project(&read)?);
-            // Every other column through the same field-id adapter parquet files go through:
-            // promotions and casts (structs by field name), `initial-default` values of the
-            // columns and nested fields the file lacks, NULL otherwise.
-            let logical: Vec<(usize, FieldRef)> = schema
-                .fields()
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| field_ids[*i] != POSITION_ID && constants[*i].is_none())
-                .map(|(i, f)| (i, Arc::clone(f)))
-                .collect();
-            let logical_schema = Arc::new(Schema::new(
-                logical
-                    .iter()
-                    .map(|(_, f)| Arc::clone(f))
-                    .collect::<Vec<_>>(),
-            ));
-            let expr_adapter = adapter.create(logical_schema, Arc::clone(&physical))?;
-            let mut exprs = logical.iter().enumerate().map(|(at, (_, f))| {
-                expr_adapter.rewrite(Arc::new(Column::new(f.name(), at)) as Arc<dyn PhysicalExpr>)
-            });
-            // How each output column is made.
-            let outputs: Vec<Output> = constants
-                .into_iter()
-                .zip(&field_ids)
-                .map(|(constant, id)| match (constant, *id == POSITION_ID) {
-                    (_, true) => Ok(Output::Position),
-                    (Some(value), false) => Ok(Output::Constant(value)),
-                    (None, false) => exprs
-                        .next()
-                        .unwrap_or_else(|| internal_err!("ORC column without an expression"))
-                        .map(Output::Read),
-                })
-                .collect::<Result<_>>()?;
+            let columns = FileColumns::plan(
+                &schema,
+                &field_ids,
+                &columns,
+                &adapter,
+                &file_schema,
+                file.statistics.as_deref(),
+                rows,
+            )?;
+            let (read, physical, outputs) = (columns.read, columns.physical, columns.outputs);
             let stream: ArrowStreamReader<ObjectReader> = builder
                 .with_batch_size(batch_size)
                 // By ORC type id (pre-order: a nested column's children take ids too).
@@ -348,33 +296,7 @@ impl FileOpener for OrcOpener {
                 let batch = batch.map_err(|e| named(&e))?;
                 let first = next_row;
                 next_row += batch.num_rows() as u64;
-                let arrays = schema
-                    .fields()
-                    .iter()
-                    .zip(&outputs)
-                    .map(|(field, output)| -> Result<ArrayRef> {
-                        let rows = batch.num_rows();
-                        match output {
-                            Output::Position => {
-                                let positions: Int64Array =
-                                    (first as i64..(first + rows as u64) as i64).collect();
-                                Ok(Arc::new(positions))
-                            }
-                            Output::Constant(value) => Ok(value.to_array_of_size(rows)?),
-                            Output::Read(expr) => expr
-                                .evaluate(&batch)
-                                .and_then(|v| v.into_array(rows))
-                                .map_err(|e| {
-                                    named(&format!("column {} does not read: {e}", field.name()))
-                                }),
-                        }
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let out = RecordBatch::try_new_with_options(
-                    Arc::clone(&schema),
-                    arrays,
-                    &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
-                )?;
+                let out = output_batch(&schema, &outputs, &batch, first, &named)?;
                 match &deleted {
                     Some(deleted) => live_rows(out, first, deleted),
                     None => Ok(out),
@@ -384,6 +306,129 @@ impl FileOpener for OrcOpener {
         }
         .boxed())
     }
+}
+
+/// How the opener reads one file: the file columns it decodes, their schema, and how each
+/// output column is made.
+struct FileColumns {
+    read: Vec<usize>,
+    physical: SchemaRef,
+    outputs: Vec<Output>,
+}
+
+impl FileColumns {
+    /// The table column each file column reads into (by field id, else the name mapping, else
+    /// by name), and the file columns the scan needs. Columns the file lacks whose per-file
+    /// statistics make them constant (identity partition values) read as that value, as the
+    /// parquet opener reads them; every other column goes through the same field-id adapter
+    /// parquet files go through: promotions and casts (structs by field name),
+    /// `initial-default` values of the columns and nested fields the file lacks, NULL
+    /// otherwise.
+    fn plan(
+        schema: &SchemaRef,
+        field_ids: &[i32],
+        columns: &[usize],
+        adapter: &FieldIdAdapterFactory,
+        file_schema: &Schema,
+        statistics: Option<&Statistics>,
+        rows: u64,
+    ) -> Result<Self> {
+        let renamed = adapter.renamed(file_schema);
+        let wanted: Vec<Option<usize>> = schema
+            .fields()
+            .iter()
+            .zip(field_ids)
+            .map(|(f, id)| match *id == POSITION_ID {
+                true => None,
+                false => renamed.fields().iter().position(|r| r.name() == f.name()),
+            })
+            .collect();
+        let constants: Vec<Option<ScalarValue>> = wanted
+            .iter()
+            .zip(columns)
+            .zip(schema.fields())
+            .zip(field_ids)
+            .map(|(((source, &at), field), id)| match source {
+                Some(_) => Ok(None),
+                None if *id == POSITION_ID => Ok(None),
+                None => constant(statistics, at, rows, field.data_type()),
+            })
+            .collect::<Result<_>>()?;
+        let mut read: Vec<usize> = wanted.iter().flatten().copied().collect();
+        read.sort_unstable();
+        read.dedup();
+        let physical = Arc::new(file_schema.project(&read)?);
+        let logical: Vec<(usize, FieldRef)> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| field_ids[*i] != POSITION_ID && constants[*i].is_none())
+            .map(|(i, f)| (i, Arc::clone(f)))
+            .collect();
+        let logical_schema = Arc::new(Schema::new(
+            logical
+                .iter()
+                .map(|(_, f)| Arc::clone(f))
+                .collect::<Vec<_>>(),
+        ));
+        let expr_adapter = adapter.create(logical_schema, Arc::clone(&physical))?;
+        let mut exprs = logical.iter().enumerate().map(|(at, (_, f))| {
+            expr_adapter.rewrite(Arc::new(Column::new(f.name(), at)) as Arc<dyn PhysicalExpr>)
+        });
+        // How each output column is made.
+        let outputs: Vec<Output> = constants
+            .into_iter()
+            .zip(field_ids)
+            .map(|(constant, id)| match (constant, *id == POSITION_ID) {
+                (_, true) => Ok(Output::Position),
+                (Some(value), false) => Ok(Output::Constant(value)),
+                (None, false) => exprs
+                    .next()
+                    .unwrap_or_else(|| internal_err!("ORC column without an expression"))
+                    .map(Output::Read),
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            read,
+            physical,
+            outputs,
+        })
+    }
+}
+
+/// The output rows of a decoded `batch` whose first row is row `first` of the file.
+fn output_batch(
+    schema: &SchemaRef,
+    outputs: &[Output],
+    batch: &RecordBatch,
+    first: u64,
+    named: &impl Fn(&dyn fmt::Display) -> DataFusionError,
+) -> Result<RecordBatch> {
+    let rows = batch.num_rows();
+    let arrays = schema
+        .fields()
+        .iter()
+        .zip(outputs)
+        .map(|(field, output)| -> Result<ArrayRef> {
+            match output {
+                Output::Position => {
+                    let positions: Int64Array =
+                        (first as i64..(first + rows as u64) as i64).collect();
+                    Ok(Arc::new(positions))
+                }
+                Output::Constant(value) => Ok(value.to_array_of_size(rows)?),
+                Output::Read(expr) => expr
+                    .evaluate(batch)
+                    .and_then(|v| v.into_array(rows))
+                    .map_err(|e| named(&format!("column {} does not read: {e}", field.name()))),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new_with_options(
+        Arc::clone(schema),
+        arrays,
+        &RecordBatchOptions::new().with_row_count(Some(rows)),
+    )?)
 }
 
 /// How the opener makes one output column of a file.

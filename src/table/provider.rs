@@ -21,7 +21,8 @@ use crate::error::IcebergResultExt;
 use crate::file_planning::{plan_files_pruned, unprunable_columns, FileFilter};
 use crate::physical_plan::commit::CommitExec;
 use crate::physical_plan::scan::lineage;
-use crate::physical_plan::scan::plan::{plan_scan, ScanRequest};
+use crate::physical_plan::scan::plan::plan_scan;
+use crate::physical_plan::scan::request::ScanRequest;
 use crate::physical_plan::scan::schema::arrow_schema;
 use crate::physical_plan::scan::{IcebergScanExec, ScanSummary};
 use crate::physical_plan::write::{sort_requirement, DataFileWriterExec, WrittenFiles};
@@ -351,7 +352,7 @@ impl IcebergTableProvider {
         use crate::physical_plan::scan::metadata::{
             FileMetadataColumns, FILE, PARTITION, POS, SPEC_ID,
         };
-        use crate::physical_plan::scan::plan::FILE_COLUMN;
+        use crate::physical_plan::scan::request::FILE_COLUMN;
         use datafusion::physical_expr::expressions::{CastExpr, Column};
         use datafusion::physical_expr::PhysicalExpr;
         use datafusion::physical_plan::projection::ProjectionExec;

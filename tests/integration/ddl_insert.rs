@@ -253,7 +253,7 @@ async fn uuid_columns_take_and_show_canonical_text() {
         "uuid"
     );
 
-    // uuid partition values cannot be written (see the README): refused before anything exists.
+    // uuid partition values cannot be written (docs/limitations.md): refused before anything exists.
     let err = sql(
         &s,
         "CREATE EXTERNAL TABLE ns.p (id UUID) STORED AS ICEBERG LOCATION '' PARTITIONED BY (id)",

@@ -13,6 +13,7 @@ mod delete_update;
 mod deletion_vectors;
 mod embedding;
 mod fixtures;
+mod guide;
 mod maintenance;
 mod merge;
 mod merge_on_read;

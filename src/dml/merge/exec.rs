@@ -5,50 +5,46 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use datafusion::common::runtime::SpawnedTask;
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SpillFile, TaskContext};
+use datafusion::logical_expr::Expr;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::expressions::{self, Column};
+use datafusion::physical_plan::joins::PartitionMode;
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, SpillMetrics};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::ExecutionPlan;
-use futures::StreamExt;
 use iceberg::spec::Operation;
 use iceberg::table::Table;
 
-use crate::commit::MetadataStore;
-
-use crate::commit::{commit_or_clean_up, removed_with_deletes};
-use crate::commit::{RemovedDeletes, SnapshotChanges};
+use crate::commit::{
+    commit_or_clean_up, removed_with_deletes, MetadataStore, NewFile, RemovedDeletes,
+    SnapshotChanges,
+};
 use crate::dml::core::WriteMode;
-use crate::dml::splice::{drop_rows, files_allow_splice, moves_rows, splice_files, DroppedRows};
+use crate::dml::splice::{files_allow_splice, moves_rows};
 use crate::file_planning::{PlannedFile, ScanFiles};
-use crate::physical_plan::merge::join::{
-    hash_join, join_filter, join_plan, rewrite_join, JoinMode,
-};
+use crate::physical_plan::merge::clauses::{Clause, RowLayout};
+use crate::physical_plan::merge::join::{hash_join, join_filter, join_plan, JoinMode};
 use crate::physical_plan::merge::key_filter::{source_key_filter, KeyFilterExec};
+use crate::physical_plan::merge::on::JoinSpec;
 use crate::physical_plan::merge::positions::{
-    positions_consumer, DropCounts, DropPositionsExec, MergePositions, MergeReport, PositionMap,
+    positions_consumer, MergePositions, MergeReport, PositionMap,
 };
-use crate::physical_plan::merge::rewrite::RewriteExec;
 use crate::physical_plan::merge::rows::{MergeRowsExec, RowsMode};
-use crate::physical_plan::merge::source::{read_source, spilled_exec, BufferedSource};
+use crate::physical_plan::merge::source::{read_source, BufferedSource, SourceRead};
 use crate::physical_plan::merge::splice::SpliceValues;
 use crate::physical_plan::spill::SpillWriter;
 use crate::physical_plan::statement::{Statement, StatementMetrics};
 use crate::physical_plan::without_work_stealing;
+use crate::physical_plan::write::WrittenFiles;
 use crate::physical_plan::write::{run_writers, sort_requirement, DataFileWriterExec, WriterTally};
-use crate::physical_plan::write::{DeleteWriter, FileDeletes};
-use crate::physical_plan::write::{NewValues, Splicer, WrittenFiles};
-use datafusion::datasource::memory::MemorySourceConfig;
-use datafusion::physical_plan::joins::PartitionMode;
 
 use super::{MergeJob, SOURCE_MARKER};
 
@@ -194,7 +190,13 @@ async fn run_once(
     let mut source = source;
     let (written, result) = loop {
         let written = WrittenFiles::default();
-        let result = changes(job, Arc::clone(&source), context, m, &written, splice).await;
+        let run = Run {
+            job,
+            context,
+            m,
+            written: &written,
+        };
+        let result = run.changes(Arc::clone(&source), splice).await;
         match result {
             Ok(Outcome::SpliceRefused) => {
                 // The source runs again: its plan's nodes (a repartition's channels, a file
@@ -248,398 +250,337 @@ enum Outcome {
 /// (updated, deleted, inserted, files rewritten, delete files removed).
 type MergeCounts = (u64, u64, u64, usize, usize);
 
-/// Both passes: the snapshot changes to commit, or `None` when the statement changes nothing.
-async fn changes(
-    job: &MergeJob,
-    source: Arc<dyn ExecutionPlan>,
-    context: &Arc<TaskContext>,
-    m: &StatementMetrics,
-    written: &WrittenFiles,
-    splice: bool,
-) -> Result<Outcome> {
-    let fail = |what: String| {
+/// One run of a `MERGE`'s passes: what every step of it needs.
+pub(super) struct Run<'a> {
+    pub(super) job: &'a MergeJob,
+    pub(super) context: &'a Arc<TaskContext>,
+    pub(super) m: &'a StatementMetrics,
+    pub(super) written: &'a WrittenFiles,
+}
+
+/// The first pass's columns and clauses: the whole rows, the deciding columns only (a narrow
+/// copy-on-write pass), or the deciding and updated columns (a column splice).
+struct Pass<'a> {
+    layout: &'a Arc<RowLayout>,
+    clauses: &'a Arc<[Clause]>,
+    spec: &'a JoinSpec,
+    /// By column splice: the updated rows' new values, kept by file and position.
+    splice_values: Option<Arc<SpliceValues>>,
+    /// The source's batches when the pass is narrow (its rewrite joins them again).
+    decide: Option<Vec<RecordBatch>>,
+}
+
+/// What the first pass did.
+pub(super) struct FirstPass {
+    /// The new data files (updated rows' new versions, inserted rows).
+    pub(super) added: Vec<NewFile>,
+    /// The target positions updated or deleted, by file.
+    pub(super) changed: PositionMap,
+    /// The deleted ones among them, when a narrow pass keeps them apart.
+    pub(super) deleted_positions: PositionMap,
+    pub(super) updated: u64,
+    pub(super) deleted: u64,
+    pub(super) inserted: u64,
+}
+
+/// What the second pass wrote: new data files (copy-on-write), delete files and the ones they
+/// replace (merge-on-read), and the data files it rewrote.
+#[derive(Default)]
+pub(super) struct SecondPass {
+    pub(super) added: Vec<NewFile>,
+    pub(super) delete_files: Vec<NewFile>,
+    pub(super) replaced: RemovedDeletes,
+    pub(super) rewritten: usize,
+}
+
+impl Run<'_> {
+    /// The error that stops the statement, nothing changed.
+    pub(super) fn fail(&self, what: String) -> DataFusionError {
         DataFusionError::Execution(format!(
             "MERGE on table '{}' aborted, nothing was changed: {what}",
-            job.sql_table()
+            self.job.sql_table()
         ))
-    };
-    let read = read_source(with_marker(source)?, &job.spec, context, m.spill()).await?;
-    m.add("source_rows", read.rows as usize);
-    let filters = job.target_filters(&read.bounds);
-    let files = job.target_files(&filters).await?;
-    m.add("target_files_scanned", files.files.len());
-    // Copy-on-write by column splice when every file it may touch allows it.
-    let metadata = job.table.metadata();
-    let splice = match &job.splice {
-        Some(s)
-            if splice
-                && files_allow_splice(&files, metadata)
-                && !moves_rows(metadata, &s.columns) =>
-        {
-            Some(s)
-        }
-        _ => None,
-    };
-    // Otherwise copy-on-write reads only the deciding columns first when it can, with the
-    // source in memory: the rewrite then joins the updated rows with the source again. Its
-    // batches are shared with pass 1's plan, which holds them until pass 1 ends.
-    let (decide, source_batches) = match (&job.decide, &read.buffered, splice) {
-        (Some(d), BufferedSource::Memory(batches, _), None) => (Some(d), Some(batches.clone())),
-        _ => (None, None),
-    };
-    let (layout, clauses, spec) = match (splice, decide) {
-        (Some(s), _) => (&s.layout, &s.clauses, &s.spec),
-        (None, Some(d)) => (&d.layout, &d.clauses, &d.spec),
-        (None, None) => (&job.layout, &job.clauses, &job.spec),
-    };
-    let splice_values = splice.map(|s| {
-        Arc::new(SpliceValues::new(
-            s.columns.clone(),
-            &job.table_schema,
-            context,
-        ))
-    });
-    let source_schema = Arc::clone(&read.schema);
-    let target = job.scan(&files, Some(&layout.target_columns)).await?;
-    if m.value("first_pass_target_columns") == 0 {
-        m.add("first_pass_target_columns", layout.target_columns.len());
     }
-    // Distributed, with the source in memory and hash keys: the join, the clauses and the
-    // writers run in the workers' tasks, which report the positions they changed.
-    let distributed_source = match (&read.buffered, job.distributed && decide.is_none()) {
-        (BufferedSource::Memory(batches, _), true) if !spec.source_keys.is_empty() => {
-            Some(batches.clone())
+
+    /// Both passes: the snapshot changes to commit, or what stopped them.
+    async fn changes(&self, source: Arc<dyn ExecutionPlan>, splice: bool) -> Result<Outcome> {
+        let (job, m) = (self.job, self.m);
+        let read = read_source(with_marker(source)?, &job.spec, self.context, m.spill()).await?;
+        m.add("source_rows", read.rows as usize);
+        let filters = job.target_filters(&read.bounds);
+        let files = job.target_files(&filters).await?;
+        m.add("target_files_scanned", files.files.len());
+        let pass = self.pass(&files, &read, splice);
+        let source_schema = Arc::clone(&read.schema);
+        let narrow = pass.decide.is_some();
+        let by_splice = pass.splice_values.is_some();
+        let mut first = self.first_pass(read, &files, &pass).await?;
+        let (updated, deleted, inserted) = (first.updated, first.deleted, first.inserted);
+        let new_rows: u64 = first.added.iter().map(|f| f.file.record_count()).sum();
+        // A narrow first pass or a splice leaves the updated rows' new versions to the rewrite.
+        let new_in_pass_1 = match narrow || by_splice {
+            true => inserted,
+            false => updated + inserted,
+        };
+        if new_rows != new_in_pass_1 {
+            return Err(self.fail(format!(
+                "it wrote {new_rows} new rows for {updated} updated and {inserted} inserted"
+            )));
         }
-        _ => None,
-    };
-    let (mut added, changed, deleted_positions, (updated, deleted, inserted)) =
-        match distributed_source {
-            Some(batches) => {
-                // The source's keys travel as a filter on the target too: only target rows
-                // that may match are shuffled.
-                let key_filter =
-                    source_key_filter(&read, spec, &target.schema(), context, m.spill()).await?;
-                let target: Arc<dyn ExecutionPlan> = match &key_filter {
-                    Some(f) => Arc::new(KeyFilterExec::new(
-                        target,
-                        spec.target_keys.clone(),
-                        Arc::clone(f),
-                    )),
-                    None => target,
-                };
-                let (added, report) = distributed_first_pass(
-                    job,
-                    batches,
-                    Arc::clone(&read.schema),
-                    target,
-                    written,
-                    context,
-                )
-                .await?;
-                drop(read);
-                (
-                    added,
-                    report.changed,
-                    PositionMap::new(),
-                    (report.updated, report.deleted, report.inserted),
-                )
+        let changed_rows: u64 = first.changed.values().map(|b| b.len()).sum();
+        if changed_rows != updated + deleted {
+            return Err(self.fail(format!(
+                "it holds {changed_rows} changed positions for {updated} updated and {deleted} \
+                 deleted rows"
+            )));
+        }
+        // The copy the rewrite joins with, when it has updated rows to make new versions of (the
+        // batches themselves go: nothing holds them through pass 2).
+        let source_copy = match pass.decide {
+            Some(batches) if updated > 0 && job.mode == WriteMode::CopyOnWrite => {
+                Some(copy_source(&batches, &source_schema, self.context)?)
             }
-            None => {
-                let key_filter =
-                    source_key_filter(&read, spec, &target.schema(), context, m.spill()).await?;
-                let (join, mode) = join_plan(
-                    read,
-                    target,
-                    key_filter.clone(),
-                    spec,
-                    layout,
-                    context,
-                    m.spill(),
-                )?;
-                if let JoinMode::Grace(n) = mode {
-                    m.add("grace_partitions", n);
+            _ => None,
+        };
+        let touched = self.touched(&files, &first.changed)?;
+        if first.added.is_empty() && touched.is_empty() {
+            return Ok(Outcome::Nothing);
+        }
+        if let Some(values) = &pass.splice_values {
+            if values.refused()? {
+                return Ok(Outcome::SpliceRefused);
+            }
+        }
+        let second = match (touched.is_empty(), job.mode, &pass.splice_values) {
+            (true, _, _) => SecondPass::default(),
+            (false, WriteMode::MergeOnRead, _) => {
+                self.merge_on_read(&touched, &first.changed).await?
+            }
+            (false, WriteMode::CopyOnWrite, Some(values)) => {
+                match self.splice(values, &touched, &first).await? {
+                    Some(second) => second,
+                    None => return Ok(Outcome::SpliceRefused),
                 }
-                let positions =
-                    MergePositions::new(positions_consumer().register(context.memory_pool()));
-                let positions = Arc::new(match decide {
-                    Some(_) => positions.keeping_deleted(),
-                    None => positions,
-                });
-                let rows: Arc<dyn ExecutionPlan> = Arc::new(
-                    MergeRowsExec::new(
-                        join,
-                        Arc::clone(clauses),
-                        Arc::clone(layout),
-                        Arc::clone(&job.table_schema),
-                        Arc::clone(&positions),
-                    )
-                    .with_mode(match (&splice_values, decide) {
-                        (Some(v), _) => RowsMode::Splice(Arc::clone(v)),
-                        (None, Some(_)) => RowsMode::Decide,
-                        (None, None) => RowsMode::NewRows,
-                    }),
-                );
-                let added = job.write(rows, written, context, &m.spill()).await?;
-                if let Some(f) = &key_filter {
-                    m.add("target_rows_skipped_by_key_filter", f.skipped());
-                }
-                let counts = positions.counts();
-                let changed = positions.take_changed()?;
-                let deleted_positions = positions.take_deleted()?;
-                (added, changed, deleted_positions, counts)
+            }
+            (false, WriteMode::CopyOnWrite, None) => {
+                let source = source_copy.map(|copy| (copy, source_schema));
+                self.rewrite(&files, &touched, &mut first, source, narrow)
+                    .await?
             }
         };
-    let new_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
-    // A narrow first pass or a splice leaves the updated rows' new versions to the rewrite.
-    let new_in_pass_1 = match decide.is_some() || splice.is_some() {
-        true => inserted,
-        false => updated + inserted,
-    };
-    if new_rows != new_in_pass_1 {
-        return Err(fail(format!(
-            "it wrote {new_rows} new rows for {updated} updated and {inserted} inserted"
-        )));
+        self.snapshot_changes(&files, &filters, &touched, first, second)
+            .await
     }
-    // The copy the rewrite joins with, when it has updated rows to make new versions of (the
-    // batches themselves go: nothing holds them through pass 2).
-    let source_copy = match source_batches {
-        Some(batches) if updated > 0 && job.mode == WriteMode::CopyOnWrite => {
-            Some(copy_source(&batches, &source_schema, context)?)
+
+    /// The first pass this run makes (see [`Pass`]): by column splice when every file it may
+    /// touch allows it; otherwise, for copy-on-write with the source in memory, the deciding
+    /// columns only when the statement allows it; else whole rows.
+    fn pass<'a>(&'a self, files: &ScanFiles, read: &SourceRead, splice: bool) -> Pass<'a> {
+        let job = self.job;
+        let metadata = job.table.metadata();
+        if let Some(s) = job.splice.as_ref().filter(|s| {
+            splice && files_allow_splice(files, metadata) && !moves_rows(metadata, &s.columns)
+        }) {
+            return Pass {
+                layout: &s.layout,
+                clauses: &s.clauses,
+                spec: &s.spec,
+                splice_values: Some(Arc::new(SpliceValues::new(
+                    s.columns.clone(),
+                    &job.table_schema,
+                    self.context,
+                ))),
+                decide: None,
+            };
         }
-        _ => None,
-    };
-    let changed_rows: u64 = changed.values().map(|b| b.len()).sum();
-    if changed_rows != updated + deleted {
-        return Err(fail(format!(
-            "it holds {changed_rows} changed positions for {updated} updated and {deleted} \
-             deleted rows"
-        )));
-    }
-    let by_path: HashMap<&str, &PlannedFile> =
-        files.files.iter().map(|f| (f.path.as_str(), f)).collect();
-    let mut touched: Vec<PlannedFile> = vec![];
-    for path in changed.keys() {
-        let file = by_path
-            .get(path.as_str())
-            .ok_or_else(|| fail(format!("{path} was changed but not planned")))?;
-        touched.push((*file).clone());
-    }
-    touched.sort_by(|a, b| a.path.cmp(&b.path));
-    if added.is_empty() && touched.is_empty() {
-        return Ok(Outcome::Nothing);
-    }
-    if let Some(values) = &splice_values {
-        if values.refused()? {
-            return Ok(Outcome::SpliceRefused);
+        // The narrow pass's source batches are shared with pass 1's plan, which holds them
+        // until pass 1 ends.
+        match (&job.decide, &read.buffered) {
+            (Some(d), BufferedSource::Memory(batches, _)) => Pass {
+                layout: &d.layout,
+                clauses: &d.clauses,
+                spec: &d.spec,
+                splice_values: None,
+                decide: Some(batches.clone()),
+            },
+            _ => Pass {
+                layout: &job.layout,
+                clauses: &job.clauses,
+                spec: &job.spec,
+                splice_values: None,
+                decide: None,
+            },
         }
     }
 
-    let mut delete_files = vec![];
-    let mut replaced = RemovedDeletes::default();
-    let mut rewritten = 0;
-    if !touched.is_empty() {
-        match job.mode {
-            WriteMode::MergeOnRead => {
-                let outputs = write_deletes(job, &touched, &changed, written, context).await?;
-                (delete_files, replaced) = crate::physical_plan::write::fold(outputs);
-            }
-            WriteMode::CopyOnWrite if splice_values.is_some() => {
-                let Some(values) = splice_values.clone() else {
-                    return Err(DataFusionError::Internal("no splice values".into()));
-                };
-                let splicer = Arc::new(Splicer::new(
-                    &job.table,
-                    &job.locations,
-                    values.columns().to_vec(),
-                    &[],
-                    context,
-                )?);
-                let take = move |path: &str| values.take(path).map(NewValues::At);
-                let Some((files, spliced)) = splice_files(splicer, take, &touched, written).await?
-                else {
-                    return Ok(Outcome::SpliceRefused);
-                };
-                let read: u64 = touched.iter().map(|f| f.record_count).sum();
-                let kept: u64 = files.iter().map(|f| f.file.record_count()).sum();
-                if spliced != updated || deleted != 0 || kept != read {
-                    return Err(fail(format!(
-                        "the splice does not add up (pass 1 updated {updated} and deleted \
-                         {deleted} rows; the splice took {spliced} new values and wrote {kept} of \
-                         the {read} rows of the rewritten files)"
-                    )));
-                }
-                m.add("files_spliced", files.len());
-                rewritten = touched.len();
-                added.extend(files);
-            }
-            WriteMode::CopyOnWrite => {
-                let changed = Arc::new(changed);
-                // Without new versions to join, the files only lose rows: their row groups that
-                // keep every row are copied as they are, the others encoded again.
-                let mut by_splice = DroppedRows::default();
-                let mut rest = touched.clone();
-                let touched_files = ScanFiles {
-                    files: touched.clone(),
-                    equality_deletes: files.equality_deletes.clone(),
-                    streamed: files.streamed,
-                    columns: files.columns.clone(),
-                };
-                if source_copy.is_none() && job.drops_by_splice(&touched_files) {
-                    let splicer = Arc::new(Splicer::new(
-                        &job.table,
-                        &job.locations,
-                        vec![],
-                        &[],
-                        context,
-                    )?);
-                    let positions = Arc::clone(&changed);
-                    let drops = move |path: &str| {
-                        positions
-                            .get(path)
-                            .cloned()
-                            .map(NewValues::Dropped)
-                            .ok_or_else(|| {
-                                DataFusionError::Internal(format!("no changed rows in {path}"))
-                            })
-                    };
-                    by_splice = drop_rows(splicer, drops, &touched, written).await?;
-                    rest = std::mem::take(&mut by_splice.refused);
-                    m.add("files_spliced", touched.len() - rest.len());
-                    m.add("row_groups_copied", by_splice.groups_copied);
-                    m.add("splice_fallbacks", usize::from(!rest.is_empty()));
-                }
-                let spliced = Arc::new(AtomicU64::new(0));
-                let (kept, read, dropped) = match rest.is_empty() {
-                    true => (vec![], 0, 0),
-                    false => {
-                        let counts = Arc::new(DropCounts::default());
-                        let rewrite = ScanFiles {
-                            files: rest.clone(),
-                            equality_deletes: files.equality_deletes.clone(),
-                            streamed: files.streamed,
-                            columns: files.columns.clone(),
-                        };
-                        let scan = job.scan(&rewrite, None).await?;
-                        let keep: Arc<dyn ExecutionPlan> = match source_copy {
-                            Some(copy) => {
-                                let source = spilled_exec(copy, source_schema, context, m.spill())?;
-                                let spliced = Arc::clone(&spliced);
-                                let versions = |probe: Arc<dyn ExecutionPlan>| {
-                                    let join = rewrite_join(source, probe, &job.spec, &job.layout)?;
-                                    let unused = Arc::new(MergePositions::new(
-                                        positions_consumer().register(context.memory_pool()),
-                                    ));
-                                    Ok(Arc::new(
-                                        MergeRowsExec::new(
-                                            join,
-                                            Arc::clone(&job.clauses),
-                                            Arc::clone(&job.layout),
-                                            Arc::clone(&job.table_schema),
-                                            unused,
-                                        )
-                                        .with_mode(RowsMode::Rewrite(spliced)),
-                                    )
-                                        as Arc<dyn ExecutionPlan>)
-                                };
-                                Arc::new(RewriteExec::try_new(
-                                    scan,
-                                    versions,
-                                    Arc::clone(&changed),
-                                    Arc::new(deleted_positions),
-                                    Arc::clone(&counts),
-                                    Arc::clone(&job.table_schema),
-                                )?)
-                            }
-                            None => Arc::new(DropPositionsExec::new(
-                                scan,
-                                Arc::clone(&changed),
-                                Arc::clone(&job.table_schema),
-                                Arc::clone(&counts),
-                            )),
-                        };
-                        // Distributed, the rewrite runs in the workers' tasks too (each with the
-                        // changed positions), which report what they read and dropped.
-                        match job.distributed && keep.downcast_ref::<DropPositionsExec>().is_some()
-                        {
-                            true => {
-                                let (kept, report) = distributed_write(
-                                    job,
-                                    keep,
-                                    Arc::clone(&counts) as Arc<dyn WriterTally>,
-                                    written,
-                                    context,
-                                )
-                                .await?;
-                                (kept, report.read, report.dropped)
-                            }
-                            false => {
-                                let kept = job.write(keep, written, context, &m.spill()).await?;
-                                let read = counts.read.load(Ordering::Relaxed);
-                                (kept, read, counts.dropped.load(Ordering::Relaxed))
-                            }
-                        }
-                    }
-                };
-                let spliced = spliced.load(Ordering::Relaxed);
-                let (read, dropped) = (read + by_splice.read, dropped + by_splice.dropped);
-                let mut kept = kept;
-                kept.extend(by_splice.files);
-                let kept_rows: u64 = kept.iter().map(|f| f.file.record_count()).sum();
-                // Without a narrow first pass, the rewrite drops the updated rows (their new
-                // versions were written in pass 1); with one, it writes them.
-                let (should_drop, should_splice) = match decide {
-                    Some(_) => (deleted, updated),
-                    None => (changed_rows, 0),
-                };
-                if dropped != should_drop
-                    || spliced != should_splice
-                    || read.checked_sub(dropped) != Some(kept_rows)
-                {
-                    return Err(fail(format!(
-                        "the rewrite does not add up (pass 1 changed {changed_rows} rows in the \
-                         rewritten files, {updated} of them updated; pass 2 read {read}, dropped \
-                         {dropped}, updated {spliced}, wrote {kept_rows})"
-                    )));
-                }
-                rewritten = touched.len();
-                added.extend(kept);
-            }
+    /// The join of the source with the target's live rows, the clauses, and the new rows
+    /// written: in the workers' tasks when distributed, with the source in memory and hash
+    /// keys (they report the positions they changed); here otherwise.
+    async fn first_pass(
+        &self,
+        read: SourceRead,
+        files: &ScanFiles,
+        pass: &Pass<'_>,
+    ) -> Result<FirstPass> {
+        let (job, context, m) = (self.job, self.context, self.m);
+        let target = job.scan(files, Some(&pass.layout.target_columns)).await?;
+        if m.value("first_pass_target_columns") == 0 {
+            m.add(
+                "first_pass_target_columns",
+                pass.layout.target_columns.len(),
+            );
         }
+        // The source's keys travel as a filter on the target too: only target rows that may
+        // match are shuffled, or reach the join.
+        let key_filter =
+            source_key_filter(&read, pass.spec, &target.schema(), context, m.spill()).await?;
+        let distributed =
+            job.distributed && pass.decide.is_none() && !pass.spec.source_keys.is_empty();
+        let in_memory = match (&read.buffered, distributed) {
+            (BufferedSource::Memory(batches, _), true) => Some(batches.clone()),
+            _ => None,
+        };
+        if let Some(batches) = in_memory {
+            let target: Arc<dyn ExecutionPlan> = match &key_filter {
+                Some(f) => Arc::new(KeyFilterExec::new(
+                    target,
+                    pass.spec.target_keys.clone(),
+                    Arc::clone(f),
+                )),
+                None => target,
+            };
+            let (added, report) = distributed_first_pass(
+                job,
+                batches,
+                Arc::clone(&read.schema),
+                target,
+                self.written,
+                context,
+            )
+            .await?;
+            drop(read);
+            return Ok(FirstPass {
+                added,
+                changed: report.changed,
+                deleted_positions: PositionMap::new(),
+                updated: report.updated,
+                deleted: report.deleted,
+                inserted: report.inserted,
+            });
+        }
+        let (join, mode) = join_plan(
+            read,
+            target,
+            key_filter.clone(),
+            pass.spec,
+            pass.layout,
+            context,
+            m.spill(),
+        )?;
+        if let JoinMode::Grace(n) = mode {
+            m.add("grace_partitions", n);
+        }
+        let positions = MergePositions::new(positions_consumer().register(context.memory_pool()));
+        let positions = Arc::new(match pass.decide {
+            Some(_) => positions.keeping_deleted(),
+            None => positions,
+        });
+        let rows = MergeRowsExec::new(
+            join,
+            Arc::clone(pass.clauses),
+            Arc::clone(pass.layout),
+            Arc::clone(&job.table_schema),
+            Arc::clone(&positions),
+        )
+        .with_mode(match (&pass.splice_values, &pass.decide) {
+            (Some(v), _) => RowsMode::Splice(Arc::clone(v)),
+            (None, Some(_)) => RowsMode::Decide,
+            (None, None) => RowsMode::NewRows,
+        });
+        let added = job
+            .write(Arc::new(rows), self.written, context, &m.spill())
+            .await?;
+        if let Some(f) = &key_filter {
+            m.add("target_rows_skipped_by_key_filter", f.skipped());
+        }
+        let (updated, deleted, inserted) = positions.counts();
+        Ok(FirstPass {
+            added,
+            changed: positions.take_changed()?,
+            deleted_positions: positions.take_deleted()?,
+            updated,
+            deleted,
+            inserted,
+        })
     }
-    let removed: Vec<&PlannedFile> = match job.mode {
-        WriteMode::CopyOnWrite => touched.iter().collect(),
-        WriteMode::MergeOnRead => vec![],
-    };
-    let (removed_files, removed_vectors, delete_files_removed) = removed_with_deletes(
-        &job.table,
-        &job.locations,
-        job.planning_threshold(),
-        &removed,
-        &files.equality_deletes,
-        replaced,
-    )
-    .await?;
-    let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
-    let operation = match removed_files.is_empty() && delete_files.is_empty() {
-        true => Operation::Append,
-        false => Operation::Overwrite,
-    };
-    let changes = SnapshotChanges {
-        operation,
-        added_data_files: added,
-        added_delete_files: delete_files,
-        removed_files,
-        removed_deletion_vectors: removed_vectors,
-        summary_properties: HashMap::new(),
-        validation: Some(job.validation(&filters, read_files)?),
-        data_sequence_number: None,
-        rewrite_data_manifests: false,
-        task_context: None,
-    };
-    Ok(Outcome::Changes(
-        Box::new(changes),
-        (updated, deleted, inserted, rewritten, delete_files_removed),
-    ))
+
+    /// The planned files with changed rows, in path order.
+    fn touched(&self, files: &ScanFiles, changed: &PositionMap) -> Result<Vec<PlannedFile>> {
+        let by_path: HashMap<&str, &PlannedFile> =
+            files.files.iter().map(|f| (f.path.as_str(), f)).collect();
+        let mut touched: Vec<PlannedFile> = vec![];
+        for path in changed.keys() {
+            let file = by_path
+                .get(path.as_str())
+                .ok_or_else(|| self.fail(format!("{path} was changed but not planned")))?;
+            touched.push((*file).clone());
+        }
+        touched.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(touched)
+    }
+
+    /// The snapshot changes of both passes: the new files, the rewritten ones and the delete
+    /// files that go with them, validated against what the statement read.
+    async fn snapshot_changes(
+        &self,
+        files: &ScanFiles,
+        filters: &Option<Option<Vec<Expr>>>,
+        touched: &[PlannedFile],
+        first: FirstPass,
+        second: SecondPass,
+    ) -> Result<Outcome> {
+        let job = self.job;
+        let removed: Vec<&PlannedFile> = match job.mode {
+            WriteMode::CopyOnWrite => touched.iter().collect(),
+            WriteMode::MergeOnRead => vec![],
+        };
+        let (removed_files, removed_vectors, delete_files_removed) = removed_with_deletes(
+            &job.table,
+            &job.locations,
+            job.planning_threshold(),
+            &removed,
+            &files.equality_deletes,
+            second.replaced,
+        )
+        .await?;
+        let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
+        let operation = match removed_files.is_empty() && second.delete_files.is_empty() {
+            true => Operation::Append,
+            false => Operation::Overwrite,
+        };
+        let mut added = first.added;
+        added.extend(second.added);
+        let changes = SnapshotChanges {
+            operation,
+            added_data_files: added,
+            added_delete_files: second.delete_files,
+            removed_files,
+            removed_deletion_vectors: removed_vectors,
+            summary_properties: HashMap::new(),
+            validation: Some(job.validation(filters, read_files)?),
+            data_sequence_number: None,
+            rewrite_data_manifests: false,
+            task_context: None,
+        };
+        let counts = (
+            first.updated,
+            first.deleted,
+            first.inserted,
+            second.rewritten,
+            delete_files_removed,
+        );
+        Ok(Outcome::Changes(Box::new(changes), counts))
+    }
 }
 
 /// A distributed `MERGE`'s first pass. The source (in memory here) and the target are
@@ -655,7 +596,7 @@ async fn distributed_first_pass(
     target: Arc<dyn ExecutionPlan>,
     written: &WrittenFiles,
     context: &Arc<TaskContext>,
-) -> Result<(Vec<crate::commit::NewFile>, MergeReport)> {
+) -> Result<(Vec<NewFile>, MergeReport)> {
     let spec = &job.spec;
     let filter = spec
         .filter
@@ -687,13 +628,13 @@ async fn distributed_first_pass(
 /// Writes `input` (rows of the table) in the workers' tasks, each sorting its own rows for a
 /// sorted table, its writer reporting `tally`; returns the data files (recorded in `written`
 /// as they arrive) and the reports' sum.
-async fn distributed_write(
+pub(super) async fn distributed_write(
     job: &MergeJob,
     input: Arc<dyn ExecutionPlan>,
     tally: Arc<dyn WriterTally>,
     written: &WrittenFiles,
     context: &Arc<TaskContext>,
-) -> Result<(Vec<crate::commit::NewFile>, MergeReport)> {
+) -> Result<(Vec<NewFile>, MergeReport)> {
     let sort = sort_requirement(&job.table, &input.schema())?;
     let writer = DataFileWriterExec::try_new(input, job.table.clone(), sort, written.clone())?
         .with_row_lineage(job.row_lineage())?
@@ -706,40 +647,6 @@ async fn distributed_write(
     })
     .await?;
     Ok((added, report))
-}
-
-/// Merge-on-read: one position delete file (format v3: deletion vector) per data file with
-/// changed rows, merged with the file's earlier deletes, written a few at a time on the
-/// runtime's threads.
-async fn write_deletes(
-    job: &MergeJob,
-    touched: &[PlannedFile],
-    changed: &PositionMap,
-    written: &WrittenFiles,
-    context: &Arc<TaskContext>,
-) -> Result<Vec<FileDeletes>> {
-    let writer = DeleteWriter::new(&job.table, &job.locations, touched, context)?;
-    let mut tasks = vec![];
-    for f in touched {
-        let bitmap = changed
-            .get(&f.path)
-            .ok_or_else(|| DataFusionError::Internal(format!("no positions for {}", f.path)))?
-            .clone();
-        let (writer, written, path) = (writer.clone(), written.clone(), f.path.clone());
-        tasks.push(async move {
-            SpawnedTask::spawn(async move { writer.write(&path, bitmap, &written).await })
-                .join_unwind()
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?
-        });
-    }
-    let parallel = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
-    // Every task started runs to its end (and records its file), also after another failed.
-    let results: Vec<Result<FileDeletes>> = futures::stream::iter(tasks)
-        .buffered(parallel)
-        .collect()
-        .await;
-    results.into_iter().collect()
 }
 
 /// A copy of the source batches in a spill file, for the rewrite's join.

@@ -31,6 +31,7 @@
 //! ```
 
 mod exec;
+mod second_pass;
 
 use exec::MergeStatement;
 
@@ -69,7 +70,8 @@ use crate::physical_plan::merge::on::{self, split_on, JoinSpec};
 use crate::physical_plan::merge::source::{self, KeyBounds};
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
-use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
+use crate::physical_plan::scan::plan::plan_statement_scan;
+use crate::physical_plan::scan::request::{ScanRequest, FILE_COLUMN};
 use crate::physical_plan::scan::schema::arrow_schema;
 use crate::physical_plan::statement::StatementExec;
 use crate::physical_plan::write::{

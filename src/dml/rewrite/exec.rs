@@ -65,50 +65,17 @@ async fn run_once(
     let mor = job.mode == WriteMode::MergeOnRead;
     let written = WrittenFiles::default();
     // Pass 1: matching live rows per file (merge-on-read: written as position deletes).
-    let mut matched: HashMap<String, u64> = HashMap::new();
-    let mut delete_files: Vec<NewFile> = vec![];
-    let mut replaced = RemovedDeletes::default();
-    if let Some(plan) = pass1 {
-        if mor && job.distributed {
-            // The workers wrote the delete files: their rows report them.
-            let result: Result<Reported> = async {
-                let mut reported = Reported::default();
-                let mut stream = execute_stream(plan, Arc::clone(&context))?;
-                while let Some(batch) = stream.next().await {
-                    reported.add(&batch?, job.table.metadata(), &written)?;
-                }
-                Ok(reported)
+    let first = match pass1 {
+        Some(plan) => match first_pass(&job, plan, &context, &written).await {
+            Ok(first) => first,
+            Err(e) => {
+                written.remove_all(job.table.file_io()).await;
+                return Err(e);
             }
-            .await;
-            match result {
-                Ok(reported) => {
-                    matched = reported.counts;
-                    (delete_files, replaced) = crate::physical_plan::write::fold(reported.files);
-                }
-                Err(e) => {
-                    written.remove_all(job.table.file_io()).await;
-                    return Err(e);
-                }
-            }
-        } else if mor {
-            match write_position_deletes(&job, plan, &context, &written).await {
-                Ok((counts, files)) => {
-                    matched = counts;
-                    (delete_files, replaced) = crate::physical_plan::write::fold(files);
-                }
-                Err(e) => {
-                    written.remove_all(job.table.file_io()).await;
-                    return Err(e);
-                }
-            }
-        } else {
-            let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
-            let mut stream = execute_stream(plan, Arc::clone(&context))?;
-            while let Some(batch) = stream.next().await {
-                count_files(&batch?, &mut matched)?;
-            }
-        }
-    }
+        },
+        None => FirstPass::default(),
+    };
+    let matched = &first.matched;
     let whole: HashSet<&str> = job.removed_whole.iter().map(|f| f.path.as_str()).collect();
     let touched: Vec<PlannedFile> = job
         .checked
@@ -124,7 +91,7 @@ async fn run_once(
     if !mor {
         removed.extend(touched.iter());
     }
-    if removed.is_empty() && delete_files.is_empty() {
+    if removed.is_empty() && first.delete_files.is_empty() {
         return Ok(0);
     }
     if let DmlOp::Update(assignments) = &job.op {
@@ -138,81 +105,25 @@ async fn run_once(
     let mut added: Vec<NewFile> = vec![];
     let rewrite = !touched.is_empty() && (!mor || matches!(job.op, DmlOp::Update(_)));
     if rewrite {
-        let result: Result<()> = async {
-            // Copy-on-write UPDATE by column splice, when it applies.
-            let spliced = match mor {
-                true => None,
-                false => splice_update(&job, &touched, &context, &written, m).await?,
-            };
-            if let Some((files, selected)) = spliced {
-                let read: u64 = touched.iter().map(|f| f.record_count).sum();
-                let written_rows: u64 = files.iter().map(|f| f.file.record_count()).sum();
-                added.extend(files);
-                if selected != matched_in_touched || written_rows != read {
-                    return Err(DataFusionError::Execution(format!(
-                        "UPDATE on table '{}' aborted, nothing was changed: the splice does not \
-                         add up (pass 1 matched {matched_in_touched} rows in the rewritten \
-                         files; the splice changed {selected} and wrote {written_rows} of \
-                         their {read} rows)",
-                        job.table.identifier()
-                    )));
-                }
-                m.add("rows_rewritten", written_rows as usize);
-                return Ok(());
-            }
-            // Copy-on-write DELETE: row groups that keep every row are copied as they are.
-            let (mut read, mut selected) = (0, 0);
-            let mut rest = touched.clone();
-            if !mor {
-                if let Some(d) = splice_delete(&job, &touched, &context, &written).await? {
-                    m.add("files_spliced", touched.len() - d.refused.len());
-                    m.add("row_groups_copied", d.groups_copied);
-                    m.add("splice_fallbacks", usize::from(!d.refused.is_empty()));
-                    (read, selected) = (d.read, d.dropped);
-                    added.extend(d.files);
-                    rest = d.refused;
-                }
-            }
-            if !rest.is_empty() {
-                let plan = job.rewrite_plan(rest, written.clone()).await?;
-                let files = run_writers(plan, &context, job.table.metadata(), &written, |batch| {
-                    // Each writing task reports its counts (one process: one tally of them all).
-                    let (r, s) = decode_tally(batch)?;
-                    read += r;
-                    selected += s;
-                    Ok(())
-                })
-                .await?;
-                added.extend(files);
-            }
-            // Self-check: the two passes must agree row for row.
-            let written_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
-            let expected = match (&job.op, mor) {
-                (DmlOp::Delete, _) => read.checked_sub(selected),
-                (DmlOp::Update(_), false) => Some(read),
-                (DmlOp::Update(_), true) => Some(selected),
-            };
-            if selected != matched_in_touched || expected != Some(written_rows) {
-                return Err(DataFusionError::Execution(format!(
-                    "{} on table '{}' aborted, nothing was changed: the rewrite does not add \
-                     up (pass 1 matched {matched_in_touched} rows in the rewritten files; pass 2 \
-                     read {read}, matched {selected}, wrote {written_rows})",
+        let pass = SecondPass {
+            job: &job,
+            touched: &touched,
+            matched: matched_in_touched,
+            context: &context,
+            written: &written,
+            m,
+        };
+        match pass.run().await {
+            Ok(files) => added = files,
+            Err(e) => {
+                written.remove_all(job.table.file_io()).await;
+                return Err(e.context(format!(
+                    "{} on table '{}' failed while rewriting {} file(s); nothing was changed",
                     job.op.sql(),
-                    job.table.identifier()
+                    job.table.identifier(),
+                    touched.len()
                 )));
             }
-            m.add("rows_rewritten", written_rows as usize);
-            Ok(())
-        }
-        .await;
-        if let Err(e) = result {
-            written.remove_all(job.table.file_io()).await;
-            return Err(e.context(format!(
-                "{} on table '{}' failed while rewriting {} file(s); nothing was changed",
-                job.op.sql(),
-                job.table.identifier(),
-                touched.len()
-            )));
         }
     }
 
@@ -223,18 +134,9 @@ async fn run_once(
         threshold,
         &removed,
         &job.checked.equality_deletes,
-        replaced,
+        first.replaced,
     )
     .await?;
-    let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
-    let (filters, columns) = (job.filters.clone(), job.columns.clone());
-    let may_match: crate::commit::MayMatch =
-        Arc::new(move |metadata: &TableMetadata, spec_id: i32, file| {
-            let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
-                return true;
-            };
-            !FileStats::of(file, spec, metadata.current_schema(), &columns).none_match(&filters)
-        });
     let changes = SnapshotChanges {
         operation: if added.is_empty() {
             Operation::Delete
@@ -242,16 +144,11 @@ async fn run_once(
             Operation::Overwrite
         },
         added_data_files: added,
-        added_delete_files: delete_files,
+        added_delete_files: first.delete_files,
         removed_files,
         removed_deletion_vectors: removed_vectors,
         summary_properties: HashMap::new(),
-        validation: Some(Validation {
-            base_snapshot_id: job.base_snapshot_id,
-            may_match,
-            read_files,
-            equality_deletes_carry_over: false,
-        }),
+        validation: Some(validation(&job, &touched)),
         data_sequence_number: None,
         rewrite_data_manifests: false,
         task_context: None,
@@ -267,6 +164,167 @@ async fn run_once(
     m.add("delete_files_written", delete_files_written);
     m.add("delete_files_removed", delete_files_removed);
     Ok(deleted)
+}
+
+/// What pass 1 found: the matching live rows per data file, and for merge-on-read the delete
+/// files it wrote and those they replace.
+#[derive(Default)]
+struct FirstPass {
+    matched: HashMap<String, u64>,
+    delete_files: Vec<NewFile>,
+    replaced: RemovedDeletes,
+}
+
+/// Runs pass 1 (`plan`): counts the matching rows per file, or writes their position deletes
+/// (merge-on-read; distributed, the workers write them and their rows report them).
+async fn first_pass(
+    job: &DmlJob,
+    plan: Arc<dyn ExecutionPlan>,
+    context: &Arc<TaskContext>,
+    written: &WrittenFiles,
+) -> Result<FirstPass> {
+    let mut first = FirstPass::default();
+    match (job.mode, job.distributed) {
+        (WriteMode::MergeOnRead, true) => {
+            let mut reported = Reported::default();
+            let mut stream = execute_stream(plan, Arc::clone(context))?;
+            while let Some(batch) = stream.next().await {
+                reported.add(&batch?, job.table.metadata(), written)?;
+            }
+            first.matched = reported.counts;
+            (first.delete_files, first.replaced) =
+                crate::physical_plan::write::fold(reported.files);
+        }
+        (WriteMode::MergeOnRead, false) => {
+            let (counts, files) = write_position_deletes(job, plan, context, written).await?;
+            first.matched = counts;
+            (first.delete_files, first.replaced) = crate::physical_plan::write::fold(files);
+        }
+        (WriteMode::CopyOnWrite, _) => {
+            let plan: Arc<dyn ExecutionPlan> = Arc::new(CoalescePartitionsExec::new(plan));
+            let mut stream = execute_stream(plan, Arc::clone(context))?;
+            while let Some(batch) = stream.next().await {
+                count_files(&batch?, &mut first.matched)?;
+            }
+        }
+    }
+    Ok(first)
+}
+
+/// Pass 2 over the touched files: copy-on-write rewrites them (by column splice for an
+/// `UPDATE`, by row-group splice for a `DELETE`, where they apply); a merge-on-read `UPDATE`
+/// writes the new versions of the matching rows. Checked against pass 1 row for row.
+struct SecondPass<'a> {
+    job: &'a DmlJob,
+    touched: &'a [PlannedFile],
+    /// The rows pass 1 matched in the touched files.
+    matched: u64,
+    context: &'a Arc<TaskContext>,
+    written: &'a WrittenFiles,
+    m: &'a StatementMetrics,
+}
+
+impl SecondPass<'_> {
+    /// The new data files.
+    async fn run(&self) -> Result<Vec<NewFile>> {
+        let (job, touched, m) = (self.job, self.touched, self.m);
+        let mor = job.mode == WriteMode::MergeOnRead;
+        // Copy-on-write UPDATE by column splice, when it applies.
+        if !mor {
+            if let Some(files) = self.splice_update().await? {
+                return Ok(files);
+            }
+        }
+        // Copy-on-write DELETE: row groups that keep every row are copied as they are.
+        let mut added: Vec<NewFile> = vec![];
+        let (mut read, mut selected) = (0, 0);
+        let mut rest = touched.to_vec();
+        if !mor {
+            if let Some(d) = splice_delete(job, touched, self.context, self.written).await? {
+                m.add("files_spliced", touched.len() - d.refused.len());
+                m.add("row_groups_copied", d.groups_copied);
+                m.add("splice_fallbacks", usize::from(!d.refused.is_empty()));
+                (read, selected) = (d.read, d.dropped);
+                added.extend(d.files);
+                rest = d.refused;
+            }
+        }
+        if !rest.is_empty() {
+            let plan = job.rewrite_plan(rest, self.written.clone()).await?;
+            let metadata = job.table.metadata();
+            let files = run_writers(plan, self.context, metadata, self.written, |batch| {
+                // Each writing task reports its counts (one process: one tally of them all).
+                let (r, s) = decode_tally(batch)?;
+                read += r;
+                selected += s;
+                Ok(())
+            })
+            .await?;
+            added.extend(files);
+        }
+        // Self-check: the two passes must agree row for row.
+        let written_rows: u64 = added.iter().map(|f| f.file.record_count()).sum();
+        let expected = match (&job.op, mor) {
+            (DmlOp::Delete, _) => read.checked_sub(selected),
+            (DmlOp::Update(_), false) => Some(read),
+            (DmlOp::Update(_), true) => Some(selected),
+        };
+        let matched = self.matched;
+        if selected != matched || expected != Some(written_rows) {
+            return Err(DataFusionError::Execution(format!(
+                "{} on table '{}' aborted, nothing was changed: the rewrite does not add \
+                 up (pass 1 matched {matched} rows in the rewritten files; pass 2 \
+                 read {read}, matched {selected}, wrote {written_rows})",
+                job.op.sql(),
+                job.table.identifier()
+            )));
+        }
+        m.add("rows_rewritten", written_rows as usize);
+        Ok(added)
+    }
+
+    /// A copy-on-write `UPDATE` by column splice, when it applies: the new files, checked.
+    async fn splice_update(&self) -> Result<Option<Vec<NewFile>>> {
+        let (job, touched) = (self.job, self.touched);
+        let spliced = splice_update(job, touched, self.context, self.written, self.m).await?;
+        let Some((files, selected)) = spliced else {
+            return Ok(None);
+        };
+        let read: u64 = touched.iter().map(|f| f.record_count).sum();
+        let written_rows: u64 = files.iter().map(|f| f.file.record_count()).sum();
+        let matched = self.matched;
+        if selected != matched || written_rows != read {
+            return Err(DataFusionError::Execution(format!(
+                "UPDATE on table '{}' aborted, nothing was changed: the splice does not \
+                 add up (pass 1 matched {matched} rows in the rewritten \
+                 files; the splice changed {selected} and wrote {written_rows} of \
+                 their {read} rows)",
+                job.table.identifier()
+            )));
+        }
+        self.m.add("rows_rewritten", written_rows as usize);
+        Ok(Some(files))
+    }
+}
+
+/// What a concurrent commit must not have changed: the files the statement read, and any file
+/// a concurrent commit added that may hold rows its condition selects.
+fn validation(job: &DmlJob, touched: &[PlannedFile]) -> Validation {
+    let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
+    let (filters, columns) = (job.filters.clone(), job.columns.clone());
+    let may_match: crate::commit::MayMatch =
+        Arc::new(move |metadata: &TableMetadata, spec_id: i32, file| {
+            let Some(spec) = metadata.partition_spec_by_id(spec_id) else {
+                return true;
+            };
+            !FileStats::of(file, spec, metadata.current_schema(), &columns).none_match(&filters)
+        });
+    Validation {
+        base_snapshot_id: job.base_snapshot_id,
+        may_match,
+        read_files,
+        equality_deletes_carry_over: false,
+    }
 }
 
 #[async_trait::async_trait]

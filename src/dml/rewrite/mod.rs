@@ -53,7 +53,8 @@ use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange}
 use crate::physical_plan::positional_delete::POSITION_COLUMN;
 use crate::physical_plan::scan::lineage;
 use crate::physical_plan::scan::metadata::{self, FileMetadataColumns};
-use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest, FILE_COLUMN};
+use crate::physical_plan::scan::plan::plan_statement_scan;
+use crate::physical_plan::scan::request::{ScanRequest, FILE_COLUMN};
 use crate::physical_plan::scan::schema::arrow_schema;
 use crate::physical_plan::statement::StatementExec;
 use crate::physical_plan::write::{

@@ -343,14 +343,14 @@ impl PlannedRewrite {
         }
     }
 
-    /// Rewrites `groups` and commits them as one `replace` snapshot.
-    async fn rewrite_and_commit(
+    /// Rewrites `groups`, a few at a time; the new files are recorded in `written`.
+    async fn rewrite_groups(
         &self,
         state: &SessionState,
         groups: Vec<FileGroup>,
         progress: &Arc<Progress>,
-    ) -> Result<RewriteDataFilesResult> {
-        let written = WrittenFiles::default();
+        written: &WrittenFiles,
+    ) -> Result<Rewritten> {
         let rewriter = Arc::new(GroupRewriter {
             store: Arc::clone(&self.store),
             table: self.table.clone(),
@@ -364,7 +364,7 @@ impl PlannedRewrite {
         let shared = written.clone();
         let units: Vec<FileGroup> = groups.into_iter().flat_map(|g| self.bins(g)).collect();
         let progress = Arc::clone(progress);
-        let rewritten = futures::stream::iter(units.into_iter().map(move |g| {
+        futures::stream::iter(units.into_iter().map(move |g| {
             let (rewriter, written) = (Arc::clone(&rewriter), shared.clone());
             let progress = Arc::clone(&progress);
             async move {
@@ -391,7 +391,18 @@ impl PlannedRewrite {
                 Ok(acc)
             },
         )
-        .await;
+        .await
+    }
+
+    /// Rewrites `groups` and commits them as one `replace` snapshot.
+    async fn rewrite_and_commit(
+        &self,
+        state: &SessionState,
+        groups: Vec<FileGroup>,
+        progress: &Arc<Progress>,
+    ) -> Result<RewriteDataFilesResult> {
+        let written = WrittenFiles::default();
+        let rewritten = self.rewrite_groups(state, groups, progress, &written).await;
         let rewritten = match rewritten {
             Ok(r) => r,
             Err(e) => {
@@ -432,19 +443,12 @@ impl PlannedRewrite {
         let mut delete_files_removed = delete_files_removed;
         if self.options.remove_dangling_deletes {
             // Delete files that already applied to no data file go in the same commit.
-            let dangling = match table.metadata().current_snapshot() {
-                Some(snapshot) => {
-                    let scan = plan_files_pruned(
-                        &table,
-                        &LocationMap::default(),
-                        snapshot,
-                        &FileFilter::default(),
-                        threshold,
-                    )
-                    .await?;
-                    super::position_deletes::dangling_deletes(&table, snapshot, &scan).await?
+            let dangling = match dangling_deletes(&table, threshold).await {
+                Ok(d) => d,
+                Err(e) => {
+                    written.remove_all(self.table.file_io()).await;
+                    return Err(e);
                 }
-                None => vec![],
             };
             for d in dangling {
                 if gone.insert(&d) {
@@ -514,6 +518,25 @@ impl std::fmt::Display for PlannedRewrite {
         }
         Ok(())
     }
+}
+
+/// The delete files of `table`'s current snapshot that apply to none of its data files.
+async fn dangling_deletes(
+    table: &Table,
+    threshold: u64,
+) -> Result<Vec<Arc<crate::file_planning::DeleteFileRef>>> {
+    let Some(snapshot) = table.metadata().current_snapshot() else {
+        return Ok(vec![]);
+    };
+    let scan = plan_files_pruned(
+        table,
+        &LocationMap::default(),
+        snapshot,
+        &FileFilter::default(),
+        threshold,
+    )
+    .await?;
+    super::position_deletes::dangling_deletes(table, snapshot, &scan).await
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ use crate::maintenance::zorder::ZOrderOptions;
 use crate::physical_plan::change_rows::{ChangeCounts, ChangeRowsExec, RowChange};
 use crate::physical_plan::optimized;
 use crate::physical_plan::scan::lineage;
-use crate::physical_plan::scan::plan::{plan_statement_scan, ScanRequest};
+use crate::physical_plan::scan::plan::plan_statement_scan;
+use crate::physical_plan::scan::request::ScanRequest;
 use crate::physical_plan::scan::schema::{arrow_schema, with_dictionaries, with_plain_strings};
 use crate::physical_plan::write::{
     decode_data_files, plain_columns_of, DataFileWriterExec, WrittenFiles,

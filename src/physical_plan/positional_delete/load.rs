@@ -16,6 +16,7 @@ use futures::StreamExt;
 use object_store::ObjectStore;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::{ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics as ParquetStatistics;
 
 use super::dv::DeletionVectorRef;
@@ -332,25 +333,7 @@ pub(super) async fn read_position_deletes(
         .iter()
         .position(|c| c.path().parts() == [schema.field(path_col).name().as_str()]);
     // Row groups whose `file_path` bounds exclude every wanted path are not read.
-    let row_groups: Vec<usize> = builder
-        .metadata()
-        .row_groups()
-        .iter()
-        .enumerate()
-        .filter(|(_, rg)| {
-            let Some(leaf) = path_leaf else { return true };
-            match rg.column(leaf).statistics() {
-                Some(ParquetStatistics::ByteArray(s)) => match (s.min_opt(), s.max_opt()) {
-                    (Some(min), Some(max)) => wanted
-                        .keys()
-                        .any(|p| p.as_bytes() >= min.data() && p.as_bytes() <= max.data()),
-                    _ => true,
-                },
-                _ => true,
-            }
-        })
-        .map(|(i, _)| i)
-        .collect();
+    let row_groups = row_groups_naming(builder.metadata(), path_leaf, wanted);
     if row_groups.is_empty() {
         return Ok(true);
     }
@@ -396,36 +379,83 @@ pub(super) async fn read_position_deletes(
             Some(paths) => paths.as_dictionary::<Int32Type>(),
             None => return Err(DataFusionError::Internal("file_path column lost".into())),
         };
-        let pos = pos.as_primitive::<Int64Type>();
-        // The data file each distinct path names, when it is one of `wanted`: looked up when a
-        // run first names it (the dictionary may hold the paths of a whole shared file).
-        let names = paths.values().as_string::<i32>();
-        let mut targets: Vec<Option<Option<&String>>> = vec![None; names.len()];
-        let keys = paths.keys().values();
-        // Delete files are sorted by path: positions are gathered per run of one path and
-        // added to that file's list at once.
-        let mut run_start = 0;
-        for i in 1..=keys.len() {
-            if i < keys.len() && keys[i] == keys[run_start] {
-                continue;
-            }
-            let key = keys[run_start] as usize;
-            let target = match targets.get(key).copied().flatten() {
-                Some(t) => t,
-                None => {
-                    let t = wanted.get(names.value(key));
-                    targets[key] = Some(t);
-                    t
-                }
-            };
-            if let Some(location) = target {
-                let run = pos.slice(run_start, i - run_start);
-                if !gather_run(gathered, location, &run, &file.location)? {
-                    return Ok(false);
-                }
-            }
-            run_start = i;
+        if !gather_paths(
+            paths,
+            pos.as_primitive::<Int64Type>(),
+            wanted,
+            gathered,
+            file,
+        )? {
+            return Ok(false);
         }
+    }
+    Ok(true)
+}
+
+/// The row groups of a position delete file whose `file_path` bounds (leaf `path_leaf`) may
+/// hold one of the `wanted` paths.
+fn row_groups_naming(
+    metadata: &ParquetMetaData,
+    path_leaf: Option<usize>,
+    wanted: &HashMap<String, String>,
+) -> Vec<usize> {
+    metadata
+        .row_groups()
+        .iter()
+        .enumerate()
+        .filter(|(_, rg)| {
+            let Some(leaf) = path_leaf else { return true };
+            match rg.column(leaf).statistics() {
+                Some(ParquetStatistics::ByteArray(s)) => match (s.min_opt(), s.max_opt()) {
+                    (Some(min), Some(max)) => wanted
+                        .keys()
+                        .any(|p| p.as_bytes() >= min.data() && p.as_bytes() <= max.data()),
+                    _ => true,
+                },
+                _ => true,
+            }
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Adds the positions of a batch of `file` (`paths` and `pos`, no NULLs) that name a data
+/// file of `wanted` to `gathered`; `false` when `gathered` cannot hold them.
+fn gather_paths(
+    paths: &arrow::array::DictionaryArray<Int32Type>,
+    pos: &arrow::array::Int64Array,
+    wanted: &HashMap<String, String>,
+    gathered: &mut impl PositionSink,
+    file: &PositionDeleteFile,
+) -> Result<bool> {
+    // The data file each distinct path names, when it is one of `wanted`: looked up when a
+    // run first names it (the dictionary may hold the paths of a whole shared file).
+    let names = paths.values().as_string::<i32>();
+    let mut targets: Vec<Option<Option<&String>>> = vec![None; names.len()];
+    let keys = paths.keys().values();
+    // Delete files are sorted by path: positions are gathered per run of one path and added
+    // to that file's list at once.
+    let mut run_start = 0;
+    for i in 1..=keys.len() {
+        if i < keys.len() && keys[i] == keys[run_start] {
+            continue;
+        }
+        let key = keys[run_start] as usize;
+        let target = match targets.get(key).copied().flatten() {
+            Some(t) => t,
+            None => {
+                let t = wanted.get(names.value(key));
+                targets[key] = Some(t);
+                t
+            }
+        };
+        if let Some(location) = target {
+            let run = pos.slice(run_start, i - run_start);
+            if !gather_run(gathered, location, &run, &file.location)? {
+                return Ok(false);
+            }
+        }
+        run_start = i;
     }
     Ok(true)
 }

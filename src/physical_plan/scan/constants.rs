@@ -76,7 +76,7 @@ impl IdentityConstants {
                 .enumerate()
                 .filter(|(_, p)| p.transform == Transform::Identity)
                 .filter_map(|(position, p)| {
-                    // Nested sources are left to the reader (see the README's limits).
+                    // Nested sources are left to the reader (docs/limitations.md).
                     let column = columns.iter().position(|c| c.id == p.source_id)?;
                     let Type::Primitive(ty) = columns[column].field_type.as_ref() else {
                         return None;

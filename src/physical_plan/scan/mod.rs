@@ -3,10 +3,13 @@
 //! predicate used) above the DataFusion parquet scan that reads the files.
 
 mod constants;
+pub(crate) mod equality;
 mod exec;
+mod layout;
 pub(crate) mod lineage;
 pub mod metadata;
 pub(crate) mod plan;
+pub(crate) mod request;
 pub(crate) mod schema;
 
 pub use exec::{IcebergScanExec, ScanSummary};

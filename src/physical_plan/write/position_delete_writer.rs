@@ -46,7 +46,7 @@ use crate::commit::RemovedDeletes;
 use crate::commit::WrittenFiles;
 use crate::file_planning::PlannedFile;
 use crate::physical_plan::baseline::Baseline;
-use crate::physical_plan::scan::plan::FILE_COLUMN;
+use crate::physical_plan::scan::request::FILE_COLUMN;
 use crate::physical_plan::single_child;
 use crate::storage::location::LocationMap;
 
