@@ -205,3 +205,83 @@ fn statements_split_at_semicolons_outside_quotes_and_comments() {
     assert_eq!(got[1].refused, None);
     assert_eq!(got[1].line, 11);
 }
+
+/// The anchor GitHub gives a markdown heading: lower case, punctuation other than `-` and `_`
+/// dropped, spaces as `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn links_between_the_guides_pages_lead_somewhere() {
+    let mut pages = vec![repo().join("README.md")];
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut broken = vec![];
+    let mut checked = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        for target in links(&text) {
+            if target.starts_with("http") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, fragment) = target.split_once('#').unwrap_or((target.as_str(), ""));
+            let file = match file {
+                "" => page.clone(),
+                f => page.parent().unwrap().join(f),
+            };
+            checked += 1;
+            if !file.exists() {
+                broken.push(format!("{}: {target} (no such file)", page.display()));
+                continue;
+            }
+            if fragment.is_empty() || file.is_dir() {
+                continue;
+            }
+            let headings: Vec<String> = std::fs::read_to_string(&file)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.strip_prefix('#'))
+                .map(|l| anchor(l.trim_start_matches('#')))
+                .collect();
+            if !headings.iter().any(|h| h == fragment) {
+                broken.push(format!("{}: {target} (no such heading)", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+    assert!(checked >= 30, "{checked} links");
+}
+
+/// The targets of a markdown page's inline links `[text](target)`, outside code blocks.
+fn links(markdown: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut in_code = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push(after[..end].to_string());
+            rest = &after[end..];
+        }
+    }
+    out
+}
