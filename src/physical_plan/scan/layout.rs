@@ -120,8 +120,9 @@ impl ScanLayout {
         if !eq.sets.is_empty() {
             partition_columns.push(Arc::new(Field::new(GATE_COLUMN, DataType::UInt32, false)));
             for f in files {
-                gate_index.entry(eq.gate_of(f)).or_insert_with(|| {
-                    gates.push(eq.gate_of(f));
+                let gate = eq.gate_of(f);
+                gate_index.entry(gate).or_insert_with(|| {
+                    gates.push(gate);
                     (gates.len() - 1) as u32
                 });
             }

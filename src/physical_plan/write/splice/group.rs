@@ -73,13 +73,13 @@ impl FileSplice<'_> {
     /// takes, and the file is not spliced.
     pub(super) async fn write_group(&mut self, group: &Group<'_>) -> Result<bool> {
         let every_column: Vec<usize> = (0..self.splicer.arrow.fields().len()).collect();
-        let (encoded, read): (Vec<usize>, Vec<usize>) =
-            match (group.dropping, group.gone.is_empty()) {
-                (false, _) => (self.splicer.encoded.clone(), self.splicer.read.clone()),
-                (true, true) => (self.splicer.encoded.clone(), self.splicer.encoded.clone()),
-                // A row group that loses rows is decoded and encoded again whole.
-                (true, false) => (every_column.clone(), every_column.clone()),
-            };
+        let splicer = self.splicer;
+        let (encoded, read): (&[usize], &[usize]) = match (group.dropping, group.gone.is_empty()) {
+            (false, _) => (&splicer.encoded, &splicer.read),
+            (true, true) => (&splicer.encoded, &splicer.encoded),
+            // A row group that loses rows is decoded and encoded again whole.
+            (true, false) => (&every_column, &every_column),
+        };
         // A group encoded whole goes to the file writer's encoders, a task per column; the
         // columns of a group that is mostly copied are encoded here.
         let whole = encoded.len() == every_column.len();
@@ -100,7 +100,7 @@ impl FileSplice<'_> {
         let mut encoded_bytes = 0;
         if !read.is_empty() {
             match self
-                .encode_group(group, &encoded, &read, whole, &mut encoders, gone_bytes)
+                .encode_group(group, encoded, read, whole, &mut encoders, gone_bytes)
                 .await?
             {
                 Some(bytes) => encoded_bytes = bytes,
@@ -108,7 +108,7 @@ impl FileSplice<'_> {
             }
         }
         if !self
-            .copy_and_close(group, &encoded, encoders, encoded_bytes + gone_bytes)
+            .copy_and_close(group, encoded, encoders, encoded_bytes + gone_bytes)
             .await?
         {
             return Ok(false);
