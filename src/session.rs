@@ -347,8 +347,8 @@ impl IcebergSession {
         &self.ctx
     }
 
-    /// Runs one SQL statement: `ALTER TABLE name SET|UNSET TBLPROPERTIES (...)` here (table
-    /// properties, and `'format-version'` upgrades), `CALL system.<procedure>(..)` here (table
+    /// Runs one SQL statement: `ALTER TABLE` here (schema evolution, table properties and
+    /// `'format-version'` upgrades, see [`crate::table`]), `CALL system.<procedure>(..)` here (table
     /// maintenance, see [`crate::maintenance`]), every other statement through DataFusion
     /// ([`SessionContext::sql`]).
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
@@ -431,7 +431,7 @@ impl IcebergSession {
         let ident = iceberg::TableIdent::from_strs(&parts)
             .map_err(|e| DataFusionError::Plan(format!("ALTER TABLE: {e}")))?;
         let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
-        crate::table::alter::apply(store, &ident, &alter.change).await?;
+        crate::table::alter::apply(&self.ctx.state(), store, &ident, &alter.action).await?;
         self.ctx.read_empty()
     }
 

@@ -13,10 +13,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::ScalarValue;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_adapter::{
@@ -153,56 +153,36 @@ impl FieldIdAdapterFactory {
                 let name = id
                     .and_then(|id| self.names_by_id.get(&id).cloned())
                     .unwrap_or_else(|| format!("__iceberg_unmapped_{i}"));
-                f.as_ref().clone().with_name(name)
+                let t = super::relabel::relabelled(f.data_type(), &self.nested_names_by_id);
+                f.as_ref().clone().with_name(name).with_data_type(t)
             })
             .collect();
         Schema::new_with_metadata(fields, physical.metadata().clone())
     }
 }
 
-/// The nested fields (below the top level) of `field`, with their parquet field ids.
-fn nested_with_ids(field: &Field, out: &mut Vec<(i32, String)>) {
-    let children: Vec<&Field> = match field.data_type() {
-        DataType::Struct(children) => children.iter().map(|c| c.as_ref()).collect(),
+/// Whether `t` has a map in it.
+fn has_map(t: &DataType) -> bool {
+    match t {
+        DataType::Map(_, _) => true,
+        DataType::Struct(children) => children.iter().any(|c| has_map(c.data_type())),
         DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) => {
-            vec![c.as_ref()]
+            has_map(c.data_type())
         }
-        DataType::Map(entries, _) => match entries.data_type() {
-            DataType::Struct(kv) => kv.iter().map(|c| c.as_ref()).collect(),
-            _ => vec![],
-        },
-        _ => vec![],
-    };
-    for child in children {
-        if let Some(id) = child
-            .metadata()
-            .get(PARQUET_FIELD_ID)
-            .and_then(|v| v.parse().ok())
-        {
-            out.push((id, child.name().clone()));
-        }
-        nested_with_ids(child, out);
+        _ => false,
     }
 }
 
-impl FieldIdAdapterFactory {
-    /// Fails when a struct field inside a column was renamed since the file was written: nested
-    /// columns are still matched by name, and a silent NULL would be a wrong answer.
-    fn check_nested_names(&self, physical: &Schema) -> Result<()> {
-        let mut nested = vec![];
-        for f in physical.fields() {
-            nested_with_ids(f, &mut nested);
-        }
-        for (id, file_name) in nested {
-            if let Some(table_name) = self.nested_names_by_id.get(&id) {
-                if table_name != &file_name {
-                    return Err(DataFusionError::NotImplemented(format!(
-                        "nested field {id} was renamed from '{file_name}' to '{table_name}'; reading renamed nested fields is not supported yet"
-                    )));
-                }
-            }
-        }
-        Ok(())
+/// `t` without field metadata (the field ids a file's types carry).
+fn bare(t: &DataType) -> DataType {
+    let field = |f: &FieldRef| Arc::new(Field::new(f.name(), bare(f.data_type()), f.is_nullable()));
+    match t {
+        DataType::Struct(children) => DataType::Struct(children.iter().map(field).collect()),
+        DataType::List(c) => DataType::List(field(c)),
+        DataType::LargeList(c) => DataType::LargeList(field(c)),
+        DataType::FixedSizeList(c, n) => DataType::FixedSizeList(field(c), *n),
+        DataType::Map(e, sorted) => DataType::Map(field(e), *sorted),
+        other => other.clone(),
     }
 }
 
@@ -212,7 +192,6 @@ impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
         logical_file_schema: SchemaRef,
         physical_file_schema: SchemaRef,
     ) -> Result<Arc<dyn PhysicalExprAdapter>> {
-        self.check_nested_names(&physical_file_schema)?;
         let renamed = Arc::new(self.renamed(&physical_file_schema));
         // Columns the file lacks that have an initial default read as that value; columns it
         // has whose nested defaulted fields it lacks get those filled in.
@@ -244,9 +223,21 @@ impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
                 }
             }
         }
-        // A column with fills is converted to the table's type by [`FillDefaults`] itself
-        // (DataFusion's cast does not evolve the structs of map values): DataFusion's adapter
-        // sees it in the file's type.
+        // DataFusion's cast does not evolve the structs of map values: a column with a map
+        // whose type changed is converted like one with fills (no defaults to put in).
+        for logical in logical_file_schema.fields() {
+            if fills.contains_key(logical.name()) || !has_map(logical.data_type()) {
+                continue;
+            }
+            if let Ok(physical) = renamed.field_with_name(logical.name()) {
+                if bare(physical.data_type()) != bare(logical.data_type()) {
+                    let fill = super::defaults::Fill::Nested(vec![]);
+                    fills.insert(logical.name().clone(), (fill, Arc::clone(logical)));
+                }
+            }
+        }
+        // A column with fills is converted to the table's type by [`FillDefaults`] itself:
+        // DataFusion's adapter sees it in the file's type.
         let logical_file_schema = match fills.is_empty() {
             true => logical_file_schema,
             false => {
@@ -274,7 +265,9 @@ impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
             }
         };
         Ok(Arc::new(FieldIdAdapter {
-            inner: DefaultPhysicalExprAdapterFactory.create(logical_file_schema, renamed)?,
+            inner: DefaultPhysicalExprAdapterFactory
+                .create(logical_file_schema, Arc::clone(&renamed))?,
+            renamed,
             physical: physical_file_schema,
             defaults,
             fills,
@@ -287,6 +280,8 @@ impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
 #[derive(Debug)]
 struct FieldIdAdapter {
     inner: Arc<dyn PhysicalExprAdapter>,
+    /// The file's schema named by field id (nested fields too).
+    renamed: SchemaRef,
     physical: SchemaRef,
     /// Values of the columns this file lacks that have an initial default.
     defaults: HashMap<String, ScalarValue>,
@@ -329,12 +324,22 @@ impl PhysicalExprAdapter for FieldIdAdapter {
                 let Some(col) = e.downcast_ref::<Column>() else {
                     return Ok(Transformed::no(e));
                 };
-                match self.physical.fields().get(col.index()) {
-                    Some(f) if f.name() != col.name() => Ok(Transformed::yes(
-                        Arc::new(Column::new(f.name(), col.index())) as Arc<dyn PhysicalExpr>,
-                    )),
-                    _ => Ok(Transformed::no(e)),
+                let (Some(f), Some(r)) = (
+                    self.physical.fields().get(col.index()),
+                    self.renamed.fields().get(col.index()),
+                ) else {
+                    return Ok(Transformed::no(e));
+                };
+                let same_type = f.data_type() == r.data_type();
+                if f.name() == col.name() && same_type {
+                    return Ok(Transformed::no(e));
                 }
+                let column = Arc::new(Column::new(f.name(), col.index())) as Arc<dyn PhysicalExpr>;
+                Ok(Transformed::yes(match same_type {
+                    true => column,
+                    // Nested fields named by id (see [`super::relabel`]).
+                    false => Arc::new(super::relabel::Relabel::new(column, r.data_type().clone())),
+                }))
             })
             .map(|t| t.data)
     }
@@ -379,7 +384,7 @@ mod tests {
     }
 
     #[test]
-    fn renamed_nested_fields_are_refused() {
+    fn nested_fields_are_renamed_by_id() {
         let inner = StructType::new(vec![NestedField::optional(
             3,
             "x_renamed",
@@ -395,17 +400,22 @@ mod tests {
         let factory = FieldIdAdapterFactory::new(&table, &HashMap::new());
         let file = Schema::new(vec![with_id(
             "s",
-            DataType::Struct(vec![Arc::new(with_id("x", DataType::Int32, 3))].into()),
+            DataType::Struct(
+                vec![
+                    Arc::new(with_id("x", DataType::Int32, 3)),
+                    Arc::new(with_id("x_renamed", DataType::Int32, 4)),
+                ]
+                .into(),
+            ),
             1,
         )]);
-        let e = factory.check_nested_names(&file).unwrap_err().to_string();
-        assert!(e.contains("renamed from 'x' to 'x_renamed'"), "{e}");
-        let same = Schema::new(vec![with_id(
-            "s",
-            DataType::Struct(vec![Arc::new(with_id("x_renamed", DataType::Int32, 3))].into()),
-            1,
-        )]);
-        factory.check_nested_names(&same).unwrap();
+        let renamed = factory.renamed(&file);
+        let DataType::Struct(fields) = renamed.field(0).data_type() else {
+            panic!("{renamed:?}")
+        };
+        let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+        // Field 4 (dropped, its name taken by field 3) is hidden.
+        assert_eq!(names, ["x_renamed", "__iceberg_unmapped_4"]);
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod inline;
 pub(crate) mod literal;
 mod manifest;
 mod predicate;
+mod relabel;
 pub(crate) mod strict;
 mod transforms;
 

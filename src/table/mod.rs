@@ -19,7 +19,7 @@ pub use snapshots::IcebergSnapshotsFunction;
 pub use spec::{parse_partitioning, parse_sort_order, TableDefinition};
 
 /// Whether `sql` is a statement [`crate::IcebergSession::sql`] runs itself rather than handing
-/// to DataFusion as it is (`ALTER TABLE ... SET|UNSET TBLPROPERTIES`, `CALL system.<procedure>(..)`,
+/// to DataFusion as it is (`ALTER TABLE`, `CALL system.<procedure>(..)`,
 /// `DELETE`/`UPDATE` with subqueries, `UPDATE ... FROM`, `DROP TABLE`, `CREATE OR REPLACE`).
 pub fn is_session_statement(sql: &str) -> bool {
     alter::parse(sql).is_some()

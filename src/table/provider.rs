@@ -53,6 +53,29 @@ pub struct IcebergTableProvider {
     /// Whether `INSERT` commits once however often its commit runs (a statement id in the
     /// snapshot): for hosts that retry tasks.
     idempotent_commits: bool,
+    /// The `write-default` of each top-level column that has one (format v3): what an
+    /// `INSERT` that leaves the column out writes.
+    write_defaults: std::collections::HashMap<String, datafusion::logical_expr::Expr>,
+}
+
+/// The `write-default` values of `schema`'s top-level columns, as SQL literals.
+fn write_defaults(
+    schema: &iceberg::spec::Schema,
+) -> std::collections::HashMap<String, datafusion::logical_expr::Expr> {
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .filter_map(|f| {
+            let (iceberg::spec::Type::Primitive(t), Some(iceberg::spec::Literal::Primitive(v))) =
+                (f.field_type.as_ref(), f.write_default.as_ref())
+            else {
+                return None;
+            };
+            let value = crate::file_planning::literal::literal_scalar(t, v)?;
+            Some((f.name.clone(), datafusion::logical_expr::lit(value)))
+        })
+        .collect()
 }
 
 /// The data file count a snapshot's summary records (0 when it does not say).
@@ -87,6 +110,7 @@ impl IcebergTableProvider {
     /// A provider over `table`. With a `store`, the table accepts `INSERT`.
     pub fn try_new(table: Table, store: Option<Arc<dyn MetadataStore>>) -> Result<Self> {
         let schema = arrow_schema(table.metadata().current_schema())?;
+        let write_defaults = write_defaults(table.metadata().current_schema());
         let stores = match &store {
             Some(store) => Arc::clone(store.object_stores()),
             None => ObjectStores::standalone(StorageOptions::default()),
@@ -102,6 +126,7 @@ impl IcebergTableProvider {
             row_lineage: false,
             metadata_columns: false,
             idempotent_commits: false,
+            write_defaults,
         })
     }
 
@@ -440,6 +465,10 @@ impl IcebergTableProvider {
 
 #[async_trait]
 impl TableProvider for IcebergTableProvider {
+    fn get_column_default(&self, column: &str) -> Option<&datafusion::logical_expr::Expr> {
+        self.write_defaults.get(column)
+    }
+
     fn schema(&self) -> SchemaRef {
         Arc::clone(&self.schema)
     }

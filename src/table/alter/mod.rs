@@ -1,0 +1,160 @@
+//! `ALTER TABLE`: table properties and schema evolution, in Spark's Iceberg SQL.
+//! DataFusion's SQL planner has no `ALTER TABLE`: [`crate::IcebergSession::sql`] runs these
+//! (see [`parse`] for the forms) and hands every other statement to DataFusion.
+//!
+//! ```text
+//!  statement ─► parse ─► Action ─► the table's metadata, changed (properties / schema)
+//!                                   └─► one compare-and-swap commit (retried on conflict:
+//!                                       the change is made again on the new version)
+//! ```
+//! A statement is checked whole before anything is committed: a refused one changes nothing.
+
+mod parse;
+mod properties;
+mod schema;
+mod types;
+
+use std::sync::Arc;
+
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::SessionState;
+use iceberg::spec::{TableMetadata, TableMetadataBuilder};
+use iceberg::table::Table;
+use iceberg::{TableIdent, TableRequirement, TableUpdate};
+
+use parse::ColumnEdit;
+pub(crate) use parse::{parse, Action};
+use schema::{ColumnChange, NewColumn};
+
+use crate::commit::{CommitResult, MetadataChange, MetadataStore};
+use crate::error::IcebergResultExt;
+
+/// A metadata change to commit: the new metadata, its updates, and what the table must still
+/// be for them to apply.
+pub(crate) struct Proposal {
+    metadata: TableMetadata,
+    updates: Vec<TableUpdate>,
+    requirements: Vec<TableRequirement>,
+}
+
+impl Proposal {
+    /// What `builder` built (`None` when it changes nothing).
+    fn of(
+        builder: TableMetadataBuilder,
+        requirements: Vec<TableRequirement>,
+    ) -> Result<Option<Self>> {
+        let built = builder.build().df()?;
+        Ok((!built.changes.is_empty()).then_some(Self {
+            metadata: built.metadata,
+            updates: built.changes,
+            requirements,
+        }))
+    }
+}
+
+/// Applies `action` to the table `ident` of `store` in one commit (made again on the new
+/// version when another commit wins meanwhile).
+pub(crate) async fn apply(
+    state: &SessionState,
+    store: Arc<dyn MetadataStore>,
+    ident: &TableIdent,
+    action: &Action,
+) -> Result<()> {
+    const ATTEMPTS: usize = 4;
+    for _ in 0..ATTEMPTS {
+        let table = Arc::clone(&store).load(ident).await?;
+        let proposal = match action {
+            Action::Properties(change) => properties::change(&table, change)?,
+            Action::Columns(edits) => columns(state, &table, edits)?,
+        };
+        let Some(proposal) = proposal else {
+            return Ok(());
+        };
+        let proposed = MetadataChange {
+            base: table.clone(),
+            metadata: proposal.metadata,
+            updates: proposal.updates,
+            requirements: proposal.requirements,
+        };
+        match Arc::clone(&store).commit_metadata(ident, proposed).await? {
+            CommitResult::Committed(_) => return Ok(()),
+            CommitResult::Conflict => continue,
+        }
+    }
+    Err(DataFusionError::Execution(format!(
+        "ALTER TABLE on '{ident}' lost to concurrent commits {ATTEMPTS} times; nothing was \
+         changed"
+    )))
+}
+
+/// The new current schema `edits` make of `table`'s.
+fn columns(state: &SessionState, table: &Table, edits: &[ColumnEdit]) -> Result<Option<Proposal>> {
+    let metadata = table.metadata();
+    let version = metadata.format_version();
+    let schema = metadata.current_schema();
+    let mut changes = Vec::with_capacity(edits.len());
+    for edit in edits {
+        let change = match edit {
+            ColumnEdit::Add(def) => {
+                let name = def.path.join(".");
+                let mut ids = types::FieldIds { last: 0 };
+                let field_type = types::iceberg_type(&def.data_type, version, &mut ids)?;
+                let default = def
+                    .default
+                    .as_deref()
+                    .map(|v| types::default_literal(state, &name, &field_type, v))
+                    .transpose()?;
+                ColumnChange::Add(NewColumn {
+                    path: def.path.clone(),
+                    field_type,
+                    required: def.not_null,
+                    default,
+                    doc: def.comment.clone(),
+                    position: def.position.clone(),
+                })
+            }
+            ColumnEdit::Retype { path, to } => ColumnChange::Retype {
+                path: path.clone(),
+                to: types::primitive(to, version)?,
+            },
+            ColumnEdit::WriteDefault { path, value } => {
+                let name = path.join(".");
+                let field = schema.field_by_name(&name).ok_or_else(|| {
+                    DataFusionError::Plan(format!("no column '{name}' in the table"))
+                })?;
+                let value = value
+                    .as_deref()
+                    .map(|v| types::default_literal(state, &name, &field.field_type, v))
+                    .transpose()?;
+                ColumnChange::WriteDefault {
+                    path: path.clone(),
+                    value,
+                }
+            }
+            ColumnEdit::DropIfExists(path) => match schema.field_by_name(&path.join(".")) {
+                Some(_) => ColumnChange::Drop(path.clone()),
+                None => continue,
+            },
+            ColumnEdit::Change(change) => change.clone(),
+        };
+        changes.push(change);
+    }
+    let evolved = schema::evolve(metadata, &changes)?;
+    let builder = metadata
+        .clone()
+        .into_builder(table.metadata_location().map(str::to_string))
+        .add_current_schema(evolved)
+        .df()?;
+    let requirements = vec![
+        TableRequirement::UuidMatch {
+            uuid: metadata.uuid(),
+        },
+        TableRequirement::CurrentSchemaIdMatch {
+            current_schema_id: metadata.current_schema_id(),
+        },
+        TableRequirement::LastAssignedFieldIdMatch {
+            last_assigned_field_id: metadata.last_column_id(),
+        },
+    ];
+    Proposal::of(builder, requirements)
+}

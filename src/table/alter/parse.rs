@@ -1,0 +1,388 @@
+//! The `ALTER TABLE` statements, in Spark's Iceberg SQL (names quoted with `"` or `` ` ``):
+//!
+//! ```text
+//! ALTER TABLE t ADD COLUMN[S] [(] c type [NOT NULL] [DEFAULT v] [COMMENT '..'] [FIRST | AFTER x], .. [)]
+//! ALTER TABLE t DROP COLUMN[S] [IF EXISTS] [(] c, .. [)]
+//! ALTER TABLE t RENAME COLUMN c TO d
+//! ALTER TABLE t ALTER [COLUMN] c TYPE type | COMMENT '..' | FIRST | AFTER x
+//!                              | DROP NOT NULL | SET NOT NULL | SET DEFAULT v | DROP DEFAULT
+//! ALTER TABLE t SET IDENTIFIER FIELDS c, .. | DROP IDENTIFIER FIELDS c, ..
+//! ALTER TABLE t SET TBLPROPERTIES ('k' = 'v', ..) | UNSET TBLPROPERTIES [IF EXISTS] ('k', ..)
+//! ```
+//!
+//! Column names are paths (`point.z`, `m.value.f`, `xs.element.a`); unquoted names are folded
+//! to lower case, as DataFusion's planner folds them.
+
+use datafusion::error::{DataFusionError, Result};
+use datafusion::sql::sqlparser::ast::{DataType as SqlType, Ident};
+use datafusion::sql::sqlparser::dialect::{Dialect, GenericDialect};
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::Token;
+
+use super::properties::PropertyChange;
+use super::schema::{ColumnChange, Position};
+
+/// The SQL dialect of these statements: DataFusion's (generic) names and quotes, plus Spark's
+/// backquoted names and `STRUCT<a: int>`, `MAP<k, v>`, `LONG` types.
+#[derive(Debug, Default)]
+pub(crate) struct DdlDialect;
+
+impl Dialect for DdlDialect {
+    fn is_identifier_start(&self, ch: char) -> bool {
+        GenericDialect.is_identifier_start(ch)
+    }
+    fn is_identifier_part(&self, ch: char) -> bool {
+        GenericDialect.is_identifier_part(ch)
+    }
+    fn is_delimited_identifier_start(&self, ch: char) -> bool {
+        ch == '"' || ch == '`'
+    }
+    fn supports_struct_literal(&self) -> bool {
+        true
+    }
+    fn supports_map_literal_with_angle_brackets(&self) -> bool {
+        true
+    }
+    fn supports_long_type_as_bigint(&self) -> bool {
+        true
+    }
+}
+
+/// One `ALTER TABLE` statement.
+#[derive(Debug, Clone)]
+pub(crate) struct AlterTable {
+    /// The table name's parts as written (`[ns, t]` or `[t]`), folded as DataFusion folds.
+    pub name: Vec<String>,
+    /// What it changes.
+    pub action: Action,
+}
+
+/// What an `ALTER TABLE` statement changes.
+#[derive(Debug, Clone)]
+pub(crate) enum Action {
+    /// `SET | UNSET TBLPROPERTIES`.
+    Properties(PropertyChange),
+    /// Column changes, applied in order to make one new schema.
+    Columns(Vec<ColumnEdit>),
+}
+
+/// A column change as written: types and values still SQL (they need the table's format
+/// version and the session to become Iceberg's).
+#[derive(Debug, Clone)]
+pub(crate) enum ColumnEdit {
+    /// `ADD COLUMN`.
+    Add(ColumnDef),
+    /// `ALTER COLUMN c TYPE t`.
+    Retype { path: Vec<String>, to: SqlType },
+    /// `ALTER COLUMN c SET DEFAULT v` / `DROP DEFAULT`.
+    WriteDefault {
+        path: Vec<String>,
+        value: Option<String>,
+    },
+    /// `DROP COLUMN IF EXISTS c`: dropped when it is there.
+    DropIfExists(Vec<String>),
+    /// Everything else, as it is applied.
+    Change(ColumnChange),
+}
+
+/// A column of `ADD COLUMN`.
+#[derive(Debug, Clone)]
+pub(crate) struct ColumnDef {
+    pub path: Vec<String>,
+    pub data_type: SqlType,
+    pub not_null: bool,
+    /// The `DEFAULT` expression's text.
+    pub default: Option<String>,
+    pub comment: Option<String>,
+    pub position: Option<Position>,
+}
+
+const FORMS: &str = "expected ALTER TABLE name ADD COLUMN(S) | DROP COLUMN(S) | RENAME COLUMN \
+                     | ALTER COLUMN | SET/DROP IDENTIFIER FIELDS | SET TBLPROPERTIES ('key' = \
+                     'value', ...) | UNSET TBLPROPERTIES [IF EXISTS] ('key', ...)";
+
+/// `ident` as DataFusion names it: unquoted names folded to lower case.
+pub(crate) fn normalised(ident: &Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
+    }
+}
+
+/// Parses `sql` when it is an `ALTER TABLE` statement (`None` otherwise: the statement is
+/// DataFusion's to plan). A malformed one is an error naming the forms there are.
+pub(crate) fn parse(sql: &str) -> Option<Result<AlterTable>> {
+    let dialect = DdlDialect;
+    let mut p = Parser::new(&dialect).try_with_sql(sql).ok()?;
+    if !(word(&mut p, "alter") && word(&mut p, "table")) {
+        return None;
+    }
+    Some(statement(&mut p).map_err(|e| DataFusionError::Plan(format!("ALTER TABLE: {e}"))))
+}
+
+/// Consumes the unquoted word `w` (any case) when it is next.
+fn word(p: &mut Parser, w: &str) -> bool {
+    match &p.peek_token().token {
+        Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w) => {
+            p.next_token();
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Consumes the words `ws` when all of them are next (nothing otherwise).
+fn words(p: &mut Parser, ws: &[&str]) -> bool {
+    let all = ws.iter().enumerate().all(|(i, w)| {
+        matches!(&p.peek_nth_token(i).token,
+            Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w))
+    });
+    if all {
+        for _ in ws {
+            p.next_token();
+        }
+    }
+    all
+}
+
+fn expect(p: &mut Parser, w: &str) -> std::result::Result<(), String> {
+    match word(p, w) {
+        true => Ok(()),
+        false => Err(format!(
+            "expected {} at '{}' ({FORMS})",
+            w.to_uppercase(),
+            p.peek_token().token
+        )),
+    }
+}
+
+fn sql_err(e: impl std::fmt::Display) -> String {
+    format!("{e} ({FORMS})")
+}
+
+fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
+    let name = path(p).map_err(|_| format!("no table name ({FORMS})"))?;
+    let action = if word(p, "add") {
+        if words(p, &["partition", "field"]) {
+            return Err(later("ADD PARTITION FIELD"));
+        }
+        if !(word(p, "columns") || word(p, "column")) {
+            return Err(format!("expected COLUMN after ADD ({FORMS})"));
+        }
+        let defs = listed(p, column_def)?;
+        Action::Columns(defs.into_iter().map(ColumnEdit::Add).collect())
+    } else if word(p, "drop") {
+        if words(p, &["partition", "field"]) {
+            return Err(later("DROP PARTITION FIELD"));
+        }
+        if words(p, &["identifier", "fields"]) {
+            let paths = listed(p, path)?;
+            Action::Columns(vec![ColumnEdit::Change(ColumnChange::DropIdentifier(
+                paths,
+            ))])
+        } else {
+            if !(word(p, "columns") || word(p, "column")) {
+                return Err(format!("expected COLUMN after DROP ({FORMS})"));
+            }
+            let if_exists = words(p, &["if", "exists"]);
+            let paths = listed(p, path)?;
+            Action::Columns(
+                paths
+                    .into_iter()
+                    .map(|path| match if_exists {
+                        true => ColumnEdit::DropIfExists(path),
+                        false => ColumnEdit::Change(ColumnChange::Drop(path)),
+                    })
+                    .collect(),
+            )
+        }
+    } else if word(p, "rename") {
+        if word(p, "to") {
+            return Err(later("RENAME TO"));
+        }
+        expect(p, "column")?;
+        let from = path(p)?;
+        expect(p, "to")?;
+        let to = p.parse_identifier().map_err(sql_err)?;
+        Action::Columns(vec![ColumnEdit::Change(ColumnChange::Rename {
+            path: from,
+            to: normalised(&to),
+        })])
+    } else if word(p, "alter") || word(p, "change") {
+        let _ = word(p, "column");
+        Action::Columns(vec![alter_column(p)?])
+    } else if words(p, &["set", "identifier", "fields"]) {
+        let paths = listed(p, path)?;
+        Action::Columns(vec![ColumnEdit::Change(ColumnChange::SetIdentifier(paths))])
+    } else if words(p, &["set", "tblproperties"]) {
+        Action::Properties(properties(p, false)?)
+    } else if words(p, &["unset", "tblproperties"]) {
+        Action::Properties(properties(p, true)?)
+    } else if word(p, "replace") {
+        return Err(later("REPLACE PARTITION FIELD"));
+    } else if word(p, "write") {
+        return Err(later("WRITE ORDERED BY / DISTRIBUTED BY"));
+    } else {
+        return Err(format!("unexpected '{}' ({FORMS})", p.peek_token().token));
+    };
+    while p.consume_token(&Token::SemiColon) {}
+    match p.peek_token().token {
+        Token::EOF => Ok(AlterTable { name, action }),
+        t => Err(format!("unexpected '{t}' after the statement ({FORMS})")),
+    }
+}
+
+fn later(form: &str) -> String {
+    format!("{form} is not supported yet")
+}
+
+/// A dotted name: `ns.t`, `point.z`.
+fn path(p: &mut Parser) -> std::result::Result<Vec<String>, String> {
+    let mut parts = vec![normalised(&p.parse_identifier().map_err(sql_err)?)];
+    while p.consume_token(&Token::Period) {
+        parts.push(normalised(&p.parse_identifier().map_err(sql_err)?));
+    }
+    Ok(parts)
+}
+
+/// Items separated by commas, in parentheses or not.
+fn listed<T>(
+    p: &mut Parser,
+    item: impl Fn(&mut Parser) -> std::result::Result<T, String>,
+) -> std::result::Result<Vec<T>, String> {
+    let parenthesised = p.consume_token(&Token::LParen);
+    let mut out = vec![item(p)?];
+    while p.consume_token(&Token::Comma) {
+        out.push(item(p)?);
+    }
+    if parenthesised && !p.consume_token(&Token::RParen) {
+        return Err(format!("expected ')' at '{}'", p.peek_token().token));
+    }
+    Ok(out)
+}
+
+fn column_def(p: &mut Parser) -> std::result::Result<ColumnDef, String> {
+    let path = path(p)?;
+    let data_type = p.parse_data_type().map_err(sql_err)?;
+    let mut def = ColumnDef {
+        path,
+        data_type,
+        not_null: false,
+        default: None,
+        comment: None,
+        position: None,
+    };
+    loop {
+        if words(p, &["not", "null"]) {
+            def.not_null = true;
+        } else if word(p, "null") {
+            def.not_null = false;
+        } else if word(p, "default") {
+            def.default = Some(p.parse_expr().map_err(sql_err)?.to_string());
+        } else if word(p, "comment") {
+            def.comment = Some(p.parse_literal_string().map_err(sql_err)?);
+        } else if let Some(position) = position(p)? {
+            def.position = Some(position);
+        } else {
+            return Ok(def);
+        }
+    }
+}
+
+/// `FIRST` or `AFTER name`.
+fn position(p: &mut Parser) -> std::result::Result<Option<Position>, String> {
+    if word(p, "first") {
+        return Ok(Some(Position::First));
+    }
+    if word(p, "after") {
+        let name = p.parse_identifier().map_err(sql_err)?;
+        return Ok(Some(Position::After(normalised(&name))));
+    }
+    Ok(None)
+}
+
+fn alter_column(p: &mut Parser) -> std::result::Result<ColumnEdit, String> {
+    let path = path(p)?;
+    let change = |c| Ok(ColumnEdit::Change(c));
+    if word(p, "type") {
+        let to = p.parse_data_type().map_err(sql_err)?;
+        return Ok(ColumnEdit::Retype { path, to });
+    }
+    if word(p, "comment") {
+        let doc = p.parse_literal_string().map_err(sql_err)?;
+        return change(ColumnChange::Doc {
+            path,
+            doc: Some(doc),
+        });
+    }
+    if let Some(to) = position(p)? {
+        return change(ColumnChange::Move { path, to });
+    }
+    if words(p, &["drop", "not", "null"]) {
+        return change(ColumnChange::Optional(path));
+    }
+    if words(p, &["set", "not", "null"]) {
+        return change(ColumnChange::Required(path));
+    }
+    if words(p, &["set", "default"]) {
+        let value = p.parse_expr().map_err(sql_err)?.to_string();
+        return Ok(ColumnEdit::WriteDefault {
+            path,
+            value: Some(value),
+        });
+    }
+    if words(p, &["drop", "default"]) {
+        return Ok(ColumnEdit::WriteDefault { path, value: None });
+    }
+    Err(format!(
+        "expected TYPE, COMMENT, FIRST, AFTER, DROP NOT NULL, SET NOT NULL, SET DEFAULT or DROP \
+         DEFAULT after ALTER COLUMN {} ({FORMS})",
+        path.join(".")
+    ))
+}
+
+/// `('k' = 'v', ...)` (or `('k', ...)` when `unset`, after an optional `IF EXISTS`).
+fn properties(p: &mut Parser, unset: bool) -> std::result::Result<PropertyChange, String> {
+    let bad = |what: &str| {
+        format!(
+            "{what} (expected ALTER TABLE name SET TBLPROPERTIES ('key' = 'value', ...) or \
+             UNSET TBLPROPERTIES [IF EXISTS] ('key', ...))"
+        )
+    };
+    let if_exists = unset && words(p, &["if", "exists"]);
+    if !p.consume_token(&Token::LParen) {
+        return Err(bad("the properties must be in parentheses"));
+    }
+    let text = |p: &mut Parser| match p.next_token().token {
+        Token::SingleQuotedString(s) => Some(s),
+        Token::Word(w) if w.quote_style.is_some() => Some(w.value),
+        Token::Number(n, _) => Some(n),
+        _ => None,
+    };
+    let (mut keys, mut pairs) = (vec![], vec![]);
+    loop {
+        if p.peek_token().token == Token::RParen {
+            return Err(bad("no properties given"));
+        }
+        let key = text(p).ok_or_else(|| bad("a key must be quoted"))?;
+        if unset {
+            keys.push(key);
+        } else {
+            if !p.consume_token(&Token::Eq) {
+                return Err(bad("malformed property list"));
+            }
+            let value = text(p).ok_or_else(|| bad("a value must be quoted"))?;
+            pairs.push((key, value));
+        }
+        if p.consume_token(&Token::RParen) {
+            break;
+        }
+        if !p.consume_token(&Token::Comma) {
+            return Err(bad("malformed property list"));
+        }
+    }
+    Ok(match unset {
+        true => PropertyChange::Unset { keys, if_exists },
+        false => PropertyChange::Set(pairs),
+    })
+}
