@@ -23,6 +23,7 @@ mod other_writers;
 mod producer;
 mod pruning;
 mod row_lineage;
+mod schema_evolution;
 mod sort_on_write;
 mod splice;
 mod time_travel;

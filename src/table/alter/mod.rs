@@ -140,6 +140,12 @@ fn columns(state: &SessionState, table: &Table, edits: &[ColumnEdit]) -> Result<
         changes.push(change);
     }
     let evolved = schema::evolve(metadata, &changes)?;
+    let same_ids = evolved
+        .identifier_field_ids()
+        .eq(schema.identifier_field_ids());
+    if evolved.as_struct() == schema.as_struct() && same_ids {
+        return Ok(None);
+    }
     let builder = metadata
         .clone()
         .into_builder(table.metadata_location().map(str::to_string))

@@ -1,0 +1,411 @@
+//! `ALTER TABLE` schema evolution: the metadata it writes (schema ids, field ids,
+//! `last-column-id`), refusals that change nothing, a write planned before a schema change, and
+//! a random sequence of changes, writes and deletes against an in-memory oracle.
+
+use std::collections::BTreeMap;
+
+use iceberg::spec::{PrimitiveType, Type};
+use iceberg::TableIdent;
+use iceberg_exec::IcebergSession;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::common::{rows, session, session_with_limit};
+
+async fn run(s: &IcebergSession, sql: &str) {
+    s.sql(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn metadata(s: &IcebergSession, table: &str) -> iceberg::table::Table {
+    s.catalog()
+        .load_table(&TableIdent::from_strs(["ns", table]).unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn changes_make_new_schemas_by_field_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    run(
+        &s,
+        "CREATE TABLE ns.t (id BIGINT NOT NULL, n INT, v VARCHAR)",
+    )
+    .await;
+    run(&s, "INSERT INTO ns.t VALUES (1, 10, 'a')").await;
+    let before = metadata(&s, "t").await;
+    let md = before.metadata();
+    assert_eq!((md.current_schema_id(), md.last_column_id()), (0, 3));
+
+    run(
+        &s,
+        "ALTER TABLE ns.t ADD COLUMNS (p STRUCT<x: DOUBLE, y: DOUBLE> COMMENT 'a point', w INT FIRST)",
+    )
+    .await;
+    let t = metadata(&s, "t").await;
+    let md = t.metadata();
+    let schema = md.current_schema();
+    // The new column first, then the fields of its type; the next column after.
+    assert_eq!(md.last_column_id(), 7);
+    assert_eq!(schema.field_by_name("p").unwrap().id, 4);
+    assert_eq!(schema.field_by_name("p.x").unwrap().id, 5);
+    assert_eq!(schema.field_by_name("p.y").unwrap().id, 6);
+    assert_eq!(schema.field_by_name("w").unwrap().id, 7);
+    assert_eq!(
+        schema.field_by_name("p").unwrap().doc.as_deref(),
+        Some("a point")
+    );
+    let names: Vec<&str> = schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    assert_eq!(names, ["w", "id", "n", "v", "p"]);
+    // A new schema; the old one is kept.
+    assert_eq!(md.current_schema_id(), 1);
+    assert!(md.schema_by_id(0).is_some());
+
+    // Rename keeps the id; drop then add of the same name is a new id.
+    run(&s, "ALTER TABLE ns.t RENAME COLUMN n TO m").await;
+    run(&s, "ALTER TABLE ns.t DROP COLUMN v").await;
+    run(&s, "ALTER TABLE ns.t ADD COLUMN v VARCHAR").await;
+    run(&s, "ALTER TABLE ns.t ALTER COLUMN m TYPE BIGINT").await;
+    let t = metadata(&s, "t").await;
+    let schema = t.metadata().current_schema();
+    assert_eq!(schema.field_by_name("m").unwrap().id, 2);
+    assert_eq!(
+        *schema.field_by_name("m").unwrap().field_type,
+        Type::Primitive(PrimitiveType::Long)
+    );
+    assert_eq!(schema.field_by_name("v").unwrap().id, 8);
+    assert_eq!(t.metadata().last_column_id(), 8);
+    assert_eq!(t.metadata().schemas_iter().count(), 6);
+    assert_eq!(
+        rows(&s, "SELECT id, m, v, w FROM ns.t").await,
+        ["1|10||"],
+        "the old value of v is not back"
+    );
+
+    // Identifier fields.
+    run(&s, "ALTER TABLE ns.t SET IDENTIFIER FIELDS id").await;
+    let t = metadata(&s, "t").await;
+    let ids: Vec<i32> = t
+        .metadata()
+        .current_schema()
+        .identifier_field_ids()
+        .collect();
+    assert_eq!(ids, [1]);
+
+    // A statement that changes nothing commits nothing.
+    let location = t.metadata_location().unwrap().to_string();
+    run(&s, "ALTER TABLE ns.t ALTER COLUMN m TYPE BIGINT").await;
+    run(&s, "ALTER TABLE ns.t DROP COLUMN IF EXISTS nope").await;
+    let t = metadata(&s, "t").await;
+    assert_eq!(t.metadata_location().unwrap(), location);
+}
+
+#[tokio::test]
+async fn refused_changes_leave_the_table_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    run(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, d DATE, f DOUBLE, s STRUCT<a INT>) \
+         STORED AS ICEBERG LOCATION '' PARTITIONED BY (d)",
+    )
+    .await;
+    run(&s, "ALTER TABLE ns.t SET IDENTIFIER FIELDS id").await;
+    let location = metadata(&s, "t")
+        .await
+        .metadata_location()
+        .unwrap()
+        .to_string();
+    for (sql, error) in [
+        (
+            "ALTER TABLE ns.t DROP COLUMN d",
+            "partition field 'd' is computed from it",
+        ),
+        (
+            "ALTER TABLE ns.t DROP COLUMN id",
+            "it is an identifier field",
+        ),
+        (
+            "ALTER TABLE ns.t ALTER COLUMN f TYPE FLOAT",
+            "from double to float",
+        ),
+        (
+            "ALTER TABLE ns.t ALTER COLUMN s TYPE INT",
+            "not a primitive column",
+        ),
+        (
+            "ALTER TABLE ns.t ADD COLUMN s.a INT",
+            "a column of that name exists",
+        ),
+        (
+            "ALTER TABLE ns.t ADD COLUMN x INT NOT NULL",
+            "without a DEFAULT",
+        ),
+        (
+            "ALTER TABLE ns.t SET IDENTIFIER FIELDS f",
+            "float and double columns cannot be",
+        ),
+        (
+            "ALTER TABLE ns.t SET IDENTIFIER FIELDS s.a",
+            "it is not NOT NULL",
+        ),
+        (
+            "ALTER TABLE ns.t DROP IDENTIFIER FIELDS d",
+            "not an identifier field",
+        ),
+        ("ALTER TABLE ns.t ALTER COLUMN id AFTER id", "after itself"),
+        (
+            "ALTER TABLE ns.t ALTER COLUMN id AFTER nope",
+            "no such column beside it",
+        ),
+        (
+            "ALTER TABLE ns.t RENAME COLUMN f TO d",
+            "a column of that name exists",
+        ),
+        (
+            "ALTER TABLE ns.t ADD COLUMN y TIMESTAMP(9)",
+            "need format version 3",
+        ),
+        ("ALTER TABLE ns.nope ADD COLUMN y INT", "nope"),
+        ("ALTER TABLE ns.t ADD COLUMN", "ALTER TABLE"),
+        (
+            "ALTER TABLE ns.t DROP COLUMN id, d",
+            "it is an identifier field",
+        ),
+    ] {
+        let e = match s.sql(sql).await {
+            Ok(df) => df.collect().await.map(|_| ()).unwrap_err(),
+            Err(e) => e,
+        }
+        .to_string();
+        assert!(e.contains(error), "{sql}: {e}");
+        assert!(!e.contains('\n'), "{sql}: one line: {e}");
+    }
+    let after = metadata(&s, "t").await;
+    assert_eq!(after.metadata_location().unwrap(), location);
+}
+
+#[tokio::test]
+async fn a_write_planned_before_a_schema_change_commits_after_it() {
+    // As Java: appends are not validated against schema changes. The files are written with
+    // the schema the write was planned with and read through the new one by field id; the
+    // commit keeps the new schema.
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    run(&s, "CREATE TABLE ns.t (id BIGINT, n INT, v VARCHAR)").await;
+    run(&s, "INSERT INTO ns.t VALUES (1, 10, 'a')").await;
+    let planned = s.sql("INSERT INTO ns.t VALUES (2, 20, 'b')").await.unwrap();
+    run(&s, "ALTER TABLE ns.t DROP COLUMN v").await;
+    run(&s, "ALTER TABLE ns.t ALTER COLUMN n TYPE BIGINT").await;
+    run(&s, "ALTER TABLE ns.t ADD COLUMN v INT").await;
+    planned.collect().await.unwrap();
+    let t = metadata(&s, "t").await;
+    let schema = t.metadata().current_schema();
+    assert_eq!(schema.field_by_name("v").unwrap().id, 4);
+    assert_eq!(
+        *schema.field_by_name("n").unwrap().field_type,
+        Type::Primitive(PrimitiveType::Long)
+    );
+    assert_eq!(
+        rows(&s, "SELECT id, n, v FROM ns.t ORDER BY id").await,
+        ["1|10|", "2|20|"]
+    );
+}
+
+/// A value of the oracle: what the table should read.
+#[derive(Debug, Clone, PartialEq)]
+enum Value {
+    Int(i64),
+    Text(String),
+}
+
+/// A column of the oracle, by the name it has now.
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
+    text: bool,
+    /// INT that may be promoted to BIGINT.
+    narrow: bool,
+}
+
+/// The table as it should read: columns in order, rows by id (values by column index; a
+/// column's values are dropped with it).
+struct Oracle {
+    columns: Vec<(u32, Column)>,
+    rows: BTreeMap<i64, BTreeMap<u32, Value>>,
+    next_column: u32,
+    next_id: i64,
+}
+
+impl Oracle {
+    fn render(&self) -> Vec<String> {
+        self.rows
+            .iter()
+            .map(|(id, values)| {
+                let mut cells = vec![id.to_string()];
+                for (key, _) in &self.columns {
+                    cells.push(match values.get(key) {
+                        Some(Value::Int(i)) => i.to_string(),
+                        Some(Value::Text(t)) => t.clone(),
+                        None => String::new(),
+                    });
+                }
+                cells.join("|")
+            })
+            .collect()
+    }
+
+    fn select(&self) -> String {
+        let mut names = vec!["id".to_string()];
+        names.extend(self.columns.iter().map(|(_, c)| format!("\"{}\"", c.name)));
+        format!("SELECT {} FROM ns.t ORDER BY id", names.join(", "))
+    }
+}
+
+/// One random step: its SQL, applied to the oracle.
+fn step(rng: &mut StdRng, o: &mut Oracle) -> String {
+    loop {
+        match rng.random_range(0..7) {
+            0 | 1 => {
+                let n = rng.random_range(1..20);
+                let mut values = vec![];
+                for _ in 0..n {
+                    let id = o.next_id;
+                    o.next_id += 1;
+                    let mut row = BTreeMap::new();
+                    let mut cells = vec![id.to_string()];
+                    for (key, c) in &o.columns {
+                        if rng.random_bool(0.2) {
+                            cells.push("NULL".into());
+                            continue;
+                        }
+                        let v = match c.text {
+                            true => Value::Text(format!("s{}", rng.random_range(0..1000))),
+                            false => Value::Int(rng.random_range(-1000..1000)),
+                        };
+                        cells.push(match &v {
+                            Value::Int(i) => i.to_string(),
+                            Value::Text(t) => format!("'{t}'"),
+                        });
+                        row.insert(*key, v);
+                    }
+                    o.rows.insert(id, row);
+                    values.push(format!("({})", cells.join(", ")));
+                }
+                return format!("INSERT INTO ns.t VALUES {}", values.join(", "));
+            }
+            2 => {
+                let key = o.next_column;
+                o.next_column += 1;
+                let text = rng.random_bool(0.5);
+                let c = Column {
+                    name: format!("c{key}"),
+                    text,
+                    narrow: !text,
+                };
+                let ty = if text { "VARCHAR" } else { "INT" };
+                let sql = format!("ALTER TABLE ns.t ADD COLUMN {} {ty}", c.name);
+                o.columns.push((key, c));
+                return sql;
+            }
+            3 if !o.columns.is_empty() => {
+                let at = rng.random_range(0..o.columns.len());
+                let (key, c) = o.columns.remove(at);
+                for row in o.rows.values_mut() {
+                    row.remove(&key);
+                }
+                return format!("ALTER TABLE ns.t DROP COLUMN \"{}\"", c.name);
+            }
+            4 if !o.columns.is_empty() => {
+                let at = rng.random_range(0..o.columns.len());
+                let old = o.columns[at].1.name.clone();
+                // Sometimes a name a dropped column had: still a different column.
+                let new = format!("r{}", rng.random_range(0..o.next_column + 3));
+                if o.columns.iter().any(|(_, c)| c.name == new) || new == "id" {
+                    continue;
+                }
+                o.columns[at].1.name = new.clone();
+                return format!("ALTER TABLE ns.t RENAME COLUMN \"{old}\" TO \"{new}\"");
+            }
+            5 => {
+                let Some((_, c)) = o.columns.iter_mut().find(|(_, c)| c.narrow) else {
+                    continue;
+                };
+                c.narrow = false;
+                return format!("ALTER TABLE ns.t ALTER COLUMN \"{}\" TYPE BIGINT", c.name);
+            }
+            6 if !o.rows.is_empty() => {
+                let m = rng.random_range(2..5);
+                let r = rng.random_range(0..m);
+                o.rows.retain(|id, _| id % m != r);
+                return format!("DELETE FROM ns.t WHERE id % {m} = {r}");
+            }
+            _ => continue,
+        }
+    }
+}
+
+async fn random_sequence(seed: u64, s: &IcebergSession, mode: &str) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    run(s, "CREATE SCHEMA ns").await;
+    run(
+        s,
+        &format!(
+            "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL) STORED AS ICEBERG LOCATION '' \
+             OPTIONS ('write.delete.mode' '{mode}')"
+        ),
+    )
+    .await;
+    let mut o = Oracle {
+        columns: vec![],
+        rows: BTreeMap::new(),
+        next_column: 0,
+        next_id: 0,
+    };
+    let mut done = vec![];
+    for _ in 0..40 {
+        let sql = step(&mut rng, &mut o);
+        run(s, &sql).await;
+        done.push(sql);
+        let query = o.select();
+        assert_eq!(
+            rows(s, &query).await,
+            o.render(),
+            "seed {seed}, after:\n{}",
+            done.join(";\n")
+        );
+    }
+}
+
+#[tokio::test]
+async fn random_schema_changes_writes_and_deletes_match_an_oracle() {
+    for (seed, mode) in [
+        (1, "copy-on-write"),
+        (2, "merge-on-read"),
+        (3, "copy-on-write"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = session(dir.path()).await;
+        random_sequence(seed, &s, mode).await;
+    }
+}
+
+#[tokio::test]
+async fn random_schema_changes_under_a_small_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session_with_limit(dir.path(), 4 << 20).await;
+    random_sequence(4, &s, "merge-on-read").await;
+}
