@@ -12,6 +12,7 @@ Subcommands:
   evolve --warehouse DIR   (pyns.evolved: schema and partition evolution across appends)
   types --warehouse DIR    (pyns.types: every primitive type, one row all NULL)
   nested --warehouse DIR   (pyns.nested: struct, list, map; pyns.nested_renamed: a struct field renamed)
+  schema --warehouse DIR --table NS.NAME   (the current schema as pyiceberg reads it)
   duckdb-read --metadata PATH
   inspect-files --warehouse DIR --table NS.NAME   (inspect.files / all_files / all_manifests)
 
@@ -429,6 +430,32 @@ def cmd_read(args) -> dict:
     return {"columns": names, "rows": sort_rows(rows), "metadata_location": location}
 
 
+def cmd_schema(args) -> dict:
+    """The table's current schema as pyiceberg reads it: [id, dotted name, type, required,
+    doc] for every field, depth first; identifier field ids; last column id."""
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        table = catalog.load_table(args.table)
+        from pyiceberg.schema import index_by_id
+
+        schema = table.schema()
+        fields = []
+        by_id = index_by_id(schema)
+        for fid in sorted(by_id):
+            f = by_id[fid]
+            fields.append([fid, schema.find_column_name(fid), str(f.field_type), f.required, f.doc])
+        return {
+            "schema_id": schema.schema_id,
+            "fields": fields,
+            "identifier_field_ids": list(schema.identifier_field_ids),
+            "last_column_id": table.metadata.last_column_id,
+            "schemas": len(table.metadata.schemas),
+        }
+    finally:
+        catalog.close()
+
+
 def _walk_namespaces(catalog, parent=()):
     out = []
     for ns in sorted(catalog.list_namespaces(parent) if parent else catalog.list_namespaces()):
@@ -746,6 +773,11 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("uuid-partitioned", help="create pyns.up partitioned by identity(u uuid)")
     up.add_argument("--warehouse", required=True)
     up.set_defaults(func=cmd_uuid_partitioned)
+
+    sc = sub.add_parser("schema", help="the current schema of a table as pyiceberg reads it")
+    sc.add_argument("--warehouse", required=True)
+    sc.add_argument("--table", required=True)
+    sc.set_defaults(func=cmd_schema)
 
     d = sub.add_parser("duckdb-read", help="scan a metadata.json with DuckDB's iceberg extension")
     d.add_argument("--metadata", required=True)

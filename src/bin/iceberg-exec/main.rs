@@ -242,17 +242,25 @@ fn show_progress(session: &IcebergSession) {
 /// Runs each statement of `sql` in order, printing each result.
 async fn run_statements(session: &IcebergSession, sql: &str, format: Format) -> Result<()> {
     let ctx = session.context();
-    let statements = DFParser::parse_sql(sql)?;
+    let statements = iceberg_exec::table::split_statements(sql);
     if statements.is_empty() {
         return Err(DataFusionError::Plan("no SQL statement given".into()));
     }
-    for statement in statements {
-        // Statements DataFusion does not plan (ALTER TABLE ... TBLPROPERTIES) run in the
-        // session's own entry point.
-        let text = statement.to_string();
+    for text in statements {
+        // Statements DataFusion does not plan (ALTER TABLE, CALL, ...) run in the session's own
+        // entry point.
         let df = match iceberg_exec::table::is_session_statement(&text) {
             true => session.sql(&text).await?,
             false => {
+                let mut parsed = DFParser::parse_sql(&text)?;
+                let statement = match (parsed.pop_front(), parsed.is_empty()) {
+                    (Some(statement), true) => statement,
+                    _ => {
+                        return Err(DataFusionError::Plan(format!(
+                            "expected one statement: {text}"
+                        )))
+                    }
+                };
                 let plan = ctx.state().statement_to_plan(statement).await?;
                 ctx.execute_logical_plan(plan).await?
             }
