@@ -409,3 +409,92 @@ async fn random_schema_changes_under_a_small_pool() {
     let s = session_with_limit(dir.path(), 4 << 20).await;
     random_sequence(4, &s, "merge-on-read").await;
 }
+
+#[tokio::test]
+async fn partition_evolution_writes_specs_as_java_does() {
+    use iceberg::spec::{NullOrder, SortDirection, Transform};
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    for version in [1, 2] {
+        let t = format!("ns.v{version}");
+        run(
+            &s,
+            &format!(
+                "CREATE EXTERNAL TABLE {t} (id BIGINT, ts TIMESTAMP, s VARCHAR) STORED AS \
+                 ICEBERG LOCATION '' OPTIONS ('format-version' '{version}')"
+            ),
+        )
+        .await;
+        run(&s, &format!("ALTER TABLE {t} ADD PARTITION FIELD bucket(16, id)")).await;
+        run(&s, &format!("ALTER TABLE {t} ADD PARTITION FIELD truncate(s, 4)")).await;
+        run(&s, &format!("ALTER TABLE {t} ADD PARTITION FIELD hours(ts) AS h")).await;
+        run(&s, &format!("ALTER TABLE {t} DROP PARTITION FIELD id_bucket_16")).await;
+        run(&s, &format!("ALTER TABLE {t} ADD PARTITION FIELD bucket(16, id) AS b")).await;
+        let table = metadata(&s, &format!("v{version}")).await;
+        let md = table.metadata();
+        let fields: Vec<(i32, String, Transform)> = md
+            .default_partition_spec()
+            .fields()
+            .iter()
+            .map(|f| (f.field_id, f.name.clone(), f.transform))
+            .collect();
+        let want: Vec<(i32, &str, Transform)> = match version {
+            // v1: the dropped field stays as void, and the bucket comes back with a new id.
+            1 => vec![
+                (1000, "id_bucket_16", Transform::Void),
+                (1001, "s_trunc_4", Transform::Truncate(4)),
+                (1002, "h", Transform::Hour),
+                (1003, "b", Transform::Bucket(16)),
+            ],
+            // v2: the dropped field leaves; added again, it has its old id.
+            _ => vec![
+                (1001, "s_trunc_4", Transform::Truncate(4)),
+                (1002, "h", Transform::Hour),
+                (1000, "b", Transform::Bucket(16)),
+            ],
+        };
+        let want: Vec<(i32, String, Transform)> =
+            want.into_iter().map(|(i, n, t)| (i, n.to_string(), t)).collect();
+        assert_eq!(fields, want, "v{version}");
+        assert_eq!(md.partition_specs_iter().count(), 6, "v{version}");
+        run(&s, &format!("INSERT INTO {t} VALUES (1, TIMESTAMP '2024-01-01 10:00:00', 'abcdef')"))
+            .await;
+        assert_eq!(
+            rows(&s, &format!("SELECT id, s FROM {t} WHERE s = 'abcdef'")).await,
+            ["1|abcdef"]
+        );
+    }
+
+    // Write order: the table's sort order and its distribution mode.
+    run(&s, "ALTER TABLE ns.v2 WRITE ORDERED BY s DESC, id NULLS LAST").await;
+    let table = metadata(&s, "v2").await;
+    let md = table.metadata();
+    let order: Vec<(i32, SortDirection, NullOrder)> = md
+        .default_sort_order()
+        .fields
+        .iter()
+        .map(|f| (f.source_id, f.direction, f.null_order))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (3, SortDirection::Descending, NullOrder::Last),
+            (1, SortDirection::Ascending, NullOrder::Last)
+        ]
+    );
+    assert_eq!(md.properties()["write.distribution-mode"], "range");
+    // An unpartitioned table writes one file, in the table's order.
+    run(&s, "CREATE TABLE ns.o (id BIGINT, s VARCHAR)").await;
+    run(&s, "ALTER TABLE ns.o WRITE LOCALLY ORDERED BY s DESC").await;
+    run(&s, "INSERT INTO ns.o VALUES (2, 'b'), (3, 'c'), (4, 'a'), (5, NULL)").await;
+    assert_eq!(rows(&s, "SELECT id FROM ns.o").await, ["3", "2", "4", "5"]);
+    run(&s, "ALTER TABLE ns.v2 WRITE DISTRIBUTED BY PARTITION").await;
+    let table = metadata(&s, "v2").await;
+    assert_eq!(table.metadata().default_sort_order().fields.len(), 2, "kept");
+    assert_eq!(table.metadata().properties()["write.distribution-mode"], "hash");
+    run(&s, "ALTER TABLE ns.v2 WRITE UNORDERED").await;
+    let table = metadata(&s, "v2").await;
+    assert!(table.metadata().default_sort_order().is_unsorted());
+    assert_eq!(table.metadata().properties()["write.distribution-mode"], "none");
+}

@@ -10,6 +10,7 @@
 //! A statement is checked whole before anything is committed: a refused one changes nothing.
 
 mod parse;
+mod partition;
 mod properties;
 mod schema;
 mod types;
@@ -24,6 +25,7 @@ use iceberg::{TableIdent, TableRequirement, TableUpdate};
 
 use parse::ColumnEdit;
 pub(crate) use parse::{parse, Action};
+use partition::{PartitionChange, WriteOrder};
 use schema::{ColumnChange, NewColumn};
 
 use crate::commit::{CommitResult, MetadataChange, MetadataStore};
@@ -66,6 +68,8 @@ pub(crate) async fn apply(
         let proposal = match action {
             Action::Properties(change) => properties::change(&table, change)?,
             Action::Columns(edits) => columns(state, &table, edits)?,
+            Action::Partition(changes) => partition_spec(&table, changes)?,
+            Action::Write(order) => write_order(&table, order)?,
         };
         let Some(proposal) = proposal else {
             return Ok(());
@@ -85,6 +89,73 @@ pub(crate) async fn apply(
         "ALTER TABLE on '{ident}' lost to concurrent commits {ATTEMPTS} times; nothing was \
          changed"
     )))
+}
+
+/// The new default partition spec `changes` make of `table`'s.
+fn partition_spec(table: &Table, changes: &[PartitionChange]) -> Result<Option<Proposal>> {
+    let metadata = table.metadata();
+    let spec = partition::evolve(metadata, changes)?;
+    let same = spec.fields().len() == metadata.default_partition_spec().fields().len()
+        && spec
+            .fields()
+            .iter()
+            .zip(metadata.default_partition_spec().fields())
+            .all(|(a, b)| {
+                a.field_id == Some(b.field_id)
+                    && a.source_id == b.source_id
+                    && a.name == b.name
+                    && a.transform == b.transform
+            });
+    if same {
+        return Ok(None);
+    }
+    let builder = metadata
+        .clone()
+        .into_builder(table.metadata_location().map(str::to_string))
+        .add_default_partition_spec(spec)
+        .map_err(|e| DataFusionError::Plan(format!("ALTER TABLE: {e}")))?;
+    let requirements = vec![
+        TableRequirement::UuidMatch {
+            uuid: metadata.uuid(),
+        },
+        TableRequirement::DefaultSpecIdMatch {
+            default_spec_id: metadata.default_partition_spec_id(),
+        },
+        TableRequirement::LastAssignedPartitionIdMatch {
+            last_assigned_partition_id: metadata.last_partition_id(),
+        },
+    ];
+    Proposal::of(builder, requirements)
+}
+
+/// The sort order and distribution mode of `WRITE ...`.
+fn write_order(table: &Table, order: &WriteOrder) -> Result<Option<Proposal>> {
+    let metadata = table.metadata();
+    let mut builder = metadata
+        .clone()
+        .into_builder(table.metadata_location().map(str::to_string));
+    if let Some(keys) = &order.order {
+        let sort_order = partition::sort_order(metadata, keys)?;
+        builder = builder
+            .add_sort_order(sort_order)
+            .df()?
+            .set_default_sort_order(-1)
+            .df()?;
+    }
+    let mode = [(
+        "write.distribution-mode".to_string(),
+        order.distribution.to_string(),
+    )];
+    builder = builder.set_properties(mode.into_iter().collect()).df()?;
+    let requirements = vec![
+        TableRequirement::UuidMatch {
+            uuid: metadata.uuid(),
+        },
+        TableRequirement::DefaultSortOrderIdMatch {
+            default_sort_order_id: metadata.default_sort_order_id(),
+        },
+    ];
+    Proposal::of(builder, requirements)
 }
 
 /// The new current schema `edits` make of `table`'s.

@@ -8,7 +8,16 @@
 //!                              | DROP NOT NULL | SET NOT NULL | SET DEFAULT v | DROP DEFAULT
 //! ALTER TABLE t SET IDENTIFIER FIELDS c, .. | DROP IDENTIFIER FIELDS c, ..
 //! ALTER TABLE t SET TBLPROPERTIES ('k' = 'v', ..) | UNSET TBLPROPERTIES [IF EXISTS] ('k', ..)
+//! ALTER TABLE t ADD PARTITION FIELD term [AS name]
+//! ALTER TABLE t DROP PARTITION FIELD name | term
+//! ALTER TABLE t REPLACE PARTITION FIELD name | term WITH term [AS name]
+//! ALTER TABLE t WRITE [LOCALLY] ORDERED BY term [ASC | DESC] [NULLS FIRST | LAST], ..
+//!                   | WRITE UNORDERED | WRITE DISTRIBUTED BY PARTITION [LOCALLY ORDERED BY ..]
 //! ```
+//!
+//! A term is a column or a transform of one: `bucket(16, id)`, `truncate(4, s)` (either
+//! argument order), `years(ts)`, `months(ts)`, `days(ts)`, `hours(ts)` (and the singular
+//! names), `identity(c)`, `void(c)`.
 //!
 //! Column names are paths (`point.z`, `m.value.f`, `xs.element.a`); unquoted names are folded
 //! to lower case, as DataFusion's planner folds them.
@@ -19,6 +28,9 @@ use datafusion::sql::sqlparser::dialect::{Dialect, GenericDialect};
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::Token;
 
+use iceberg::spec::{NullOrder, SortDirection, Transform};
+
+use super::partition::{FieldName, PartitionChange, SortKey, Term, WriteOrder};
 use super::properties::PropertyChange;
 use super::schema::{ColumnChange, Position};
 
@@ -64,6 +76,10 @@ pub(crate) enum Action {
     Properties(PropertyChange),
     /// Column changes, applied in order to make one new schema.
     Columns(Vec<ColumnEdit>),
+    /// Partition field changes, making one new default spec.
+    Partition(Vec<PartitionChange>),
+    /// `WRITE ...`: the sort order and distribution mode.
+    Write(WriteOrder),
 }
 
 /// A column change as written: types and values still SQL (they need the table's format
@@ -98,8 +114,10 @@ pub(crate) struct ColumnDef {
 }
 
 const FORMS: &str = "expected ALTER TABLE name ADD COLUMN(S) | DROP COLUMN(S) | RENAME COLUMN \
-                     | ALTER COLUMN | SET/DROP IDENTIFIER FIELDS | SET TBLPROPERTIES ('key' = \
-                     'value', ...) | UNSET TBLPROPERTIES [IF EXISTS] ('key', ...)";
+                     | ALTER COLUMN | SET/DROP IDENTIFIER FIELDS | ADD/DROP/REPLACE PARTITION \
+                     FIELD | WRITE [LOCALLY] ORDERED BY | WRITE UNORDERED | WRITE DISTRIBUTED BY \
+                     PARTITION | SET TBLPROPERTIES ('key' = 'value', ...) | UNSET TBLPROPERTIES \
+                     [IF EXISTS] ('key', ...)";
 
 /// `ident` as DataFusion names it: unquoted names folded to lower case.
 pub(crate) fn normalised(ident: &Ident) -> String {
@@ -162,9 +180,16 @@ fn sql_err(e: impl std::fmt::Display) -> String {
 
 fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
     let name = path(p).map_err(|_| format!("no table name ({FORMS})"))?;
+    let name_of = name.clone();
     let action = if word(p, "add") {
         if words(p, &["partition", "field"]) {
-            return Err(later("ADD PARTITION FIELD"));
+            let term = term(p)?;
+            let name = alias(p)?;
+            return finish(
+                p,
+                name_of,
+                Action::Partition(vec![PartitionChange::Add { term, name }]),
+            );
         }
         if !(word(p, "columns") || word(p, "column")) {
             return Err(format!("expected COLUMN after ADD ({FORMS})"));
@@ -173,7 +198,12 @@ fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
         Action::Columns(defs.into_iter().map(ColumnEdit::Add).collect())
     } else if word(p, "drop") {
         if words(p, &["partition", "field"]) {
-            return Err(later("DROP PARTITION FIELD"));
+            let field = field_name(p)?;
+            return finish(
+                p,
+                name_of,
+                Action::Partition(vec![PartitionChange::Drop(field)]),
+            );
         }
         if words(p, &["identifier", "fields"]) {
             let paths = listed(p, path)?;
@@ -218,13 +248,30 @@ fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
         Action::Properties(properties(p, false)?)
     } else if words(p, &["unset", "tblproperties"]) {
         Action::Properties(properties(p, true)?)
-    } else if word(p, "replace") {
-        return Err(later("REPLACE PARTITION FIELD"));
+    } else if words(p, &["replace", "partition", "field"]) {
+        let field = field_name(p)?;
+        expect(p, "with")?;
+        let with = term(p)?;
+        let name = alias(p)?;
+        Action::Partition(vec![PartitionChange::Replace { field, with, name }])
     } else if word(p, "write") {
-        return Err(later("WRITE ORDERED BY / DISTRIBUTED BY"));
+        Action::Write(write_order(p)?)
     } else {
         return Err(format!("unexpected '{}' ({FORMS})", p.peek_token().token));
     };
+    finish(p, name, action)
+}
+
+fn later(form: &str) -> String {
+    format!("{form} is not supported yet")
+}
+
+/// The statement, when nothing but semicolons follows.
+fn finish(
+    p: &mut Parser,
+    name: Vec<String>,
+    action: Action,
+) -> std::result::Result<AlterTable, String> {
     while p.consume_token(&Token::SemiColon) {}
     match p.peek_token().token {
         Token::EOF => Ok(AlterTable { name, action }),
@@ -232,8 +279,135 @@ fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
     }
 }
 
-fn later(form: &str) -> String {
-    format!("{form} is not supported yet")
+/// `AS name` after a partition term.
+fn alias(p: &mut Parser) -> std::result::Result<Option<String>, String> {
+    match word(p, "as") {
+        true => Ok(Some(normalised(&p.parse_identifier().map_err(sql_err)?))),
+        false => Ok(None),
+    }
+}
+
+/// A column or a transform of one (see the module's text).
+fn term(p: &mut Parser) -> std::result::Result<Term, String> {
+    let first = path(p)?;
+    if !(first.len() == 1 && p.consume_token(&Token::LParen)) {
+        return Ok(Term {
+            transform: Transform::Identity,
+            column: first,
+        });
+    }
+    let function = first[0].clone();
+    let (mut width, mut column) = (None, None);
+    loop {
+        match p.peek_token().token {
+            Token::Number(n, _) => {
+                p.next_token();
+                width = Some(
+                    n.parse::<u32>()
+                        .ok()
+                        .filter(|w| *w > 0)
+                        .ok_or_else(|| format!("{function}: '{n}' is not a positive width"))?,
+                );
+            }
+            _ => column = Some(path(p)?),
+        }
+        if p.consume_token(&Token::RParen) {
+            break;
+        }
+        if !p.consume_token(&Token::Comma) {
+            return Err(format!(
+                "{function}(..): unexpected '{}'",
+                p.peek_token().token
+            ));
+        }
+    }
+    let column = column.ok_or_else(|| format!("{function}(..) needs a column"))?;
+    let needs_width = |w: Option<u32>| {
+        w.ok_or_else(|| format!("{function}(..) needs a width: {function}(N, column)"))
+    };
+    let transform = match function.as_str() {
+        "identity" => Transform::Identity,
+        "bucket" => Transform::Bucket(needs_width(width)?),
+        "truncate" => Transform::Truncate(needs_width(width)?),
+        "year" | "years" => Transform::Year,
+        "month" | "months" => Transform::Month,
+        "day" | "days" | "date" => Transform::Day,
+        "hour" | "hours" | "date_hour" => Transform::Hour,
+        "void" => Transform::Void,
+        other => {
+            return Err(format!(
+                "unknown transform '{other}' (identity, bucket, truncate, years, months, days, \
+                 hours, void)"
+            ))
+        }
+    };
+    if width.is_some() && !matches!(transform, Transform::Bucket(_) | Transform::Truncate(_)) {
+        return Err(format!("{function}(..) takes a column only"));
+    }
+    Ok(Term { transform, column })
+}
+
+/// A partition field: its name, or a transform of a column.
+fn field_name(p: &mut Parser) -> std::result::Result<FieldName, String> {
+    let is_call = matches!(p.peek_nth_token(1).token, Token::LParen);
+    let term = term(p)?;
+    Ok(match (is_call, term.column.len()) {
+        (false, 1) => FieldName::Name(term.column[0].clone()),
+        _ => FieldName::Term(term),
+    })
+}
+
+/// What follows `WRITE`.
+fn write_order(p: &mut Parser) -> std::result::Result<WriteOrder, String> {
+    if word(p, "unordered") {
+        return Ok(WriteOrder {
+            order: Some(vec![]),
+            distribution: "none",
+        });
+    }
+    if words(p, &["distributed", "by", "partition"]) {
+        let order = match words(p, &["locally", "ordered", "by"]) {
+            true => Some(listed(p, sort_key)?),
+            false => None,
+        };
+        return Ok(WriteOrder {
+            order,
+            distribution: "hash",
+        });
+    }
+    let locally = word(p, "locally");
+    if !words(p, &["ordered", "by"]) {
+        return Err(format!(
+            "expected ORDERED BY, LOCALLY ORDERED BY, UNORDERED or DISTRIBUTED BY PARTITION \
+             after WRITE ({FORMS})"
+        ));
+    }
+    Ok(WriteOrder {
+        order: Some(listed(p, sort_key)?),
+        distribution: if locally { "none" } else { "range" },
+    })
+}
+
+/// `term [ASC | DESC] [NULLS FIRST | LAST]` (ascending with NULLs first by default; descending
+/// puts them last).
+fn sort_key(p: &mut Parser) -> std::result::Result<SortKey, String> {
+    let term = term(p)?;
+    let direction = match (word(p, "desc"), word(p, "asc")) {
+        (true, _) => SortDirection::Descending,
+        _ => SortDirection::Ascending,
+    };
+    let first = words(p, &["nulls", "first"]);
+    let last = !first && words(p, &["nulls", "last"]);
+    let null_order = match (first, last, direction) {
+        (true, _, _) => NullOrder::First,
+        (_, true, _) | (_, _, SortDirection::Descending) => NullOrder::Last,
+        _ => NullOrder::First,
+    };
+    Ok(SortKey {
+        term,
+        direction,
+        null_order,
+    })
 }
 
 /// A dotted name: `ns.t`, `point.z`.

@@ -12,9 +12,8 @@
 //! - types change only by the spec's promotions (int → long, float → double, decimal
 //!   precision widening, and on v3 date → timestamp / timestamp_ns);
 //! - a required column can become optional, never the reverse;
-//! - columns the current partition spec or sort order are computed from, and identifier
-//!   fields, cannot be dropped (drop the partition field / change the order / the identifier
-//!   fields first);
+//! - columns a partition spec (current or older: its files are pruned by it) or the sort order
+//!   are computed from, and identifier fields, cannot be dropped;
 //! - identifier fields are required primitive columns, not float or double, not inside a
 //!   list, a map or an optional struct.
 
@@ -24,7 +23,7 @@ use std::sync::Arc;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::spec::{
     FormatVersion, ListType, Literal, MapType, NestedField, NestedFieldRef, PrimitiveType, Schema,
-    StructType, TableMetadata, Transform, Type,
+    StructType, TableMetadata, Type,
 };
 
 use super::types::FieldIds;
@@ -112,7 +111,7 @@ struct Update<'a> {
     schema: &'a Schema,
     version: FormatVersion,
     ids: FieldIds,
-    /// Source columns of the current partition spec and sort order: not droppable.
+    /// Source columns of the partition specs and the sort order: not droppable.
     used_by_spec: HashMap<i32, String>,
     /// Source columns of any partition spec (their type may not change from date).
     used_by_any_spec: HashSet<i32>,
@@ -129,11 +128,23 @@ struct Update<'a> {
 impl<'a> Update<'a> {
     fn new(metadata: &'a TableMetadata) -> Self {
         let schema = metadata.current_schema().as_ref();
-        let spec = metadata.default_partition_spec();
         let mut used_by_spec = HashMap::new();
-        for f in spec.fields() {
-            if f.transform != Transform::Void {
-                used_by_spec.insert(f.source_id, format!("partition field '{}'", f.name));
+        let mut specs: Vec<_> = metadata.partition_specs_iter().collect();
+        specs.sort_by_key(|s| s.spec_id() != metadata.default_partition_spec_id());
+        for spec in specs {
+            let current = spec.spec_id() == metadata.default_partition_spec_id();
+            for f in spec.fields() {
+                used_by_spec
+                    .entry(f.source_id)
+                    .or_insert_with(|| match current {
+                        true => format!("partition field '{}'", f.name),
+                        false => format!(
+                            "partition field '{}' of the older spec {} (files written with it may \
+                         still be in the table)",
+                            f.name,
+                            spec.spec_id()
+                        ),
+                    });
             }
         }
         for f in metadata.default_sort_order().fields.iter() {
