@@ -199,13 +199,18 @@ fn parsed(text: Expr) -> Expr {
     Expr::ScalarFunction(ScalarFunction::new_udf(to_uuid(), vec![text]))
 }
 
-/// `builder` with [`to_uuid`] and [`uuid_to_string`] among its functions (DataFusion's own
+/// `builder` with [`to_uuid`], [`uuid_to_string`] and `iceberg_bucket` (Iceberg's bucket
+/// transform) among its functions (DataFusion's own
 /// functions stay): plans that call them decode wherever they run.
 pub(crate) fn with_functions(mut builder: SessionStateBuilder) -> SessionStateBuilder {
     let functions = builder.scalar_functions().get_or_insert_with(|| {
         datafusion::execution::SessionStateDefaults::default_scalar_functions()
     });
-    functions.extend([to_uuid(), uuid_to_string()]);
+    functions.extend([
+        to_uuid(),
+        uuid_to_string(),
+        crate::file_planning::bucket::iceberg_bucket(),
+    ]);
     builder
 }
 

@@ -5,6 +5,7 @@
 
 mod avro_manifest;
 mod bounded;
+pub(crate) mod bucket;
 mod cache;
 mod column_stats;
 mod defaults;

@@ -426,11 +426,31 @@ async fn partition_evolution_writes_specs_as_java_does() {
             ),
         )
         .await;
-        run(&s, &format!("ALTER TABLE {t} ADD PARTITION FIELD bucket(16, id)")).await;
-        run(&s, &format!("ALTER TABLE {t} ADD PARTITION FIELD truncate(s, 4)")).await;
-        run(&s, &format!("ALTER TABLE {t} ADD PARTITION FIELD hours(ts) AS h")).await;
-        run(&s, &format!("ALTER TABLE {t} DROP PARTITION FIELD id_bucket_16")).await;
-        run(&s, &format!("ALTER TABLE {t} ADD PARTITION FIELD bucket(16, id) AS b")).await;
+        run(
+            &s,
+            &format!("ALTER TABLE {t} ADD PARTITION FIELD bucket(16, id)"),
+        )
+        .await;
+        run(
+            &s,
+            &format!("ALTER TABLE {t} ADD PARTITION FIELD truncate(s, 4)"),
+        )
+        .await;
+        run(
+            &s,
+            &format!("ALTER TABLE {t} ADD PARTITION FIELD hours(ts) AS h"),
+        )
+        .await;
+        run(
+            &s,
+            &format!("ALTER TABLE {t} DROP PARTITION FIELD id_bucket_16"),
+        )
+        .await;
+        run(
+            &s,
+            &format!("ALTER TABLE {t} ADD PARTITION FIELD bucket(16, id) AS b"),
+        )
+        .await;
         let table = metadata(&s, &format!("v{version}")).await;
         let md = table.metadata();
         let fields: Vec<(i32, String, Transform)> = md
@@ -454,12 +474,17 @@ async fn partition_evolution_writes_specs_as_java_does() {
                 (1000, "b", Transform::Bucket(16)),
             ],
         };
-        let want: Vec<(i32, String, Transform)> =
-            want.into_iter().map(|(i, n, t)| (i, n.to_string(), t)).collect();
+        let want: Vec<(i32, String, Transform)> = want
+            .into_iter()
+            .map(|(i, n, t)| (i, n.to_string(), t))
+            .collect();
         assert_eq!(fields, want, "v{version}");
         assert_eq!(md.partition_specs_iter().count(), 6, "v{version}");
-        run(&s, &format!("INSERT INTO {t} VALUES (1, TIMESTAMP '2024-01-01 10:00:00', 'abcdef')"))
-            .await;
+        run(
+            &s,
+            &format!("INSERT INTO {t} VALUES (1, TIMESTAMP '2024-01-01 10:00:00', 'abcdef')"),
+        )
+        .await;
         assert_eq!(
             rows(&s, &format!("SELECT id, s FROM {t} WHERE s = 'abcdef'")).await,
             ["1|abcdef"]
@@ -467,7 +492,11 @@ async fn partition_evolution_writes_specs_as_java_does() {
     }
 
     // Write order: the table's sort order and its distribution mode.
-    run(&s, "ALTER TABLE ns.v2 WRITE ORDERED BY s DESC, id NULLS LAST").await;
+    run(
+        &s,
+        "ALTER TABLE ns.v2 WRITE ORDERED BY s DESC, id NULLS LAST",
+    )
+    .await;
     let table = metadata(&s, "v2").await;
     let md = table.metadata();
     let order: Vec<(i32, SortDirection, NullOrder)> = md
@@ -487,14 +516,28 @@ async fn partition_evolution_writes_specs_as_java_does() {
     // An unpartitioned table writes one file, in the table's order.
     run(&s, "CREATE TABLE ns.o (id BIGINT, s VARCHAR)").await;
     run(&s, "ALTER TABLE ns.o WRITE LOCALLY ORDERED BY s DESC").await;
-    run(&s, "INSERT INTO ns.o VALUES (2, 'b'), (3, 'c'), (4, 'a'), (5, NULL)").await;
+    run(
+        &s,
+        "INSERT INTO ns.o VALUES (2, 'b'), (3, 'c'), (4, 'a'), (5, NULL)",
+    )
+    .await;
     assert_eq!(rows(&s, "SELECT id FROM ns.o").await, ["3", "2", "4", "5"]);
     run(&s, "ALTER TABLE ns.v2 WRITE DISTRIBUTED BY PARTITION").await;
     let table = metadata(&s, "v2").await;
-    assert_eq!(table.metadata().default_sort_order().fields.len(), 2, "kept");
-    assert_eq!(table.metadata().properties()["write.distribution-mode"], "hash");
+    assert_eq!(
+        table.metadata().default_sort_order().fields.len(),
+        2,
+        "kept"
+    );
+    assert_eq!(
+        table.metadata().properties()["write.distribution-mode"],
+        "hash"
+    );
     run(&s, "ALTER TABLE ns.v2 WRITE UNORDERED").await;
     let table = metadata(&s, "v2").await;
     assert!(table.metadata().default_sort_order().is_unsorted());
-    assert_eq!(table.metadata().properties()["write.distribution-mode"], "none");
+    assert_eq!(
+        table.metadata().properties()["write.distribution-mode"],
+        "none"
+    );
 }

@@ -3,15 +3,21 @@
 use arrow::compute::SortOptions;
 use arrow::datatypes::Schema;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::physical_expr::expressions::Column;
+use std::sync::Arc;
+
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::ScalarValue;
+use datafusion::physical_expr::expressions::{Column, Literal};
 use datafusion::physical_expr::{LexRequirement, PhysicalSortRequirement};
+use datafusion::physical_expr::{PhysicalExpr, ScalarFunctionExpr};
 use iceberg::spec::{NullOrder, SortDirection, Transform};
 use iceberg::table::Table;
 
 /// The per-file ordering required by the table's default sort order, over `input` columns.
 ///
 /// Identity, truncate and the time transforms are monotonic in their source column, so ordering by
-/// the source column orders by the transformed value too; `void` fields are constant and skipped.
+/// the source column orders by the transformed value too; `bucket[N]` keys sort by the bucket
+/// number (`iceberg_bucket(N, column)`); `void` fields are constant and skipped.
 /// Returns `None` for unsorted tables.
 pub fn sort_requirement(table: &Table, input: &Schema) -> Result<Option<LexRequirement>> {
     let metadata = table.metadata();
@@ -29,6 +35,7 @@ pub fn sort_requirement(table: &Table, input: &Schema) -> Result<Option<LexRequi
             | Transform::Month
             | Transform::Day
             | Transform::Hour => {}
+            Transform::Bucket(_) => {}
             Transform::Void => continue,
             other => {
                 return Err(DataFusionError::NotImplemented(format!(
@@ -52,10 +59,21 @@ pub fn sort_requirement(table: &Table, input: &Schema) -> Result<Option<LexRequi
             descending: field.direction == SortDirection::Descending,
             nulls_first: field.null_order == NullOrder::First,
         };
-        reqs.push(PhysicalSortRequirement::new(
-            std::sync::Arc::new(Column::new(name, index)),
-            Some(options),
-        ));
+        let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(name, index));
+        let key = match field.transform {
+            // Sorted by the bucket number (`iceberg_bucket(N, column)`).
+            Transform::Bucket(n) => Arc::new(ScalarFunctionExpr::try_new(
+                crate::file_planning::bucket::iceberg_bucket(),
+                vec![
+                    Arc::new(Literal::new(ScalarValue::Int64(Some(n as i64)))),
+                    column,
+                ],
+                input,
+                Arc::new(ConfigOptions::default()),
+            )?) as Arc<dyn PhysicalExpr>,
+            _ => column,
+        };
+        reqs.push(PhysicalSortRequirement::new(key, Some(options)));
     }
     Ok(LexRequirement::new(reqs))
 }
