@@ -1,6 +1,7 @@
 //! `ALTER TABLE` schema evolution: the metadata it writes (schema ids, field ids,
 //! `last-column-id`), refusals that change nothing, a write planned before a schema change, and
-//! a random sequence of changes, writes and deletes against an in-memory oracle.
+//! a random sequence of schema and partition changes, writes and deletes against an in-memory
+//! oracle.
 
 use std::collections::BTreeMap;
 
@@ -248,6 +249,10 @@ struct Oracle {
     rows: BTreeMap<i64, BTreeMap<u32, Value>>,
     next_column: u32,
     next_id: i64,
+    /// Partition fields of the current spec: (name, source column key).
+    partition_fields: Vec<(String, u32)>,
+    /// Columns any spec was computed from (they cannot be dropped).
+    ever_partitioned: std::collections::BTreeSet<u32>,
 }
 
 impl Oracle {
@@ -278,7 +283,7 @@ impl Oracle {
 /// One random step: its SQL, applied to the oracle.
 fn step(rng: &mut StdRng, o: &mut Oracle) -> String {
     loop {
-        match rng.random_range(0..7) {
+        match rng.random_range(0..9) {
             0 | 1 => {
                 let n = rng.random_range(1..20);
                 let mut values = vec![];
@@ -321,8 +326,11 @@ fn step(rng: &mut StdRng, o: &mut Oracle) -> String {
                 o.columns.push((key, c));
                 return sql;
             }
-            3 if !o.columns.is_empty() => {
-                let at = rng.random_range(0..o.columns.len());
+            3 if o.columns.iter().any(|(k, _)| !o.ever_partitioned.contains(k)) => {
+                let free: Vec<usize> = (0..o.columns.len())
+                    .filter(|i| !o.ever_partitioned.contains(&o.columns[*i].0))
+                    .collect();
+                let at = free[rng.random_range(0..free.len())];
                 let (key, c) = o.columns.remove(at);
                 for row in o.rows.values_mut() {
                     row.remove(&key);
@@ -334,7 +342,8 @@ fn step(rng: &mut StdRng, o: &mut Oracle) -> String {
                 let old = o.columns[at].1.name.clone();
                 // Sometimes a name a dropped column had: still a different column.
                 let new = format!("r{}", rng.random_range(0..o.next_column + 3));
-                if o.columns.iter().any(|(_, c)| c.name == new) || new == "id" {
+                let field_name = o.partition_fields.iter().any(|(n, _)| *n == new);
+                if o.columns.iter().any(|(_, c)| c.name == new) || new == "id" || field_name {
                     continue;
                 }
                 o.columns[at].1.name = new.clone();
@@ -347,6 +356,34 @@ fn step(rng: &mut StdRng, o: &mut Oracle) -> String {
                 c.narrow = false;
                 return format!("ALTER TABLE ns.t ALTER COLUMN \"{}\" TYPE BIGINT", c.name);
             }
+            7 if !o.columns.is_empty() => {
+                let (key, c) = &o.columns[rng.random_range(0..o.columns.len())];
+                if o.partition_fields.iter().any(|(_, k)| k == key) {
+                    continue;
+                }
+                let (term, name) = match (c.text, rng.random_bool(0.5)) {
+                    (false, true) => (
+                        format!("bucket(3, \"{}\")", c.name),
+                        format!("{}_bucket_3", c.name),
+                    ),
+                    (true, true) => (
+                        format!("truncate(2, \"{}\")", c.name),
+                        format!("{}_trunc_2", c.name),
+                    ),
+                    _ => (format!("\"{}\"", c.name), c.name.clone()),
+                };
+                if o.columns.iter().any(|(k, c)| c.name == name && k != key) {
+                    continue;
+                }
+                o.partition_fields.push((name, *key));
+                o.ever_partitioned.insert(*key);
+                return format!("ALTER TABLE ns.t ADD PARTITION FIELD {term}");
+            }
+            8 if !o.partition_fields.is_empty() => {
+                let at = rng.random_range(0..o.partition_fields.len());
+                let (name, _) = o.partition_fields.remove(at);
+                return format!("ALTER TABLE ns.t DROP PARTITION FIELD \"{name}\"");
+            }
             6 if !o.rows.is_empty() => {
                 let m = rng.random_range(2..5);
                 let r = rng.random_range(0..m);
@@ -358,7 +395,7 @@ fn step(rng: &mut StdRng, o: &mut Oracle) -> String {
     }
 }
 
-async fn random_sequence(seed: u64, s: &IcebergSession, mode: &str) {
+async fn random_sequence(seed: u64, s: &IcebergSession, mode: &str) -> Vec<String> {
     let mut rng = StdRng::seed_from_u64(seed);
     run(s, "CREATE SCHEMA ns").await;
     run(
@@ -374,9 +411,11 @@ async fn random_sequence(seed: u64, s: &IcebergSession, mode: &str) {
         rows: BTreeMap::new(),
         next_column: 0,
         next_id: 0,
+        partition_fields: vec![],
+        ever_partitioned: Default::default(),
     };
     let mut done = vec![];
-    for _ in 0..40 {
+    for _ in 0..60 {
         let sql = step(&mut rng, &mut o);
         run(s, &sql).await;
         done.push(sql);
@@ -388,10 +427,27 @@ async fn random_sequence(seed: u64, s: &IcebergSession, mode: &str) {
             done.join(";\n")
         );
     }
+    done
+}
+
+/// Checks the statements ran cover every kind of step.
+fn covers_every_step(done: &[String]) {
+    for kind in [
+        "INSERT INTO",
+        "ADD COLUMN",
+        "DROP COLUMN",
+        "RENAME COLUMN",
+        "TYPE BIGINT",
+        "ADD PARTITION FIELD",
+        "DROP PARTITION FIELD",
+        "DELETE FROM",
+    ] {
+        assert!(done.iter().any(|d| d.contains(kind)), "no {kind} ran");
+    }
 }
 
 #[tokio::test]
-async fn random_schema_changes_writes_and_deletes_match_an_oracle() {
+async fn random_schema_and_partition_changes_writes_and_deletes_match_an_oracle() {
     for (seed, mode) in [
         (1, "copy-on-write"),
         (2, "merge-on-read"),
@@ -407,7 +463,8 @@ async fn random_schema_changes_writes_and_deletes_match_an_oracle() {
 async fn random_schema_changes_under_a_small_pool() {
     let dir = tempfile::tempdir().unwrap();
     let s = session_with_limit(dir.path(), 4 << 20).await;
-    random_sequence(4, &s, "merge-on-read").await;
+    let done = random_sequence(4, &s, "merge-on-read").await;
+    covers_every_step(&done);
 }
 
 #[tokio::test]
