@@ -1570,9 +1570,27 @@ fn schema_changes_made_here_read_the_same_in_pyiceberg_and_duckdb() {
     );
     ours(
         &wh,
-        "INSERT INTO ns.ev VALUES (3, 'n3', 'c', 30, 3.25, named_struct('px', 3.0, 'z', 4.0), 7)",
+        "INSERT INTO ns.ev VALUES (3, 'n3', 'c', 30, 3.25, named_struct('px', 3.0, 'z', 4.0), 7); \
+         ALTER TABLE ns.ev ADD PARTITION FIELD bucket(4, id); \
+         ALTER TABLE ns.ev ADD PARTITION FIELD truncate(1, label) AS l; \
+         ALTER TABLE ns.ev WRITE ORDERED BY qty DESC; \
+         INSERT INTO ns.ev VALUES (4, NULL, 'd', 40, NULL, NULL, NULL), (5, 'n5', 'e', 50, 5.5, NULL, 9); \
+         UPDATE ns.ev SET qty = qty + 1 WHERE id = 1",
     );
     let schema = tool(&["schema", "--warehouse", &whs, "--table", "ns.ev"]);
+    assert_eq!(
+        schema["spec"],
+        serde_json::json!([
+            [1000, "id_bucket_4", 1, "bucket[4]"],
+            [1001, "l", 2, "truncate[1]"]
+        ]),
+        "{schema}"
+    );
+    assert_eq!(
+        schema["sort_order"],
+        serde_json::json!([[3, "identity", "DESC", "NULLS LAST"]]),
+        "{schema}"
+    );
     let fields: Vec<(i64, String, String, bool)> = schema["fields"]
         .as_array()
         .unwrap()
@@ -1624,7 +1642,7 @@ fn schema_changes_made_here_read_the_same_in_pyiceberg_and_duckdb() {
         "SELECT id, note, label, qty, price, gone FROM ns.ev ORDER BY id",
     );
     let mine = normalise(as_lists(&mine, &columns));
-    assert_eq!(mine.len(), 3);
+    assert_eq!(mine.len(), 5);
     assert_eq!(
         mine[0][5],
         Value::Null,

@@ -326,7 +326,11 @@ fn step(rng: &mut StdRng, o: &mut Oracle) -> String {
                 o.columns.push((key, c));
                 return sql;
             }
-            3 if o.columns.iter().any(|(k, _)| !o.ever_partitioned.contains(k)) => {
+            3 if o
+                .columns
+                .iter()
+                .any(|(k, _)| !o.ever_partitioned.contains(k)) =>
+            {
                 let free: Vec<usize> = (0..o.columns.len())
                     .filter(|i| !o.ever_partitioned.contains(&o.columns[*i].0))
                     .collect();

@@ -451,6 +451,9 @@ def cmd_schema(args) -> dict:
             "identifier_field_ids": list(schema.identifier_field_ids),
             "last_column_id": table.metadata.last_column_id,
             "schemas": len(table.metadata.schemas),
+            "spec": [[f.field_id, f.name, f.source_id, str(f.transform)] for f in table.spec().fields],
+            "sort_order": [[f.source_id, str(f.transform), str(f.direction), str(f.null_order)]
+                           for f in table.sort_order().fields],
         }
     finally:
         catalog.close()
