@@ -18,7 +18,8 @@ use iceberg::table::Table;
 use iceberg::TableIdent;
 
 pub use pointer::{MetadataPointer, SwapOutcome};
-pub use provider::{IcebergCatalogProvider, IcebergSchemaProvider};
+pub(crate) use provider::ensure_namespace;
+pub use provider::{IcebergCatalogProvider, IcebergSchemaProvider, DEFAULT_NAMESPACE};
 pub use pyiceberg_config::{pyiceberg_catalog, pyiceberg_config_path, pyiceberg_execution};
 pub use rest::RestCatalog;
 pub use sql::{SqlCatalog, SqlCatalogConfig};

@@ -69,6 +69,13 @@ impl CatalogProvider for IcebergCatalogProvider {
                 Arc::clone(&self.catalog),
                 ns,
             ))),
+            // The session's default namespace is there before anything is in it (as Spark's
+            // `default`): created with its first table.
+            Ok(false) if name == DEFAULT_NAMESPACE => Some(Arc::new(IcebergSchemaProvider {
+                catalog: Arc::clone(&self.catalog),
+                namespace: ns,
+                created_on_use: true,
+            })),
             Ok(false) => None,
             Err(e) => {
                 log::error!("looking up namespace '{name}' failed: {e}");
@@ -121,12 +128,34 @@ impl CatalogProvider for IcebergCatalogProvider {
 pub struct IcebergSchemaProvider {
     catalog: Arc<dyn IcebergCatalog>,
     namespace: NamespaceIdent,
+    /// The namespace does not exist yet: the first table created in it creates it (the
+    /// session's default namespace, [`DEFAULT_NAMESPACE`]).
+    created_on_use: bool,
+}
+
+/// The namespace unqualified table names resolve to (DataFusion's and Spark's `default`). On a
+/// catalog without it, it is created with the first table created in it.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Creates `namespace` in `catalog` unless it is there.
+pub(crate) async fn ensure_namespace(
+    catalog: &Arc<dyn IcebergCatalog>,
+    namespace: &NamespaceIdent,
+) -> Result<()> {
+    if !catalog.namespace_exists(namespace).await? {
+        catalog.create_namespace(namespace, HashMap::new()).await?;
+    }
+    Ok(())
 }
 
 impl IcebergSchemaProvider {
     /// The schema for `namespace` of `catalog`.
     pub fn new(catalog: Arc<dyn IcebergCatalog>, namespace: NamespaceIdent) -> Self {
-        Self { catalog, namespace }
+        Self {
+            catalog,
+            namespace,
+            created_on_use: false,
+        }
     }
 
     fn ident(&self, name: &str) -> TableIdent {
@@ -204,6 +233,9 @@ fn optimize(
 #[async_trait]
 impl SchemaProvider for IcebergSchemaProvider {
     fn table_names(&self) -> Vec<String> {
+        if self.created_on_use {
+            return vec![];
+        }
         let catalog = Arc::clone(&self.catalog);
         let ns = self.namespace.clone();
         match io_runtime::block_on(async move { catalog.list_tables(&ns).await }) {
@@ -273,7 +305,13 @@ impl SchemaProvider for IcebergSchemaProvider {
             )));
         }
         let catalog = Arc::clone(&self.catalog);
-        io_runtime::block_on(create_from_provider(catalog, ident, table))?;
+        let create = self.created_on_use;
+        io_runtime::block_on(async move {
+            if create {
+                ensure_namespace(&catalog, ident.namespace()).await?;
+            }
+            create_from_provider(catalog, ident, table).await
+        })?;
         Ok(None)
     }
 

@@ -185,6 +185,9 @@ impl TableProviderFactory for IcebergTableFactory {
         let def = definition_from_command(cmd)?;
         let ns = NamespaceIdent::from_strs(schema_name.split('.'))
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        if schema_name == crate::catalog::DEFAULT_NAMESPACE {
+            crate::catalog::ensure_namespace(&catalog, &ns).await?;
+        }
         let table = catalog
             .create_table(&ns, def.to_creation(cmd.name.table())?)
             .await?;

@@ -586,6 +586,13 @@ impl TableProvider for IcebergTableProvider {
         crate::dml::delete::plan_delete(target, state, filters).await
     }
 
+    /// `TRUNCATE [TABLE] t`: a `delete` snapshot that removes every data and delete file from
+    /// the manifests, unread (a `DELETE` without a condition).
+    async fn truncate(&self, state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = self.dml_target("TRUNCATE")?;
+        crate::dml::delete::plan_delete(target, state, vec![]).await
+    }
+
     async fn update(
         &self,
         state: &dyn Session,

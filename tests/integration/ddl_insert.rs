@@ -380,3 +380,40 @@ async fn uuid_columns_take_and_show_canonical_text() {
     assert!(err.contains("invalid UUID 'nope'"), "{err}");
     assert_eq!(crate::common::current_snapshot(&s, "ns", "u").await, before);
 }
+
+#[tokio::test]
+async fn unqualified_names_use_a_default_namespace_created_with_its_first_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = crate::common::session(dir.path()).await;
+    let namespaces = |s: &iceberg_exec::IcebergSession| {
+        let catalog = s.catalog().clone();
+        async move { catalog.list_namespaces().await.unwrap().len() }
+    };
+    // Reading a missing table names it; nothing is created.
+    let e = s.sql("SELECT * FROM t").await.unwrap_err().to_string();
+    assert!(e.contains("default.t' not found"), "{e}");
+    assert_eq!(namespaces(&s).await, 0);
+    for sql in [
+        "CREATE TABLE t (id INT)",
+        "INSERT INTO t VALUES (1), (2)",
+        "CREATE EXTERNAL TABLE u (id INT) STORED AS ICEBERG LOCATION ''",
+        "INSERT INTO u SELECT id + 10 FROM t",
+        "ALTER TABLE t ADD COLUMN v VARCHAR",
+    ] {
+        s.sql(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    assert_eq!(
+        crate::common::rows(&s, "SELECT id FROM default.u ORDER BY id").await,
+        ["11", "12"]
+    );
+    assert_eq!(
+        crate::common::rows(&s, "SELECT id, v FROM t ORDER BY id").await,
+        ["1|", "2|"]
+    );
+    assert_eq!(namespaces(&s).await, 1);
+}
