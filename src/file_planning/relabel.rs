@@ -20,7 +20,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::ColumnarValue;
 use datafusion::physical_expr::PhysicalExpr;
 
-use super::field_ids::PARQUET_FIELD_ID;
+use parquet::arrow::PARQUET_FIELD_ID_META_KEY as PARQUET_FIELD_ID;
 
 /// `t` with the struct fields below it named by their field ids: `names` holds the table's
 /// name of each nested id. Fields without an id keep their names.

@@ -23,8 +23,7 @@
 //! to lower case, as DataFusion's planner folds them.
 
 use datafusion::error::{DataFusionError, Result};
-use datafusion::sql::sqlparser::ast::{DataType as SqlType, Ident};
-use datafusion::sql::sqlparser::dialect::{Dialect, GenericDialect};
+use datafusion::sql::sqlparser::ast::DataType as SqlType;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::Token;
 
@@ -33,32 +32,7 @@ use iceberg::spec::{NullOrder, SortDirection, Transform};
 use super::partition::{FieldName, PartitionChange, SortKey, Term, WriteOrder};
 use super::properties::PropertyChange;
 use super::schema::{ColumnChange, Position};
-
-/// The SQL dialect of these statements: DataFusion's (generic) names and quotes, plus Spark's
-/// backquoted names and `STRUCT<a: int>`, `MAP<k, v>`, `LONG` types.
-#[derive(Debug, Default)]
-pub(crate) struct DdlDialect;
-
-impl Dialect for DdlDialect {
-    fn is_identifier_start(&self, ch: char) -> bool {
-        GenericDialect.is_identifier_start(ch)
-    }
-    fn is_identifier_part(&self, ch: char) -> bool {
-        GenericDialect.is_identifier_part(ch)
-    }
-    fn is_delimited_identifier_start(&self, ch: char) -> bool {
-        ch == '"' || ch == '`'
-    }
-    fn supports_struct_literal(&self) -> bool {
-        true
-    }
-    fn supports_map_literal_with_angle_brackets(&self) -> bool {
-        true
-    }
-    fn supports_long_type_as_bigint(&self) -> bool {
-        true
-    }
-}
+use super::types::{normalised, DdlDialect};
 
 /// One `ALTER TABLE` statement.
 #[derive(Debug, Clone)]
@@ -118,14 +92,6 @@ const FORMS: &str = "expected ALTER TABLE name ADD COLUMN(S) | DROP COLUMN(S) | 
                      FIELD | WRITE [LOCALLY] ORDERED BY | WRITE UNORDERED | WRITE DISTRIBUTED BY \
                      PARTITION | SET TBLPROPERTIES ('key' = 'value', ...) | UNSET TBLPROPERTIES \
                      [IF EXISTS] ('key', ...)";
-
-/// `ident` as DataFusion names it: unquoted names folded to lower case.
-pub(crate) fn normalised(ident: &Ident) -> String {
-    match ident.quote_style {
-        Some(_) => ident.value.clone(),
-        None => ident.value.to_lowercase(),
-    }
-}
 
 /// Parses `sql` when it is an `ALTER TABLE` statement (`None` otherwise: the statement is
 /// DataFusion's to plan). A malformed one is an error naming the forms there are.

@@ -1,5 +1,6 @@
-//! SQL column types (as `ALTER TABLE ... ADD COLUMN` and `ALTER COLUMN ... TYPE` write them,
-//! Spark's names included) to Iceberg types, and `DEFAULT` values to Iceberg literals.
+//! The SQL of the `ALTER TABLE` statements: their dialect and how names fold, column types (as
+//! `ADD COLUMN` and `ALTER COLUMN ... TYPE` write them, Spark's names included) to Iceberg
+//! types, and `DEFAULT` values to Iceberg literals.
 
 use std::sync::Arc;
 
@@ -11,8 +12,9 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{Cast, Expr};
 use datafusion::sql::sqlparser::ast::{
-    ArrayElemTypeDef, DataType as SqlType, ExactNumberInfo, TimezoneInfo,
+    ArrayElemTypeDef, DataType as SqlType, ExactNumberInfo, Ident, TimezoneInfo,
 };
+use datafusion::sql::sqlparser::dialect::{Dialect, GenericDialect};
 use iceberg::spec::{
     FormatVersion, ListType, Literal, MapType, NestedField, PrimitiveLiteral, PrimitiveType,
     StructType, Type,
@@ -20,6 +22,40 @@ use iceberg::spec::{
 
 /// The widest decimal Iceberg has.
 const MAX_DECIMAL_PRECISION: u32 = 38;
+
+/// The SQL dialect of these statements: DataFusion's (generic) names and quotes, plus Spark's
+/// backquoted names and `STRUCT<a: int>`, `MAP<k, v>`, `LONG` types.
+#[derive(Debug, Default)]
+pub(crate) struct DdlDialect;
+
+impl Dialect for DdlDialect {
+    fn is_identifier_start(&self, ch: char) -> bool {
+        GenericDialect.is_identifier_start(ch)
+    }
+    fn is_identifier_part(&self, ch: char) -> bool {
+        GenericDialect.is_identifier_part(ch)
+    }
+    fn is_delimited_identifier_start(&self, ch: char) -> bool {
+        ch == '"' || ch == '`'
+    }
+    fn supports_struct_literal(&self) -> bool {
+        true
+    }
+    fn supports_map_literal_with_angle_brackets(&self) -> bool {
+        true
+    }
+    fn supports_long_type_as_bigint(&self) -> bool {
+        true
+    }
+}
+
+/// `ident` as DataFusion names it: unquoted names folded to lower case.
+pub(crate) fn normalised(ident: &Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
+    }
+}
 
 /// Field ids handed out in order, from the table's last column id on.
 pub(super) struct FieldIds {
@@ -48,7 +84,7 @@ pub(super) fn iceberg_type(
                 let name = f.field_name.as_ref().ok_or_else(|| {
                     DataFusionError::Plan(format!("type {sql}: every struct field needs a name"))
                 })?;
-                named.push((ids.next(), super::parse::normalised(name), &f.field_type));
+                named.push((ids.next(), normalised(name), &f.field_type));
             }
             let mut out = Vec::with_capacity(named.len());
             for (id, name, t) in named {
@@ -290,7 +326,7 @@ mod tests {
     use super::*;
 
     fn ty(sql: &str, version: FormatVersion) -> Result<Type> {
-        let dialect = super::super::parse::DdlDialect;
+        let dialect = DdlDialect;
         let t = Parser::new(&dialect)
             .try_with_sql(sql)
             .and_then(|mut p| p.parse_data_type())
