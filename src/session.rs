@@ -369,6 +369,9 @@ impl IcebergSession {
         if let Some(dropped) = self.drop_table(sql).await? {
             return Ok(dropped);
         }
+        if let Some(described) = self.describe(sql).await? {
+            return Ok(described);
+        }
         #[cfg(feature = "distributed")]
         if let Some(explained) = self.explain_distributed(sql).await? {
             return Ok(explained);
@@ -469,6 +472,28 @@ impl IcebergSession {
                 Arc::new(arrow::array::StringArray::from(vec![text])) as arrow::array::ArrayRef,
             ),
         ])?;
+        Ok(Some(self.ctx.read_batch(batch)?))
+    }
+
+    /// `DESCRIBE [TABLE] [EXTENDED] t` and `SHOW TBLPROPERTIES t` of a table of this catalog, in
+    /// Spark's layout (see [`crate::table`]); `None` for other statements and other tables.
+    async fn describe(&self, sql: &str) -> Result<Option<DataFrame>> {
+        let Some(statement) = crate::table::describe::parse(sql) else {
+            return Ok(None);
+        };
+        let parts = statement.name().iter().map(|p| {
+            datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(
+                datafusion::sql::sqlparser::ast::Ident::with_quote('"', p),
+            )
+        });
+        let name = datafusion::sql::sqlparser::ast::ObjectName(parts.collect());
+        let Some(ident) = self.table_ident(&name) else {
+            return Ok(None);
+        };
+        let Some(table) = self.catalog.try_load_table(&ident).await? else {
+            return Ok(None);
+        };
+        let batch = crate::table::describe::answer(&statement, &table, self.catalog.name())?;
         Ok(Some(self.ctx.read_batch(batch)?))
     }
 

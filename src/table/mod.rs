@@ -3,6 +3,7 @@
 
 pub(crate) mod alter;
 mod by_path;
+pub(crate) mod describe;
 mod factory;
 mod function;
 pub(crate) mod metadata_columns;
@@ -58,10 +59,11 @@ fn is_only_comments(text: &str) -> bool {
 }
 
 /// Whether `sql` is a statement [`crate::IcebergSession::sql`] runs itself rather than handing
-/// to DataFusion as it is (`ALTER TABLE`, `CALL system.<procedure>(..)`,
+/// to DataFusion as it is (`ALTER TABLE`, `DESCRIBE`, `SHOW TBLPROPERTIES`, `CALL system.<procedure>(..)`,
 /// `DELETE`/`UPDATE` with subqueries, `UPDATE ... FROM`, `DROP TABLE`, `CREATE OR REPLACE`).
 pub fn is_session_statement(sql: &str) -> bool {
     alter::parse(sql).is_some()
+        || describe::parse(sql).is_some()
         || crate::maintenance::is_call(sql)
         || crate::table::subquery::one_statement(sql)
             .is_some_and(|s| crate::table::subquery::runs_in_session(&s))

@@ -602,3 +602,55 @@ async fn partition_evolution_writes_specs_as_java_does() {
         "none"
     );
 }
+
+#[tokio::test]
+async fn describe_extended_shows_the_table_s_details() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    run(
+        &s,
+        "CREATE EXTERNAL TABLE ns.t (id BIGINT NOT NULL, ts TIMESTAMP) STORED AS ICEBERG \
+         LOCATION '' OPTIONS ('custom.key' 'v1')",
+    )
+    .await;
+    run(&s, "INSERT INTO ns.t VALUES (1, NULL)").await;
+    run(&s, "ALTER TABLE ns.t WRITE ORDERED BY id DESC").await;
+    run(&s, "ALTER TABLE ns.t SET IDENTIFIER FIELDS id").await;
+    let table = metadata(&s, "t").await;
+    let snapshot = table.metadata().current_snapshot_id().unwrap().to_string();
+    let described = s
+        .sql("DESCRIBE TABLE EXTENDED ns.t")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let lines = crate::common::render(&described);
+    let value = |key: &str| -> String {
+        lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{key}|")))
+            .unwrap_or_else(|| panic!("no {key} in {lines:?}"))
+            .trim_end_matches('|')
+            .to_string()
+    };
+    assert_eq!(lines[0], "id|long not null|");
+    assert_eq!(
+        value("Name"),
+        "iceberg.ns.t".replace("iceberg", s.catalog().name())
+    );
+    assert_eq!(value("Location"), table.metadata().location());
+    assert_eq!(value("Format Version"), "2");
+    assert_eq!(value("Current Snapshot"), snapshot);
+    assert_eq!(value("Sort Order"), "id DESC NULLS LAST");
+    assert_eq!(value("Identifier Fields"), "id");
+    assert!(
+        value("Table Properties").contains("custom.key=v1"),
+        "{lines:?}"
+    );
+    assert!(lines.iter().any(|l| l == "Not partitioned||"), "{lines:?}");
+    // DataFusion's own DESCRIBE stays DataFusion's.
+    let plain = crate::common::rows(&s, "DESCRIBE ns.t").await;
+    assert_eq!(plain[0], "id|Int64|NO");
+}

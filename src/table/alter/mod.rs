@@ -27,6 +27,7 @@ use parse::ColumnEdit;
 pub(crate) use parse::{parse, Action};
 use partition::{PartitionChange, WriteOrder};
 use schema::{ColumnChange, NewColumn};
+pub(crate) use types::{normalised, DdlDialect};
 
 use crate::commit::{CommitResult, MetadataChange, MetadataStore};
 use crate::error::IcebergResultExt;
