@@ -433,6 +433,20 @@ impl IcebergSession {
         }
         let ident = iceberg::TableIdent::from_strs(&parts)
             .map_err(|e| DataFusionError::Plan(format!("ALTER TABLE: {e}")))?;
+        if let crate::table::alter::Action::RenameTo(to) = &alter.action {
+            let mut to = to.clone();
+            if to.len() >= 3 && to[0] == self.catalog.name() {
+                to.remove(0);
+            }
+            let to = match to.len() {
+                // A bare name stays in the table's namespace (as Spark renames).
+                1 => iceberg::TableIdent::new(ident.namespace().clone(), to.remove(0)),
+                _ => iceberg::TableIdent::from_strs(&to)
+                    .map_err(|e| DataFusionError::Plan(format!("ALTER TABLE: {e}")))?,
+            };
+            self.catalog.rename_table(&ident, &to).await?;
+            return self.ctx.read_empty();
+        }
         let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
         crate::table::alter::apply(&self.ctx.state(), store, &ident, &alter.action).await?;
         self.ctx.read_empty()

@@ -131,6 +131,15 @@ pub trait IcebergCatalog: MetadataStore {
 
     /// Registers an existing table (by its metadata file) under `ident`.
     async fn register_table(&self, ident: &TableIdent, metadata_location: &str) -> Result<Table>;
+
+    /// Gives the table `from` the name `to` (its files stay where they are).
+    async fn rename_table(&self, from: &TableIdent, to: &TableIdent) -> Result<()> {
+        let _ = to;
+        Err(datafusion::error::DataFusionError::NotImplemented(format!(
+            "catalog '{}' cannot rename table '{from}'",
+            self.name()
+        )))
+    }
 }
 
 /// Implements [`IcebergCatalog`] for a catalog type through its inherent methods of the same
@@ -186,6 +195,9 @@ macro_rules! catalog_through_inherent_methods {
                 metadata_location: &str,
             ) -> Result<Table> {
                 <$t>::register_table(self, ident, metadata_location).await
+            }
+            async fn rename_table(&self, from: &TableIdent, to: &TableIdent) -> Result<()> {
+                <$t>::rename_table(self, from, to).await
             }
         }
     };

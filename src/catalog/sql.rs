@@ -510,6 +510,51 @@ impl SqlCatalog {
         )
     }
 
+    /// Gives the table `from` the name `to`, in the same or another namespace of this catalog.
+    /// Its files stay where they are.
+    pub async fn rename_table(&self, from: &TableIdent, to: &TableIdent) -> Result<()> {
+        check_namespace(to.namespace())?;
+        check_table_name(to.name())?;
+        if !self.table_exists(from).await? {
+            return Err(table_not_found(from));
+        }
+        if self.table_exists(to).await? {
+            return Err(DataFusionError::Execution(format!(
+                "table '{to}' already exists"
+            )));
+        }
+        if !self.namespace_exists(to.namespace()).await? {
+            return Err(DataFusionError::Plan(format!(
+                "namespace '{}' does not exist",
+                ns_key(to.namespace())
+            )));
+        }
+        let this = Arc::clone(&self.db);
+        let (old, new) = (from.clone(), to.clone());
+        let affected = io_runtime::spawn(async move {
+            let sql = format!(
+                "UPDATE iceberg_tables SET table_namespace = $1, table_name = $2 \
+                 WHERE catalog_name = $3 AND table_namespace = $4 AND table_name = $5{}",
+                this.table_type_filter()
+            );
+            let r = sqlx::query(&sql)
+                .bind(ns_key(new.namespace()))
+                .bind(new.name())
+                .bind(&this.name)
+                .bind(ns_key(old.namespace()))
+                .bind(old.name())
+                .execute(&this.pool)
+                .await
+                .map_err(|e| db_err("rename table", e))?;
+            Ok(r.rows_affected())
+        })
+        .await?;
+        if affected == 0 {
+            return Err(table_not_found(from));
+        }
+        Ok(())
+    }
+
     /// Removes a table from the catalog. Its files stay where they are.
     pub async fn drop_table(&self, ident: &TableIdent) -> Result<()> {
         let this = Arc::clone(&self.db);

@@ -22,9 +22,9 @@ pub use changes::{
 };
 pub use producer::SnapshotProducer;
 pub(crate) use removed::removed_with_deletes;
-pub(crate) use retry::commit_or_clean_up;
 pub use retry::{
     commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown, STATEMENT_ID_PROPERTY,
 };
+pub(crate) use retry::{commit_or_clean_up, RetryPolicy};
 pub use store::{CommitResult, MetadataChange, MetadataStore};
 pub use written::WrittenFiles;

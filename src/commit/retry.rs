@@ -71,15 +71,20 @@ pub fn is_commit_state_unknown(e: &DataFusionError) -> bool {
     }
 }
 
-struct RetryPolicy {
-    retries: u32,
+/// How often and how patiently a commit that lost to another is tried again: the table's
+/// `commit.retry.*` properties (Java's defaults when unset).
+pub(crate) struct RetryPolicy {
+    /// Attempts after the first.
+    pub(crate) retries: u32,
     min_wait: Duration,
     max_wait: Duration,
-    total: Duration,
+    /// Time after which no attempt starts.
+    pub(crate) total: Duration,
 }
 
 impl RetryPolicy {
-    fn of(table: &Table) -> Result<Self> {
+    /// The policy of `table`.
+    pub(crate) fn of(table: &Table) -> Result<Self> {
         let p = table.metadata().table_properties().df()?;
         Ok(Self {
             retries: p.commit_num_retries as u32,
@@ -89,7 +94,8 @@ impl RetryPolicy {
         })
     }
 
-    fn backoff(&self, attempt: u32) -> Duration {
+    /// The wait before attempt `attempt + 2` (exponential from `min-wait-ms`, jittered).
+    pub(crate) fn backoff(&self, attempt: u32) -> Duration {
         let exp = self
             .min_wait
             .saturating_mul(1u32 << attempt.min(20))

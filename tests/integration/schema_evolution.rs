@@ -654,3 +654,41 @@ async fn describe_extended_shows_the_table_s_details() {
     let plain = crate::common::rows(&s, "DESCRIBE ns.t").await;
     assert_eq!(plain[0], "id|Int64|NO");
 }
+
+#[tokio::test]
+async fn concurrent_schema_changes_both_land() {
+    // Two sessions on one warehouse: the second ALTER finds the table changed under it, and
+    // its change is made again on the new version (the compare-and-swap retry).
+    let dir = tempfile::tempdir().unwrap();
+    let a = session(dir.path()).await;
+    let b = session(dir.path()).await;
+    run(&a, "CREATE SCHEMA ns").await;
+    run(&a, "CREATE TABLE ns.t (id BIGINT)").await;
+    let mut tasks = vec![];
+    for (i, s) in [a, b].into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            for j in 0..5 {
+                run(&s, &format!("ALTER TABLE ns.t ADD COLUMN c{i}_{j} INT")).await;
+            }
+            s
+        }));
+    }
+    let mut sessions = vec![];
+    for t in tasks {
+        sessions.push(t.await.unwrap());
+    }
+    let table = metadata(&sessions[0], "t").await;
+    let schema = table.metadata().current_schema();
+    let mut names: Vec<String> = schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 11, "{names:?}");
+    let ids: std::collections::HashSet<i32> =
+        schema.as_struct().fields().iter().map(|f| f.id).collect();
+    assert_eq!(ids.len(), 11, "every column its own id");
+    assert_eq!(table.metadata().last_column_id(), 11);
+}

@@ -29,7 +29,7 @@ use partition::{PartitionChange, WriteOrder};
 use schema::{ColumnChange, NewColumn};
 pub(crate) use types::{normalised, DdlDialect};
 
-use crate::commit::{CommitResult, MetadataChange, MetadataStore};
+use crate::commit::{CommitResult, MetadataChange, MetadataStore, RetryPolicy};
 use crate::error::IcebergResultExt;
 
 /// A metadata change to commit: the new metadata, its updates, and what the table must still
@@ -55,22 +55,31 @@ impl Proposal {
     }
 }
 
-/// Applies `action` to the table `ident` of `store` in one commit (made again on the new
-/// version when another commit wins meanwhile).
+/// Applies `action` to the table `ident` of `store` in one commit, made again on the new
+/// version when another commit wins meanwhile (under the table's `commit.retry.*` properties,
+/// with backoff, as data commits retry).
 pub(crate) async fn apply(
     state: &SessionState,
     store: Arc<dyn MetadataStore>,
     ident: &TableIdent,
     action: &Action,
 ) -> Result<()> {
-    const ATTEMPTS: usize = 4;
-    for _ in 0..ATTEMPTS {
+    let started = std::time::Instant::now();
+    let mut attempt: u32 = 0;
+    loop {
+        attempt += 1;
         let table = Arc::clone(&store).load(ident).await?;
+        let policy = RetryPolicy::of(&table)?;
         let proposal = match action {
             Action::Properties(change) => properties::change(&table, change)?,
             Action::Columns(edits) => columns(state, &table, edits)?,
             Action::Partition(changes) => partition_spec(&table, changes)?,
             Action::Write(order) => write_order(&table, order)?,
+            Action::RenameTo(_) => {
+                return Err(DataFusionError::Internal(
+                    "RENAME TO is the catalog's, not a metadata change".into(),
+                ))
+            }
         };
         let Some(proposal) = proposal else {
             return Ok(());
@@ -83,13 +92,18 @@ pub(crate) async fn apply(
         };
         match Arc::clone(&store).commit_metadata(ident, proposed).await? {
             CommitResult::Committed(_) => return Ok(()),
-            CommitResult::Conflict => continue,
+            CommitResult::Conflict => {
+                if attempt > policy.retries || started.elapsed() >= policy.total {
+                    return Err(DataFusionError::Execution(format!(
+                        "ALTER TABLE on '{ident}' lost to concurrent commits {attempt} times \
+                         (commit.retry.num-retries = {}); nothing was changed",
+                        policy.retries
+                    )));
+                }
+                tokio::time::sleep(policy.backoff(attempt - 1)).await;
+            }
         }
     }
-    Err(DataFusionError::Execution(format!(
-        "ALTER TABLE on '{ident}' lost to concurrent commits {ATTEMPTS} times; nothing was \
-         changed"
-    )))
 }
 
 /// The new default partition spec `changes` make of `table`'s.

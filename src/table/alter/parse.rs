@@ -8,6 +8,7 @@
 //!                              | DROP NOT NULL | SET NOT NULL | SET DEFAULT v | DROP DEFAULT
 //! ALTER TABLE t SET IDENTIFIER FIELDS c, .. | DROP IDENTIFIER FIELDS c, ..
 //! ALTER TABLE t SET TBLPROPERTIES ('k' = 'v', ..) | UNSET TBLPROPERTIES [IF EXISTS] ('k', ..)
+//! ALTER TABLE t RENAME TO name
 //! ALTER TABLE t ADD PARTITION FIELD term [AS name]
 //! ALTER TABLE t DROP PARTITION FIELD name | term
 //! ALTER TABLE t REPLACE PARTITION FIELD name | term WITH term [AS name]
@@ -54,6 +55,8 @@ pub(crate) enum Action {
     Partition(Vec<PartitionChange>),
     /// `WRITE ...`: the sort order and distribution mode.
     Write(WriteOrder),
+    /// `RENAME TO name`: the new name's parts as written.
+    RenameTo(Vec<String>),
 }
 
 /// A column change as written: types and values still SQL (they need the table's format
@@ -88,7 +91,7 @@ pub(crate) struct ColumnDef {
 }
 
 const FORMS: &str = "expected ALTER TABLE name ADD COLUMN(S) | DROP COLUMN(S) | RENAME COLUMN \
-                     | ALTER COLUMN | SET/DROP IDENTIFIER FIELDS | ADD/DROP/REPLACE PARTITION \
+                     | ALTER COLUMN | SET/DROP IDENTIFIER FIELDS | RENAME TO | ADD/DROP/REPLACE PARTITION \
                      FIELD | WRITE [LOCALLY] ORDERED BY | WRITE UNORDERED | WRITE DISTRIBUTED BY \
                      PARTITION | SET TBLPROPERTIES ('key' = 'value', ...) | UNSET TBLPROPERTIES \
                      [IF EXISTS] ('key', ...)";
@@ -194,7 +197,8 @@ fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
         }
     } else if word(p, "rename") {
         if word(p, "to") {
-            return Err(later("RENAME TO"));
+            let to = path(p)?;
+            return finish(p, name_of, Action::RenameTo(to));
         }
         expect(p, "column")?;
         let from = path(p)?;
@@ -226,10 +230,6 @@ fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
         return Err(format!("unexpected '{}' ({FORMS})", p.peek_token().token));
     };
     finish(p, name, action)
-}
-
-fn later(form: &str) -> String {
-    format!("{form} is not supported yet")
 }
 
 /// The statement, when nothing but semicolons follows.
