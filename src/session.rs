@@ -372,6 +372,9 @@ impl IcebergSession {
         if let Some(described) = self.describe(sql).await? {
             return Ok(described);
         }
+        if let Some(create) = crate::table::create::parse(sql) {
+            return self.create_table(create?).await;
+        }
         #[cfg(feature = "distributed")]
         if let Some(explained) = self.explain_distributed(sql).await? {
             return Ok(explained);
@@ -487,6 +490,97 @@ impl IcebergSession {
             ),
         ])?;
         Ok(Some(self.ctx.read_batch(batch)?))
+    }
+
+    /// Spark's `CREATE TABLE ... USING iceberg PARTITIONED BY (..) TBLPROPERTIES (..) [AS query]`
+    /// (see [`crate::table`]).
+    async fn create_table(&self, create: crate::table::create::CreateTable) -> Result<DataFrame> {
+        if create.or_replace {
+            return Err(DataFusionError::NotImplemented(
+                "CREATE OR REPLACE TABLE with Spark's clauses is not supported yet (DROP TABLE \
+                 first, or CREATE OR REPLACE EXTERNAL TABLE ... STORED AS ICEBERG)"
+                    .into(),
+            ));
+        }
+        let mut parts = create.name.clone();
+        if parts.len() >= 3 && parts[0] == self.catalog.name() {
+            parts.remove(0);
+        }
+        if parts.len() == 1 {
+            let default = self
+                .ctx
+                .state()
+                .config_options()
+                .catalog
+                .default_schema
+                .clone();
+            parts.insert(0, default);
+        }
+        let ident = iceberg::TableIdent::from_strs(&parts)
+            .map_err(|e| DataFusionError::Plan(format!("CREATE TABLE: {e}")))?;
+        if ident.namespace().as_ref().join(".") == crate::catalog::DEFAULT_NAMESPACE {
+            crate::catalog::ensure_namespace(&self.catalog, ident.namespace()).await?;
+        }
+        if self.catalog.table_exists(&ident).await? {
+            return match create.if_not_exists {
+                true => self.ctx.read_empty(),
+                false => Err(DataFusionError::Plan(format!(
+                    "table '{ident}' already exists"
+                ))),
+            };
+        }
+        let schema = match (&create.query, create.columns.is_empty()) {
+            (Some(_), false) => {
+                return Err(DataFusionError::Plan(
+                    "CREATE TABLE ... AS takes its columns from the query: leave out the column \
+                     list"
+                        .into(),
+                ))
+            }
+            (Some(query), true) => {
+                let df = self.ctx.sql(query).await?;
+                let mut def =
+                    crate::table::TableDefinition::new(Arc::new(df.schema().as_arrow().clone()));
+                def.format_version = create.format_version()?;
+                Some(def.iceberg_schema()?)
+            }
+            (None, true) => {
+                return Err(DataFusionError::Plan(
+                    "CREATE TABLE needs a column list or AS query".into(),
+                ))
+            }
+            (None, false) => None,
+        };
+        let creation = create.creation(ident.name(), schema)?;
+        self.catalog
+            .create_table(ident.namespace(), creation)
+            .await?;
+        let Some(query) = &create.query else {
+            return self.ctx.read_empty();
+        };
+        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+        let target = format!(
+            "{}.{}.{}",
+            quote(self.catalog.name()),
+            quote(&ident.namespace().as_ref().join(".")),
+            quote(ident.name())
+        );
+        let inserted = match self.ctx.sql(&format!("INSERT INTO {target} {query}")).await {
+            Ok(df) => df.collect().await,
+            Err(e) => Err(e),
+        };
+        match inserted {
+            Ok(batches) => self.ctx.read_batches(batches),
+            Err(e) => {
+                // The statement failed: the table it created goes again.
+                if let Err(dropped) = self.catalog.drop_table(&ident).await {
+                    log::warn!(
+                        "dropping '{ident}' after its CREATE TABLE ... AS failed: {dropped}"
+                    );
+                }
+                Err(e)
+            }
+        }
     }
 
     /// `DESCRIBE [TABLE] [EXTENDED] t` and `SHOW TBLPROPERTIES t` of a table of this catalog, in

@@ -3,6 +3,7 @@
 
 pub(crate) mod alter;
 mod by_path;
+pub(crate) mod create;
 pub(crate) mod describe;
 mod factory;
 mod function;
@@ -64,6 +65,7 @@ fn is_only_comments(text: &str) -> bool {
 pub fn is_session_statement(sql: &str) -> bool {
     alter::parse(sql).is_some()
         || describe::parse(sql).is_some()
+        || create::parse(sql).is_some()
         || crate::maintenance::is_call(sql)
         || crate::table::subquery::one_statement(sql)
             .is_some_and(|s| crate::table::subquery::runs_in_session(&s))

@@ -169,7 +169,7 @@ impl TableDefinition {
 }
 
 /// The partition field name other engines use for a transform of a column.
-fn partition_field_name(term: &PartitionTerm) -> String {
+pub(crate) fn partition_field_name(term: &PartitionTerm) -> String {
     let c = &term.column;
     match term.transform {
         Transform::Identity => c.clone(),

@@ -24,10 +24,12 @@ use iceberg::table::Table;
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 
 use parse::ColumnEdit;
+pub(crate) use parse::{listed, path, sql_err, term, word, words};
 pub(crate) use parse::{parse, Action};
+pub(crate) use partition::Term;
 use partition::{PartitionChange, WriteOrder};
 use schema::{ColumnChange, NewColumn};
-pub(crate) use types::{normalised, DdlDialect};
+pub(crate) use types::{iceberg_type, normalised, DdlDialect, FieldIds};
 
 use crate::commit::{CommitResult, MetadataChange, MetadataStore, RetryPolicy};
 use crate::error::IcebergResultExt;

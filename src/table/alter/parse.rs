@@ -108,7 +108,7 @@ pub(crate) fn parse(sql: &str) -> Option<Result<AlterTable>> {
 }
 
 /// Consumes the unquoted word `w` (any case) when it is next.
-fn word(p: &mut Parser, w: &str) -> bool {
+pub(crate) fn word(p: &mut Parser, w: &str) -> bool {
     match &p.peek_token().token {
         Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w) => {
             p.next_token();
@@ -119,7 +119,7 @@ fn word(p: &mut Parser, w: &str) -> bool {
 }
 
 /// Consumes the words `ws` when all of them are next (nothing otherwise).
-fn words(p: &mut Parser, ws: &[&str]) -> bool {
+pub(crate) fn words(p: &mut Parser, ws: &[&str]) -> bool {
     let all = ws.iter().enumerate().all(|(i, w)| {
         matches!(&p.peek_nth_token(i).token,
             Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w))
@@ -143,7 +143,7 @@ fn expect(p: &mut Parser, w: &str) -> std::result::Result<(), String> {
     }
 }
 
-fn sql_err(e: impl std::fmt::Display) -> String {
+pub(crate) fn sql_err(e: impl std::fmt::Display) -> String {
     format!("{e} ({FORMS})")
 }
 
@@ -254,7 +254,7 @@ fn alias(p: &mut Parser) -> std::result::Result<Option<String>, String> {
 }
 
 /// A column or a transform of one (see the module's text).
-fn term(p: &mut Parser) -> std::result::Result<Term, String> {
+pub(crate) fn term(p: &mut Parser) -> std::result::Result<Term, String> {
     let first = path(p)?;
     if !(first.len() == 1 && p.consume_token(&Token::LParen)) {
         return Ok(Term {
@@ -377,7 +377,7 @@ fn sort_key(p: &mut Parser) -> std::result::Result<SortKey, String> {
 }
 
 /// A dotted name: `ns.t`, `point.z`.
-fn path(p: &mut Parser) -> std::result::Result<Vec<String>, String> {
+pub(crate) fn path(p: &mut Parser) -> std::result::Result<Vec<String>, String> {
     let mut parts = vec![normalised(&p.parse_identifier().map_err(sql_err)?)];
     while p.consume_token(&Token::Period) {
         parts.push(normalised(&p.parse_identifier().map_err(sql_err)?));
@@ -386,7 +386,7 @@ fn path(p: &mut Parser) -> std::result::Result<Vec<String>, String> {
 }
 
 /// Items separated by commas, in parentheses or not.
-fn listed<T>(
+pub(crate) fn listed<T>(
     p: &mut Parser,
     item: impl Fn(&mut Parser) -> std::result::Result<T, String>,
 ) -> std::result::Result<Vec<T>, String> {

@@ -58,12 +58,12 @@ pub(crate) fn normalised(ident: &Ident) -> String {
 }
 
 /// Field ids handed out in order, from the table's last column id on.
-pub(super) struct FieldIds {
-    pub(super) last: i32,
+pub(crate) struct FieldIds {
+    pub(crate) last: i32,
 }
 
 impl FieldIds {
-    pub(super) fn next(&mut self) -> i32 {
+    pub(crate) fn next(&mut self) -> i32 {
         self.last += 1;
         self.last
     }
@@ -71,7 +71,7 @@ impl FieldIds {
 
 /// The Iceberg type `sql` names, nested fields numbered by `ids` (a struct's fields first,
 /// then what is inside each, as Java numbers them). Nested fields are optional.
-pub(super) fn iceberg_type(
+pub(crate) fn iceberg_type(
     sql: &SqlType,
     version: FormatVersion,
     ids: &mut FieldIds,
