@@ -1,5 +1,6 @@
-//! `DESCRIBE [TABLE] [EXTENDED] t` and `SHOW TBLPROPERTIES t [('key')]` on Iceberg tables, in
-//! Spark's layout: `col_name | data_type | comment` rows for the columns, then `# Partitioning`,
+//! `DESCRIBE [TABLE] [EXTENDED] t`, `SHOW TBLPROPERTIES t [('key')]` and `SHOW CREATE TABLE t`
+//! on Iceberg tables, in Spark's layout (`SHOW CREATE TABLE` gives Spark's `CREATE TABLE`, which
+//! runs here as written): `col_name | data_type | comment` rows for the columns, then `# Partitioning`,
 //! and with `EXTENDED` the table's details (location, format version, current snapshot, sort
 //! order, properties); `key | value` rows for the properties. Types are Iceberg's names
 //! (`long`, `string`, `timestamptz`, `struct<x: double>`).
@@ -11,7 +12,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use datafusion::error::Result;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::Token;
-use iceberg::spec::{NullOrder, SortDirection, TableMetadata, Transform};
+use iceberg::spec::{NullOrder, PrimitiveType, SortDirection, TableMetadata, Transform, Type};
 use iceberg::table::Table;
 
 use super::alter::{normalised, DdlDialect};
@@ -26,13 +27,17 @@ pub(crate) enum Describe {
         name: Vec<String>,
         key: Option<String>,
     },
+    /// `SHOW CREATE TABLE name`.
+    CreateStatement { name: Vec<String> },
 }
 
 impl Describe {
     /// The table name's parts as written.
     pub(crate) fn name(&self) -> &[String] {
         match self {
-            Describe::Table { name, .. } | Describe::Properties { name, .. } => name,
+            Describe::Table { name, .. }
+            | Describe::Properties { name, .. }
+            | Describe::CreateStatement { name } => name,
         }
     }
 }
@@ -59,20 +64,31 @@ pub(crate) fn parse(sql: &str) -> Option<Describe> {
             name: name(&mut p)?,
             extended,
         }
-    } else if word(&mut p, "show") && word(&mut p, "tblproperties") {
-        let name = name(&mut p)?;
-        let key = match p.consume_token(&Token::LParen) {
-            true => {
-                let key = match p.next_token().token {
-                    Token::SingleQuotedString(s) => s,
-                    Token::Word(w) => w.value,
-                    _ => return None,
-                };
-                Some(p.consume_token(&Token::RParen).then_some(key)?)
+    } else if word(&mut p, "show") {
+        if word(&mut p, "create") {
+            if !word(&mut p, "table") {
+                return None;
             }
-            false => None,
-        };
-        Describe::Properties { name, key }
+            Describe::CreateStatement {
+                name: name(&mut p)?,
+            }
+        } else if word(&mut p, "tblproperties") {
+            let name = name(&mut p)?;
+            let key = match p.consume_token(&Token::LParen) {
+                true => {
+                    let key = match p.next_token().token {
+                        Token::SingleQuotedString(s) => s,
+                        Token::Word(w) => w.value,
+                        _ => return None,
+                    };
+                    Some(p.consume_token(&Token::RParen).then_some(key)?)
+                }
+                false => None,
+            };
+            Describe::Properties { name, key }
+        } else {
+            return None;
+        }
     } else {
         return None;
     };
@@ -95,8 +111,13 @@ fn term(metadata: &TableMetadata, source_id: i32, transform: Transform) -> Strin
         .name_by_field_id(source_id)
         .map(str::to_string)
         .unwrap_or_else(|| format!("<field {source_id}>"));
+    transformed(&column, transform)
+}
+
+/// `transform` of `column` (text as it is written).
+fn transformed(column: &str, transform: Transform) -> String {
     match transform {
-        Transform::Identity => column,
+        Transform::Identity => column.to_string(),
         Transform::Bucket(n) => format!("bucket({n}, {column})"),
         Transform::Truncate(w) => format!("truncate({w}, {column})"),
         Transform::Year => format!("years({column})"),
@@ -156,6 +177,133 @@ fn properties(table: &Table) -> Vec<(String, String)> {
     out
 }
 
+/// `name` as an identifier of Spark's SQL (backquoted unless plain lower case).
+fn quoted(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    match plain {
+        true => name.to_string(),
+        false => format!("`{}`", name.replace('`', "``")),
+    }
+}
+
+/// `text` as a SQL string literal.
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// The SQL type `CREATE TABLE` takes for `t` (Spark's names).
+fn sql_type(t: &Type) -> String {
+    match t {
+        Type::Primitive(p) => match p {
+            PrimitiveType::Boolean => "boolean".into(),
+            PrimitiveType::Int => "int".into(),
+            PrimitiveType::Long => "bigint".into(),
+            PrimitiveType::Float => "float".into(),
+            PrimitiveType::Double => "double".into(),
+            PrimitiveType::Decimal { precision, scale } => format!("decimal({precision}, {scale})"),
+            PrimitiveType::Date => "date".into(),
+            PrimitiveType::Time => "time".into(),
+            PrimitiveType::Timestamp => "timestamp".into(),
+            PrimitiveType::Timestamptz => "timestamp with time zone".into(),
+            PrimitiveType::TimestampNs => "timestamp(9)".into(),
+            PrimitiveType::TimestamptzNs => "timestamp(9) with time zone".into(),
+            PrimitiveType::String => "string".into(),
+            PrimitiveType::Uuid => "uuid".into(),
+            PrimitiveType::Fixed(n) => format!("fixed({n})"),
+            PrimitiveType::Binary => "binary".into(),
+        },
+        Type::Struct(s) => format!(
+            "struct<{}>",
+            s.fields()
+                .iter()
+                .map(|f| format!("{}: {}", quoted(&f.name), sql_type(&f.field_type)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Type::List(l) => format!("array<{}>", sql_type(&l.element_field.field_type)),
+        Type::Map(m) => format!(
+            "map<{}, {}>",
+            sql_type(&m.key_field.field_type),
+            sql_type(&m.value_field.field_type)
+        ),
+    }
+}
+
+/// Spark's `CREATE TABLE` statement that makes a table like `table`: its columns (types,
+/// `NOT NULL`, comments), partitioning, location and properties (the format version among
+/// them). Nested fields are written optional, custom partition field names and the sort order
+/// are left out (`CREATE TABLE` has no words for them).
+fn create_statement(table: &Table) -> String {
+    let metadata = table.metadata();
+    let ident = table.identifier();
+    let mut name: Vec<String> = ident.namespace().iter().map(|p| quoted(p)).collect();
+    name.push(quoted(ident.name()));
+    let columns: Vec<String> = metadata
+        .current_schema()
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| {
+            let mut c = format!("  {} {}", quoted(&f.name), sql_type(&f.field_type));
+            if f.required {
+                c.push_str(" NOT NULL");
+            }
+            if let Some(doc) = &f.doc {
+                c.push_str(&format!(" COMMENT {}", literal(doc)));
+            }
+            c
+        })
+        .collect();
+    let mut out = format!(
+        "CREATE TABLE {} (\n{})\nUSING iceberg",
+        name.join("."),
+        columns.join(",\n")
+    );
+    let terms: Vec<String> = metadata
+        .default_partition_spec()
+        .fields()
+        .iter()
+        .filter(|f| f.transform != Transform::Void)
+        .map(|f| {
+            let column = metadata
+                .current_schema()
+                .name_by_field_id(f.source_id)
+                .unwrap_or_default()
+                .split('.')
+                .map(quoted)
+                .collect::<Vec<_>>()
+                .join(".");
+            transformed(&column, f.transform)
+        })
+        .collect();
+    if !terms.is_empty() {
+        out.push_str(&format!("\nPARTITIONED BY ({})", terms.join(", ")));
+    }
+    out.push_str(&format!("\nLOCATION {}", literal(metadata.location())));
+    let mut props: Vec<(String, String)> = metadata
+        .properties()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    props.push((
+        "format-version".into(),
+        (metadata.format_version() as u8).to_string(),
+    ));
+    props.sort();
+    let props: Vec<String> = props
+        .iter()
+        .map(|(k, v)| format!("  {} = {}", literal(k), literal(v)))
+        .collect();
+    out.push_str(&format!("\nTBLPROPERTIES (\n{})", props.join(",\n")));
+    out
+}
+
 fn batch(columns: &[&str], rows: Vec<Vec<String>>) -> Result<RecordBatch> {
     let schema = Arc::new(Schema::new(
         columns
@@ -177,6 +325,9 @@ fn batch(columns: &[&str], rows: Vec<Vec<String>>) -> Result<RecordBatch> {
 pub(crate) fn answer(statement: &Describe, table: &Table, catalog: &str) -> Result<RecordBatch> {
     let metadata = table.metadata();
     match statement {
+        Describe::CreateStatement { .. } => {
+            batch(&["createtab_stmt"], vec![vec![create_statement(table)]])
+        }
         Describe::Properties { key, .. } => {
             let rows = properties(table)
                 .into_iter()
@@ -278,6 +429,12 @@ mod tests {
             })
         );
         assert_eq!(parse("SHOW TABLES"), None);
+        assert_eq!(
+            parse("show create table ns.t"),
+            Some(Describe::CreateStatement {
+                name: vec!["ns".into(), "t".into()]
+            })
+        );
         assert_eq!(parse("DESCRIBE SELECT 1"), None);
     }
 }

@@ -692,3 +692,59 @@ async fn concurrent_schema_changes_both_land() {
     assert_eq!(ids.len(), 11, "every column its own id");
     assert_eq!(table.metadata().last_column_id(), 11);
 }
+
+#[tokio::test]
+async fn show_create_table_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    run(
+        &s,
+        "CREATE TABLE ns.src (id bigint NOT NULL COMMENT 'the ''key''', `Mixed Case` string, \
+         point struct<x: double, y: double>, tags array<string>, attrs map<string, bigint>, \
+         amount decimal(12, 2), ts timestamp, tz timestamp with time zone, d date, u uuid) \
+         USING iceberg PARTITIONED BY (bucket(8, id), days(ts), truncate(3, `Mixed Case`)) \
+         TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read', 'k' = 'v')",
+    )
+    .await;
+    let shown = s
+        .sql("SHOW CREATE TABLE ns.src")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let text = shown[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::StringArray>()
+        .unwrap()
+        .value(0)
+        .to_string();
+    assert!(text.starts_with("CREATE TABLE ns.src ("), "{text}");
+    assert!(text.contains("`Mixed Case` string"), "{text}");
+    // The same statement, under another name and at the catalog's default location.
+    let copy: String = text
+        .replacen("CREATE TABLE ns.src", "CREATE TABLE ns.copy", 1)
+        .lines()
+        .filter(|l| !l.starts_with("LOCATION "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    run(&s, &copy).await;
+    let (a, b) = (metadata(&s, "src").await, metadata(&s, "copy").await);
+    let (a, b) = (a.metadata(), b.metadata());
+    assert_eq!(
+        a.current_schema().as_struct(),
+        b.current_schema().as_struct()
+    );
+    let spec = |m: &iceberg::spec::TableMetadata| -> Vec<(i32, String, String)> {
+        m.default_partition_spec()
+            .fields()
+            .iter()
+            .map(|f| (f.source_id, f.name.clone(), f.transform.to_string()))
+            .collect()
+    };
+    assert_eq!(spec(a), spec(b));
+    assert_eq!(a.format_version(), b.format_version());
+    assert_eq!(a.properties(), b.properties());
+}
