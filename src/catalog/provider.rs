@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, SchemaProvider};
+use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
@@ -24,15 +25,41 @@ fn namespace(name: &str) -> Result<NamespaceIdent> {
 
 /// A DataFusion catalog backed by an Iceberg catalog ([`SqlCatalog`](super::SqlCatalog) or
 /// [`RestCatalog`](super::RestCatalog)).
+///
+/// Tables over files that are not Iceberg tables (`CREATE EXTERNAL TABLE x STORED AS PARQUET |
+/// CSV | JSON LOCATION '..'`, DataFusion's listing tables) are kept by this provider, not the
+/// catalog: they live as long as the session that made them, under the name given, as
+/// `datafusion-cli` keeps them.
 #[derive(Debug, Clone)]
 pub struct IcebergCatalogProvider {
     catalog: Arc<dyn IcebergCatalog>,
+    local: LocalTables,
 }
+
+/// Session-local tables by namespace and name.
+type LocalTables =
+    Arc<std::sync::Mutex<HashMap<NamespaceIdent, HashMap<String, Arc<dyn TableProvider>>>>>;
 
 impl IcebergCatalogProvider {
     /// Wraps a catalog.
     pub fn new(catalog: Arc<dyn IcebergCatalog>) -> Self {
-        Self { catalog }
+        Self {
+            catalog,
+            local: LocalTables::default(),
+        }
+    }
+
+    fn schema_provider(
+        &self,
+        namespace: NamespaceIdent,
+        created_on_use: bool,
+    ) -> Arc<IcebergSchemaProvider> {
+        Arc::new(IcebergSchemaProvider {
+            catalog: Arc::clone(&self.catalog),
+            namespace,
+            created_on_use,
+            local: Arc::clone(&self.local),
+        })
     }
 
     /// The underlying catalog.
@@ -57,25 +84,15 @@ impl CatalogProvider for IcebergCatalogProvider {
         let ns = namespace(name).ok()?;
         // A table of the namespace loaded for the statement being planned: it exists.
         if super::prefetch::holds_namespace(&self.catalog, &ns) {
-            return Some(Arc::new(IcebergSchemaProvider::new(
-                Arc::clone(&self.catalog),
-                ns,
-            )));
+            return Some(self.schema_provider(ns, false));
         }
         let catalog = Arc::clone(&self.catalog);
         let probe = ns.clone();
         match io_runtime::block_on(async move { catalog.namespace_exists(&probe).await }) {
-            Ok(true) => Some(Arc::new(IcebergSchemaProvider::new(
-                Arc::clone(&self.catalog),
-                ns,
-            ))),
+            Ok(true) => Some(self.schema_provider(ns, false)),
             // The session's default namespace is there before anything is in it (as Spark's
             // `default`): created with its first table.
-            Ok(false) if name == DEFAULT_NAMESPACE => Some(Arc::new(IcebergSchemaProvider {
-                catalog: Arc::clone(&self.catalog),
-                namespace: ns,
-                created_on_use: true,
-            })),
+            Ok(false) if name == DEFAULT_NAMESPACE => Some(self.schema_provider(ns, true)),
             Ok(false) => None,
             Err(e) => {
                 log::error!("looking up namespace '{name}' failed: {e}");
@@ -131,6 +148,8 @@ pub struct IcebergSchemaProvider {
     /// The namespace does not exist yet: the first table created in it creates it (the
     /// session's default namespace, [`DEFAULT_NAMESPACE`]).
     created_on_use: bool,
+    /// The session's tables over other files (see [`IcebergCatalogProvider`]).
+    local: LocalTables,
 }
 
 /// The namespace unqualified table names resolve to (DataFusion's and Spark's `default`). On a
@@ -155,11 +174,18 @@ impl IcebergSchemaProvider {
             catalog,
             namespace,
             created_on_use: false,
+            local: LocalTables::default(),
         }
     }
 
     fn ident(&self, name: &str) -> TableIdent {
         TableIdent::new(self.namespace.clone(), name.to_string())
+    }
+
+    /// The session-local table `name` of this namespace, if there is one.
+    fn local(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
+        let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        local.get(&self.namespace)?.get(name).cloned()
     }
 }
 
@@ -233,9 +259,77 @@ fn optimize(
 #[async_trait]
 impl SchemaProvider for IcebergSchemaProvider {
     fn table_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = {
+            let local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            local
+                .get(&self.namespace)
+                .map(|t| t.keys().cloned().collect())
+                .unwrap_or_default()
+        };
         if self.created_on_use {
-            return vec![];
+            return names;
         }
+        names.extend(self.catalog_table_names());
+        names
+    }
+
+    /// Listing a namespace's tables (`SHOW TABLES`, `information_schema.tables`) asks each
+    /// table's type: every table of an Iceberg catalog is a base table, answered from the
+    /// catalog's listing without loading metadata, so one table whose metadata cannot be read
+    /// does not take the listing down.
+    async fn table_type(&self, name: &str) -> Result<Option<datafusion::datasource::TableType>> {
+        if let Some(local) = self.local(name) {
+            return Ok(Some(local.table_type()));
+        }
+        self.catalog_table_type(name).await
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if let Some(local) = self.local(name) {
+            return Ok(Some(local));
+        }
+        self.catalog_table(name).await
+    }
+
+    fn register_table(
+        &self,
+        name: String,
+        table: Arc<dyn TableProvider>,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        if table.downcast_ref::<ListingTable>().is_some() {
+            if self.local(&name).is_some() || self.catalog_table_exist(&name) {
+                return Err(DataFusionError::Plan(format!(
+                    "table '{}' already exists",
+                    self.ident(&name)
+                )));
+            }
+            let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            local
+                .entry(self.namespace.clone())
+                .or_default()
+                .insert(name, table);
+            return Ok(None);
+        }
+        self.register_catalog_table(name, table)
+    }
+
+    fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        {
+            let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(t) = local.get_mut(&self.namespace).and_then(|t| t.remove(name)) {
+                return Ok(Some(t));
+            }
+        }
+        self.deregister_catalog_table(name)
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.local(name).is_some() || self.catalog_table_exist(name)
+    }
+}
+
+impl IcebergSchemaProvider {
+    fn catalog_table_names(&self) -> Vec<String> {
         let catalog = Arc::clone(&self.catalog);
         let ns = self.namespace.clone();
         match io_runtime::block_on(async move { catalog.list_tables(&ns).await }) {
@@ -247,11 +341,13 @@ impl SchemaProvider for IcebergSchemaProvider {
         }
     }
 
-    /// Listing a namespace's tables (`SHOW TABLES`, `information_schema.tables`) asks each
-    /// table's type: every table of an Iceberg catalog is a base table, answered from the
-    /// catalog's listing without loading metadata, so one table whose metadata cannot be read
-    /// does not take the listing down.
-    async fn table_type(&self, name: &str) -> Result<Option<datafusion::datasource::TableType>> {
+    /// Every table of an Iceberg catalog is a base table, answered from the catalog's listing
+    /// without loading metadata, so one table whose metadata cannot be read does not take a
+    /// listing down.
+    async fn catalog_table_type(
+        &self,
+        name: &str,
+    ) -> Result<Option<datafusion::datasource::TableType>> {
         let exists = match self.catalog.table_exists(&self.ident(name)).await {
             Ok(exists) => exists,
             Err(e) => {
@@ -267,7 +363,7 @@ impl SchemaProvider for IcebergSchemaProvider {
         Ok(exists.then_some(datafusion::datasource::TableType::Base))
     }
 
-    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+    async fn catalog_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         let ident = self.ident(name);
         let table = match super::prefetch::table(&self.catalog, &ident) {
             Some(table) => table,
@@ -283,7 +379,7 @@ impl SchemaProvider for IcebergSchemaProvider {
         )?)))
     }
 
-    fn register_table(
+    fn register_catalog_table(
         &self,
         name: String,
         table: Arc<dyn TableProvider>,
@@ -315,7 +411,7 @@ impl SchemaProvider for IcebergSchemaProvider {
         Ok(None)
     }
 
-    fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+    fn deregister_catalog_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         let ident = self.ident(name);
         let catalog = Arc::clone(&self.catalog);
         io_runtime::block_on(async move {
@@ -331,7 +427,7 @@ impl SchemaProvider for IcebergSchemaProvider {
         })
     }
 
-    fn table_exist(&self, name: &str) -> bool {
+    fn catalog_table_exist(&self, name: &str) -> bool {
         let ident = self.ident(name);
         let catalog = Arc::clone(&self.catalog);
         match io_runtime::block_on(async move { catalog.table_exists(&ident).await }) {
