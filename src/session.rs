@@ -427,15 +427,7 @@ impl IcebergSession {
             };
         };
         let alter = alter?;
-        let mut parts = alter.name;
-        if parts.len() >= 3 && parts[0] == self.catalog.name() {
-            parts.remove(0);
-        }
-        if parts.len() == 1 {
-            parts.insert(0, "default".to_string());
-        }
-        let ident = iceberg::TableIdent::from_strs(&parts)
-            .map_err(|e| DataFusionError::Plan(format!("ALTER TABLE: {e}")))?;
+        let ident = self.own_table(&alter.name, "ALTER TABLE")?;
         if let crate::table::alter::Action::RenameTo(to) = &alter.action {
             let mut to = to.clone();
             if to.len() >= 3 && to[0] == self.catalog.name() {
@@ -502,22 +494,7 @@ impl IcebergSession {
                     .into(),
             ));
         }
-        let mut parts = create.name.clone();
-        if parts.len() >= 3 && parts[0] == self.catalog.name() {
-            parts.remove(0);
-        }
-        if parts.len() == 1 {
-            let default = self
-                .ctx
-                .state()
-                .config_options()
-                .catalog
-                .default_schema
-                .clone();
-            parts.insert(0, default);
-        }
-        let ident = iceberg::TableIdent::from_strs(&parts)
-            .map_err(|e| DataFusionError::Plan(format!("CREATE TABLE: {e}")))?;
+        let ident = self.own_table(&create.name, "CREATE TABLE")?;
         if ident.namespace().as_ref().join(".") == crate::catalog::DEFAULT_NAMESPACE {
             crate::catalog::ensure_namespace(&self.catalog, ident.namespace()).await?;
         }
@@ -589,13 +566,7 @@ impl IcebergSession {
         let Some(statement) = crate::table::describe::parse(sql) else {
             return Ok(None);
         };
-        let parts = statement.name().iter().map(|p| {
-            datafusion::sql::sqlparser::ast::ObjectNamePart::Identifier(
-                datafusion::sql::sqlparser::ast::Ident::with_quote('"', p),
-            )
-        });
-        let name = datafusion::sql::sqlparser::ast::ObjectName(parts.collect());
-        let Some(ident) = self.table_ident(&name) else {
+        let Some(ident) = self.ident_of(statement.name().to_vec()) else {
             return Ok(None);
         };
         let Some(table) = self.catalog.try_load_table(&ident).await? else {
@@ -625,7 +596,7 @@ impl IcebergSession {
         &self,
         name: &datafusion::sql::sqlparser::ast::ObjectName,
     ) -> Option<iceberg::TableIdent> {
-        let mut parts: Vec<String> = name
+        let parts: Vec<String> = name
             .0
             .iter()
             .map(|p| {
@@ -635,6 +606,13 @@ impl IcebergSession {
                 })
             })
             .collect::<Option<_>>()?;
+        self.ident_of(parts)
+    }
+
+    /// The identifier of the table `parts` names (as written, case already folded) in this
+    /// session's catalog: a bare name is in the default namespace; `None` for another
+    /// catalog's.
+    fn ident_of(&self, mut parts: Vec<String>) -> Option<iceberg::TableIdent> {
         let options = self.ctx.state().config_options().catalog.clone();
         match parts.len() {
             _ if parts.len() < 3 && options.default_catalog != self.catalog.name() => return None,
@@ -646,6 +624,18 @@ impl IcebergSession {
             _ => return None,
         }
         iceberg::TableIdent::from_strs(&parts).ok()
+    }
+
+    /// The identifier of the table `parts` names, for `statement`: an error when it is not a
+    /// name of a table of this catalog.
+    fn own_table(&self, parts: &[String], statement: &str) -> Result<iceberg::TableIdent> {
+        self.ident_of(parts.to_vec()).ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "{statement}: '{}' is not a table name of catalog '{}'",
+                parts.join("."),
+                self.catalog.name()
+            ))
+        })
     }
 
     /// Runs a `CREATE OR REPLACE` of `ident`. DataFusion drops the old table before it builds

@@ -25,7 +25,8 @@ use iceberg::spec::{FormatVersion, NestedField, Schema, SortOrder, Type, Unbound
 use iceberg::TableCreation;
 
 use super::alter::{
-    iceberg_type, listed, normalised, path, sql_err, term, word, words, DdlDialect, FieldIds, Term,
+    format_version, iceberg_type, key_values, listed, normalised, path, sql_err, term, word, words,
+    DdlDialect, FieldIds, Term,
 };
 use super::spec::{partition_field_name, PartitionTerm};
 
@@ -137,7 +138,9 @@ fn statement(
         } else if word(p, "comment") {
             create.comment = Some(p.parse_literal_string().map_err(sql_err)?);
         } else if word(p, "tblproperties") {
-            create.properties = properties(p)?;
+            create.properties = key_values(p, false)
+                .map_err(|what| format!("TBLPROPERTIES: {what} (expected ('key' = 'value', ...))"))?
+                .1;
         } else {
             break;
         }
@@ -182,33 +185,6 @@ fn column(p: &mut Parser) -> std::result::Result<ColumnSpec, String> {
     }
 }
 
-fn properties(p: &mut Parser) -> std::result::Result<Vec<(String, String)>, String> {
-    if !p.consume_token(&Token::LParen) {
-        return Err("TBLPROPERTIES takes ('key' = 'value', ...)".into());
-    }
-    let text = |p: &mut Parser| match p.next_token().token {
-        Token::SingleQuotedString(s) => Some(s),
-        Token::Word(w) if w.quote_style.is_some() => Some(w.value),
-        Token::Number(n, _) => Some(n),
-        _ => None,
-    };
-    let mut out = vec![];
-    loop {
-        let key = text(p).ok_or("TBLPROPERTIES: a key must be quoted")?;
-        if !p.consume_token(&Token::Eq) {
-            return Err("TBLPROPERTIES takes ('key' = 'value', ...)".into());
-        }
-        let value = text(p).ok_or("TBLPROPERTIES: a value must be quoted")?;
-        out.push((key, value));
-        if p.consume_token(&Token::RParen) {
-            return Ok(out);
-        }
-        if !p.consume_token(&Token::Comma) {
-            return Err("TBLPROPERTIES takes ('key' = 'value', ...)".into());
-        }
-    }
-}
-
 impl CreateTable {
     /// The format version and the other properties (with the `comment` and this crate's
     /// default compression).
@@ -217,16 +193,7 @@ impl CreateTable {
         let mut props = HashMap::new();
         for (k, v) in &self.properties {
             if k == "format-version" {
-                version = match v.trim() {
-                    "1" => FormatVersion::V1,
-                    "2" => FormatVersion::V2,
-                    "3" => FormatVersion::V3,
-                    other => {
-                        return Err(DataFusionError::Plan(format!(
-                            "format-version must be 1, 2 or 3, got '{other}'"
-                        )))
-                    }
-                };
+                version = format_version(v)?;
                 continue;
             }
             props.insert(k.clone(), v.clone());

@@ -15,7 +15,7 @@ use datafusion::sql::sqlparser::tokenizer::Token;
 use iceberg::spec::{NullOrder, PrimitiveType, SortDirection, TableMetadata, Transform, Type};
 use iceberg::table::Table;
 
-use super::alter::{normalised, DdlDialect};
+use super::alter::{normalised, word, DdlDialect};
 
 /// A statement of this module, as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,16 +39,6 @@ impl Describe {
             | Describe::Properties { name, .. }
             | Describe::CreateStatement { name } => name,
         }
-    }
-}
-
-fn word(p: &mut Parser, w: &str) -> bool {
-    match &p.peek_token().token {
-        Token::Word(x) if x.quote_style.is_none() && x.value.eq_ignore_ascii_case(w) => {
-            p.next_token();
-            true
-        }
-        _ => false,
     }
 }
 

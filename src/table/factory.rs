@@ -20,7 +20,7 @@ use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
 use datafusion::logical_expr::{CreateExternalTable, Expr, SortExpr};
-use iceberg::spec::{FormatVersion, NullOrder, SortDirection, Transform};
+use iceberg::spec::{NullOrder, SortDirection, Transform};
 use iceberg::NamespaceIdent;
 
 use super::spec::{parse_partitioning, parse_sort_order, PartitionTerm, SortTerm, TableDefinition};
@@ -118,16 +118,7 @@ pub(crate) fn definition_from_command(cmd: &CreateExternalTable) -> Result<Table
         }
     }
     if let Some(v) = take_option(&mut options, "format-version") {
-        def.format_version = match v.trim() {
-            "1" => FormatVersion::V1,
-            "2" => FormatVersion::V2,
-            "3" => FormatVersion::V3,
-            other => {
-                return Err(DataFusionError::Plan(format!(
-                    "format-version must be 1, 2 or 3, got '{other}'"
-                )))
-            }
-        };
+        def.format_version = crate::table::alter::format_version(&v)?;
     }
     for (k, v) in options {
         if let Some(unknown) = k.strip_prefix("format.") {

@@ -24,10 +24,11 @@ use iceberg::table::Table;
 use iceberg::{TableIdent, TableRequirement, TableUpdate};
 
 use parse::ColumnEdit;
-pub(crate) use parse::{listed, path, sql_err, term, word, words};
+pub(crate) use parse::{key_values, listed, path, sql_err, term, word, words};
 pub(crate) use parse::{parse, Action};
 pub(crate) use partition::Term;
 use partition::{PartitionChange, WriteOrder};
+pub(crate) use properties::format_version;
 use schema::{ColumnChange, NewColumn};
 pub(crate) use types::{iceberg_type, normalised, DdlDialect, FieldIds};
 

@@ -483,15 +483,30 @@ fn alter_column(p: &mut Parser) -> std::result::Result<ColumnEdit, String> {
 
 /// `('k' = 'v', ...)` (or `('k', ...)` when `unset`, after an optional `IF EXISTS`).
 fn properties(p: &mut Parser, unset: bool) -> std::result::Result<PropertyChange, String> {
-    let bad = |what: &str| {
+    let if_exists = unset && words(p, &["if", "exists"]);
+    let (keys, pairs) = key_values(p, unset).map_err(|what| {
         format!(
             "{what} (expected ALTER TABLE name SET TBLPROPERTIES ('key' = 'value', ...) or \
              UNSET TBLPROPERTIES [IF EXISTS] ('key', ...))"
         )
-    };
-    let if_exists = unset && words(p, &["if", "exists"]);
+    })?;
+    Ok(match unset {
+        true => PropertyChange::Unset { keys, if_exists },
+        false => PropertyChange::Set(pairs),
+    })
+}
+
+/// Keys and their values, in order.
+pub(crate) type KeyValues = Vec<(String, String)>;
+
+/// A parenthesised property list: `('k' = 'v', ...)`, or `('k', ...)` when `keys_only`. Keys
+/// and values are quoted (or numbers). What is wrong, when something is.
+pub(crate) fn key_values(
+    p: &mut Parser,
+    keys_only: bool,
+) -> std::result::Result<(Vec<String>, KeyValues), &'static str> {
     if !p.consume_token(&Token::LParen) {
-        return Err(bad("the properties must be in parentheses"));
+        return Err("the properties must be in parentheses");
     }
     let text = |p: &mut Parser| match p.next_token().token {
         Token::SingleQuotedString(s) => Some(s),
@@ -502,27 +517,23 @@ fn properties(p: &mut Parser, unset: bool) -> std::result::Result<PropertyChange
     let (mut keys, mut pairs) = (vec![], vec![]);
     loop {
         if p.peek_token().token == Token::RParen {
-            return Err(bad("no properties given"));
+            return Err("no properties given");
         }
-        let key = text(p).ok_or_else(|| bad("a key must be quoted"))?;
-        if unset {
+        let key = text(p).ok_or("a key must be quoted")?;
+        if keys_only {
             keys.push(key);
         } else {
             if !p.consume_token(&Token::Eq) {
-                return Err(bad("malformed property list"));
+                return Err("malformed property list");
             }
-            let value = text(p).ok_or_else(|| bad("a value must be quoted"))?;
+            let value = text(p).ok_or("a value must be quoted")?;
             pairs.push((key, value));
         }
         if p.consume_token(&Token::RParen) {
-            break;
+            return Ok((keys, pairs));
         }
         if !p.consume_token(&Token::Comma) {
-            return Err(bad("malformed property list"));
+            return Err("malformed property list");
         }
     }
-    Ok(match unset {
-        true => PropertyChange::Unset { keys, if_exists },
-        false => PropertyChange::Set(pairs),
-    })
 }

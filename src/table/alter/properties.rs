@@ -28,7 +28,7 @@ pub(crate) enum PropertyChange {
 const MODE_PROPERTIES: [&str; 3] = ["write.delete.mode", "write.update.mode", "write.merge.mode"];
 
 /// The format version `value` names.
-fn format_version(value: &str) -> Result<FormatVersion> {
+pub(crate) fn format_version(value: &str) -> Result<FormatVersion> {
     match value.trim() {
         "1" => Ok(FormatVersion::V1),
         "2" => Ok(FormatVersion::V2),
