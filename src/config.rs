@@ -30,6 +30,10 @@ extensions_options! {
         /// How `MERGE` changes rows: `copy-on-write` or `merge-on-read`; empty means the
         /// table's `write.merge.mode` (copy-on-write when unset).
         pub merge_mode: String, default = String::new()
+        /// What `INSERT OVERWRITE` without a `PARTITION` clause replaces: `static` (every row
+        /// of the table; with `PARTITION (c = v)`, the rows where `c = v`) or `dynamic` (the
+        /// partitions the new rows fall into, as Spark's `partitionOverwriteMode=dynamic`).
+        pub overwrite_mode: String, default = "static".to_string()
         /// Bytes the hash joins' build sides may take (the session's memory limit, when
         /// `IcebergSession` has one): where the build sides held at the same time may not
         /// fit (estimated from statistics), the largest, and any of unknown size, are planned

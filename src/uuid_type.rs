@@ -210,6 +210,7 @@ pub(crate) fn with_functions(mut builder: SessionStateBuilder) -> SessionStateBu
         to_uuid(),
         uuid_to_string(),
         crate::file_planning::bucket::iceberg_bucket(),
+        crate::physical_plan::write::iceberg_require(),
     ]);
     builder
 }

@@ -23,7 +23,13 @@ use datafusion_distributed::DistributedExec;
 use crate::physical_plan::committed::CommittedExec;
 
 /// The nodes that commit a statement and then answer it.
-const COMMITTING: [&str; 4] = ["CommitExec", "DeleteExec", "UpdateExec", "MergeExec"];
+const COMMITTING: [&str; 5] = [
+    "CommitExec",
+    "DeleteExec",
+    "UpdateExec",
+    "MergeExec",
+    "OverwriteExec",
+];
 
 /// Whether `node` is one that commits a statement.
 pub(crate) fn commits(node: &Arc<dyn ExecutionPlan>) -> bool {

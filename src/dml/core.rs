@@ -12,6 +12,7 @@ use crate::commit::MetadataStore;
 use crate::storage::location::LocationMap;
 
 /// The table a statement changes, as the provider holds it.
+#[derive(Clone)]
 pub(crate) struct DmlTarget<'a> {
     pub table: &'a Table,
     pub store: Arc<dyn MetadataStore>,

@@ -62,6 +62,12 @@ pub(crate) trait Statement: fmt::Debug + Send + Sync {
         context
     }
 
+    /// Whether it runs again, planned on the new table state, when a concurrent commit changed
+    /// what it read (`false`: the conflict fails it, as when its input cannot be read twice).
+    fn reruns(&self) -> bool {
+        true
+    }
+
     /// The table it changes, as it was planned against.
     fn table(&self) -> &Table;
 
@@ -182,7 +188,7 @@ async fn run(
         attempt += 1;
         metrics.add("statement_attempts", 1);
         match statement.run_once(&children, &context, &metrics).await {
-            Err(e) if is_concurrent_change(&e) && attempt <= retries => {
+            Err(e) if is_concurrent_change(&e) && attempt <= retries && statement.reruns() => {
                 log::info!(
                     "{} on '{}' runs again: {e}",
                     statement.name(),

@@ -56,6 +56,9 @@ pub struct IcebergTableProvider {
     /// The `write-default` of each top-level column that has one (format v3): what an
     /// `INSERT` that leaves the column out writes.
     write_defaults: std::collections::HashMap<String, datafusion::logical_expr::Expr>,
+    /// What `INSERT OVERWRITE` replaces: the rows this condition selects (`None`: as the
+    /// session's `iceberg.overwrite_mode` says).
+    overwrite_filter: Option<Expr>,
 }
 
 /// The `write-default` values of `schema`'s top-level columns, as SQL literals.
@@ -127,7 +130,30 @@ impl IcebergTableProvider {
             metadata_columns: false,
             idempotent_commits: false,
             write_defaults,
+            overwrite_filter: None,
         })
+    }
+
+    /// Makes `INSERT OVERWRITE` into this provider replace the rows `filter` (a condition on
+    /// the table's columns) selects, as pyiceberg's `overwrite(df, overwrite_filter)` and
+    /// Delta's `INSERT INTO t REPLACE WHERE filter`: files whose every row matches go whole,
+    /// files that match in part are rewritten without the matching rows (copy-on-write), and
+    /// the new rows, which must all match `filter`, are added, in one snapshot.
+    ///
+    /// ```no_run
+    /// # async fn f(provider: iceberg_exec::IcebergTableProvider, ctx: datafusion::prelude::SessionContext) -> datafusion::error::Result<()> {
+    /// use std::sync::Arc;
+    /// use datafusion::datasource::provider_as_source;
+    /// use datafusion::logical_expr::{col, dml::InsertOp, lit, LogicalPlanBuilder};
+    /// let rows = ctx.sql("SELECT 1 AS id, 'a' AS k").await?.into_unoptimized_plan();
+    /// let target = provider_as_source(Arc::new(provider.with_overwrite_filter(col("k").eq(lit("a")))));
+    /// let plan = LogicalPlanBuilder::insert_into(rows, "ns.t", target, InsertOp::Overwrite)?.build()?;
+    /// ctx.execute_logical_plan(plan).await?.collect().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_overwrite_filter(mut self, filter: Expr) -> Self {
+        self.overwrite_filter = Some(filter);
+        self
     }
 
     /// Makes `INSERT` commit once however often its commit runs: each statement gets an id,
@@ -446,6 +472,24 @@ impl IcebergTableProvider {
     }
 
     /// The table a `DELETE`/`UPDATE` changes (an error when the provider is read-only).
+    /// Checks an overwrite filter: a boolean condition on the table's own columns.
+    fn check_overwrite_filter(&self, filter: &Expr) -> Result<()> {
+        use datafusion::logical_expr::ExprSchemable;
+        let schema = datafusion::common::DFSchema::try_from(self.schema.as_ref().clone())?;
+        let ty = filter.get_type(&schema).map_err(|e| {
+            DataFusionError::Plan(format!(
+                "the overwrite filter {filter} is not a condition on table '{}': {e}",
+                self.table.identifier()
+            ))
+        })?;
+        if ty != arrow::datatypes::DataType::Boolean {
+            return Err(DataFusionError::Plan(format!(
+                "the overwrite filter must be a condition, got {ty} for {filter}"
+            )));
+        }
+        Ok(())
+    }
+
     fn dml_target(&self, op: &str) -> Result<crate::dml::DmlTarget<'_>> {
         let Some(store) = &self.store else {
             return Err(DataFusionError::Plan(format!(
@@ -622,7 +666,7 @@ impl TableProvider for IcebergTableProvider {
 
     async fn insert_into(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -632,10 +676,26 @@ impl TableProvider for IcebergTableProvider {
                 self.table.identifier()
             )));
         }
-        if insert_op != InsertOp::Append {
-            return Err(DataFusionError::NotImplemented(format!(
-                "{insert_op} is not supported for Iceberg tables yet; use INSERT INTO"
-            )));
+        match insert_op {
+            InsertOp::Append => {}
+            InsertOp::Overwrite => {
+                let scope = match &self.overwrite_filter {
+                    Some(f) => {
+                        self.check_overwrite_filter(f)?;
+                        crate::dml::OverwriteScope::Filter(Some(f.clone()))
+                    }
+                    None => crate::dml::OverwriteScope::of_session(state)?,
+                };
+                let target = self.dml_target("INSERT OVERWRITE")?;
+                return crate::dml::overwrite::plan_overwrite(target, state, input, scope).await;
+            }
+            InsertOp::Replace => {
+                return Err(DataFusionError::NotImplemented(
+                    "REPLACE INTO is not supported for Iceberg tables; use MERGE INTO, or \
+                     INSERT OVERWRITE"
+                        .into(),
+                ))
+            }
         }
         let Some(store) = &self.store else {
             return Err(DataFusionError::Plan(format!(

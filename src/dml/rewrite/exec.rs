@@ -62,11 +62,42 @@ async fn run_once(
     context: Arc<TaskContext>,
     m: &StatementMetrics,
 ) -> Result<u64> {
-    let mor = job.mode == WriteMode::MergeOnRead;
     let written = WrittenFiles::default();
+    let (changes, answer) = match prepare(&job, pass1, &context, m, &written).await {
+        Ok(Prepared::Nothing(answer)) => return Ok(answer),
+        Ok(Prepared::Changes(changes, answer)) => (changes, answer),
+        Err(e) => {
+            written.remove_all(job.table.file_io()).await;
+            return Err(e);
+        }
+    };
+    let outcome = commit_or_clean_up(&job.store, &job.table, *changes, &written).await?;
+    m.add("commit_attempts", outcome.attempts as usize);
+    Ok(answer)
+}
+
+/// What a run of a statement changes, before its commit.
+pub(in crate::dml) enum Prepared {
+    /// Nothing to commit; the statement's answer.
+    Nothing(u64),
+    /// The snapshot to commit (its validation included), and the statement's answer once it
+    /// has committed.
+    Changes(Box<SnapshotChanges>, u64),
+}
+
+/// Runs `job`'s passes (pass 1 is `pass1`) and returns what they change; the files written are
+/// recorded in `written` (the caller removes them when this fails or the commit does).
+pub(in crate::dml) async fn prepare(
+    job: &DmlJob,
+    pass1: Option<Arc<dyn ExecutionPlan>>,
+    context: &Arc<TaskContext>,
+    m: &StatementMetrics,
+    written: &WrittenFiles,
+) -> Result<Prepared> {
+    let mor = job.mode == WriteMode::MergeOnRead;
     // Pass 1: matching live rows per file (merge-on-read: written as position deletes).
     let first = match pass1 {
-        Some(plan) => match first_pass(&job, plan, &context, &written).await {
+        Some(plan) => match first_pass(job, plan, context, written).await {
             Ok(first) => first,
             Err(e) => {
                 written.remove_all(job.table.file_io()).await;
@@ -92,11 +123,11 @@ async fn run_once(
         removed.extend(touched.iter());
     }
     if removed.is_empty() && first.delete_files.is_empty() {
-        return Ok(0);
+        return Ok(Prepared::Nothing(0));
     }
     if let DmlOp::Update(assignments) = &job.op {
         if assignments.is_empty() {
-            return Ok(deleted);
+            return Ok(Prepared::Nothing(deleted));
         }
     }
 
@@ -106,11 +137,11 @@ async fn run_once(
     let rewrite = !touched.is_empty() && (!mor || matches!(job.op, DmlOp::Update(_)));
     if rewrite {
         let pass = SecondPass {
-            job: &job,
+            job,
             touched: &touched,
             matched: matched_in_touched,
-            context: &context,
-            written: &written,
+            context,
+            written,
             m,
         };
         match pass.run().await {
@@ -148,22 +179,18 @@ async fn run_once(
         removed_files,
         removed_deletion_vectors: removed_vectors,
         summary_properties: HashMap::new(),
-        validation: Some(validation(&job, &touched)),
+        validation: Some(validation(job, &touched)),
         data_sequence_number: None,
         rewrite_data_manifests: false,
         task_context: None,
     };
-    let files_written = changes.added_data_files.len();
-    let delete_files_written = changes.added_delete_files.len();
-    let outcome = commit_or_clean_up(&job.store, &job.table, changes, &written).await?;
-    m.add("commit_attempts", outcome.attempts as usize);
     m.add("rows_deleted", deleted as usize);
     m.add("files_removed_whole", job.removed_whole.len());
     m.add("files_rewritten", if mor { 0 } else { touched.len() });
-    m.add("files_written", files_written);
-    m.add("delete_files_written", delete_files_written);
+    m.add("files_written", changes.added_data_files.len());
+    m.add("delete_files_written", changes.added_delete_files.len());
     m.add("delete_files_removed", delete_files_removed);
-    Ok(deleted)
+    Ok(Prepared::Changes(Box::new(changes), deleted))
 }
 
 /// What pass 1 found: the matching live rows per data file, and for merge-on-read the delete
@@ -309,7 +336,7 @@ impl SecondPass<'_> {
 
 /// What a concurrent commit must not have changed: the files the statement read, and any file
 /// a concurrent commit added that may hold rows its condition selects.
-fn validation(job: &DmlJob, touched: &[PlannedFile]) -> Validation {
+pub(in crate::dml) fn validation(job: &DmlJob, touched: &[PlannedFile]) -> Validation {
     let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
     let (filters, columns) = (job.filters.clone(), job.columns.clone());
     let may_match: crate::commit::MayMatch =

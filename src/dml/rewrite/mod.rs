@@ -69,6 +69,7 @@ use crate::physical_plan::write::PositionDeleteWriterExec;
 mod exec;
 
 use exec::DmlStatement;
+pub(in crate::dml) use exec::{prepare, validation, Prepared};
 
 /// What a statement does to the rows its condition selects.
 #[derive(Debug, Clone)]
@@ -183,6 +184,7 @@ pub(crate) async fn plan(
         op,
         mode,
         base_snapshot_id: None,
+        count_removed: true,
         removed_whole: vec![],
         rows_removed_whole: 0,
         checked: ScanFiles::default(),
@@ -193,6 +195,40 @@ pub(crate) async fn plan(
         statement,
         pass1.into_iter().collect(),
     )))
+}
+
+/// The removal of an `INSERT OVERWRITE`: a copy-on-write `DELETE` of the rows `filters` select
+/// (AND-ed; none: every row) from `target`'s current snapshot, whose rows it does not count
+/// (files removed whole are not read). The job, and its pass 1 when files must be read.
+pub(in crate::dml) async fn plan_removal(
+    target: DmlTarget<'_>,
+    session: SessionState,
+    filters: Vec<Expr>,
+) -> Result<(DmlJob, Option<Arc<dyn ExecutionPlan>>)> {
+    let mut columns = HashSet::new();
+    for f in &filters {
+        expr_to_columns(f, &mut columns)?;
+    }
+    let mut columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
+    columns.sort();
+    let job = DmlJob {
+        table: target.table.clone(),
+        store: Arc::clone(&target.store),
+        distributed: crate::physical_plan::distributes(session.config()),
+        state: session,
+        schema: arrow_schema(target.table.metadata().current_schema())?,
+        locations: target.locations.clone(),
+        filters,
+        columns,
+        op: DmlOp::Delete,
+        mode: WriteMode::CopyOnWrite,
+        base_snapshot_id: None,
+        count_removed: false,
+        removed_whole: vec![],
+        rows_removed_whole: 0,
+        checked: ScanFiles::default(),
+    };
+    job.plan().await
 }
 
 /// The candidate files whose every row provably matches `filters`.
@@ -241,6 +277,9 @@ pub(super) struct DmlJob {
     pub(super) op: DmlOp,
     pub(super) mode: WriteMode,
     pub(super) base_snapshot_id: Option<i64>,
+    /// Whether the rows of files removed whole are counted (the statement's answer); pass 1
+    /// then reads those with deletes.
+    pub(super) count_removed: bool,
     /// Files removed whole.
     pub(super) removed_whole: Vec<PlannedFile>,
     /// Rows of the files removed whole that no delete applies to.
@@ -295,7 +334,7 @@ impl DmlJob {
         let mut to_check = vec![];
         for f in candidates.files {
             if whole.contains(&f.path) {
-                if f.is_clean() {
+                if f.is_clean() || !self.count_removed {
                     self.rows_removed_whole += f.record_count;
                 } else {
                     // Its live rows are counted by pass 1 (all of them match).
@@ -349,6 +388,7 @@ impl DmlJob {
             op: self.op.clone(),
             mode: self.mode,
             base_snapshot_id: None,
+            count_removed: self.count_removed,
             removed_whole: vec![],
             rows_removed_whole: 0,
             checked: ScanFiles::default(),

@@ -12,6 +12,7 @@ mod exec;
 mod locations;
 mod parquet_file;
 pub(crate) mod position_delete_writer;
+mod require;
 mod sort_order;
 mod splice;
 mod writer;
@@ -30,6 +31,7 @@ pub(crate) use dictionary_chunk::chunks_closed;
 pub use exec::DataFileWriterExec;
 pub(crate) use exec::WriterTally;
 pub(crate) use position_delete_writer::PositionDeleteWriterExec;
+pub use require::iceberg_require;
 pub use sort_order::sort_requirement;
 pub(crate) use splice::{Computed, FileValues, NewValues, Spliced, Splicer};
 pub(crate) use writer::{
