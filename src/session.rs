@@ -375,6 +375,9 @@ impl IcebergSession {
         if let Some(create) = crate::table::create::parse(sql) {
             return self.create_table(create?).await;
         }
+        if let Some(insert) = crate::table::overwrite::parse(sql) {
+            return self.filtered_insert(insert?).await;
+        }
         #[cfg(feature = "distributed")]
         if let Some(explained) = self.explain_distributed(sql).await? {
             return Ok(explained);
@@ -558,6 +561,24 @@ impl IcebergSession {
                 Err(e)
             }
         }
+    }
+
+    /// An insert with Spark's `PARTITION (c = v)` clause or Delta's `REPLACE WHERE condition`
+    /// (see [`crate::table::overwrite`]).
+    async fn filtered_insert(
+        &self,
+        insert: crate::table::overwrite::FilteredInsert,
+    ) -> Result<DataFrame> {
+        let reference = insert.table_reference();
+        let provider = self.ctx.table_provider(reference.clone()).await?;
+        let Some(provider) = provider.downcast_ref::<crate::IcebergTableProvider>() else {
+            return Err(DataFusionError::Plan(format!(
+                "INSERT ... PARTITION (..) and INSERT ... REPLACE WHERE write Iceberg tables; \
+                 '{reference}' is not one"
+            )));
+        };
+        let plan = insert.plan(&self.ctx.state(), provider).await?;
+        self.ctx.execute_logical_plan(plan).await
     }
 
     /// `DESCRIBE [TABLE] [EXTENDED] t` and `SHOW TBLPROPERTIES t` of a table of this catalog, in

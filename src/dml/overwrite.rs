@@ -97,7 +97,7 @@ pub(crate) async fn plan_overwrite(
         .clone();
     let table = target.table.clone();
     let filter = match &scope {
-        OverwriteScope::Filter(Some(f)) if *f != lit(true) => Some(f.clone()),
+        OverwriteScope::Filter(Some(f)) if *f != lit(true) => Some(coerced(f.clone(), &input)?),
         _ => None,
     };
     // Rows written outside the filter stop the statement before anything commits.
@@ -126,9 +126,12 @@ pub(crate) async fn plan_overwrite(
     let base_snapshot_id = table.metadata().current_snapshot_id();
     let (removal, mut children) = match &scope {
         OverwriteScope::Filter(_) => {
-            let (job, pass1) =
-                plan_removal(target.clone(), session.clone(), filter.into_iter().collect())
-                    .await?;
+            let (job, pass1) = plan_removal(
+                target.clone(),
+                session.clone(),
+                filter.into_iter().collect(),
+            )
+            .await?;
             (Removal::Filter(Arc::new(job)), pass1.into_iter().collect())
         }
         OverwriteScope::Partitions => (Removal::Partitions, vec![]),
@@ -144,6 +147,16 @@ pub(crate) async fn plan_overwrite(
         written,
     };
     Ok(Arc::new(StatementExec::new(Arc::new(statement), children)))
+}
+
+/// `filter` with the casts its comparisons need over `input`'s columns (the table's), as
+/// DataFusion's analyzer adds them to a query's conditions.
+fn coerced(filter: Expr, input: &Arc<dyn ExecutionPlan>) -> Result<Expr> {
+    use datafusion::common::tree_node::TreeNode;
+    let schema = DFSchema::try_from(input.schema().as_ref().clone())?;
+    let mut rewriter =
+        datafusion::optimizer::analyzer::type_coercion::TypeCoercionRewriter::new(&schema);
+    Ok(filter.rewrite(&mut rewriter)?.data)
 }
 
 /// How the statement finds the rows it replaces.

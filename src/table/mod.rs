@@ -8,6 +8,7 @@ pub(crate) mod describe;
 mod factory;
 mod function;
 pub(crate) mod metadata_columns;
+pub(crate) mod overwrite;
 pub(crate) mod provider;
 mod snapshots;
 pub(crate) mod spec;
@@ -66,6 +67,7 @@ pub fn is_session_statement(sql: &str) -> bool {
     alter::parse(sql).is_some()
         || describe::parse(sql).is_some()
         || create::parse(sql).is_some()
+        || overwrite::parse(sql).is_some()
         || crate::maintenance::is_call(sql)
         || crate::table::subquery::one_statement(sql)
             .is_some_and(|s| crate::table::subquery::runs_in_session(&s))

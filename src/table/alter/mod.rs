@@ -9,11 +9,11 @@
 //! ```
 //! A statement is checked whole before anything is committed: a refused one changes nothing.
 
-mod parse;
+pub(crate) mod parse;
 mod partition;
 mod properties;
 mod schema;
-mod types;
+pub(crate) mod types;
 
 use std::sync::Arc;
 
