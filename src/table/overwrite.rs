@@ -229,21 +229,31 @@ impl FilteredInsert {
                         statics.push((index, constant(state, &v, ty)?));
                     }
                 }
-                if !insert.columns.is_empty() {
-                    return Err(DataFusionError::Plan(
-                        "INSERT ... PARTITION (..) takes no column list: the query gives the \
-                         columns without a value in the clause, in the table's order"
-                            .into(),
-                    ));
+                let static_name = |n: &str| {
+                    statics
+                        .iter()
+                        .any(|(i, _)| schema.field(*i).name().as_str() == n)
+                };
+                if insert.columns.is_empty() {
+                    // The query gives every column without a value, in the table's order.
+                    insert.columns = schema
+                        .fields()
+                        .iter()
+                        .filter(|f| !static_name(f.name()))
+                        .map(|f| ObjectName::from(vec![Ident::with_quote('"', f.name())]))
+                        .collect();
+                } else if let Some(c) = insert.columns.iter().find(|c| {
+                    let name = c.0.last().and_then(|p| p.as_ident());
+                    name.is_some_and(|i| match (fold, i.quote_style) {
+                        (true, None) => static_name(&i.value.to_lowercase()),
+                        _ => static_name(&i.value),
+                    })
+                }) {
+                    return Err(DataFusionError::Plan(format!(
+                        "INSERT ... PARTITION (..): column {c} has a value in the clause and \
+                         is in the column list too"
+                    )));
                 }
-                // The query gives every column without a static value, in the table's order.
-                insert.columns = schema
-                    .fields()
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| !statics.iter().any(|(s, _)| s == i))
-                    .map(|(_, f)| ObjectName::from(vec![Ident::with_quote('"', f.name())]))
-                    .collect();
                 insert.overwrite = false;
                 let statement = DFStatement::Statement(Box::new(Statement::Insert(*insert)));
                 let plan = with_values(state.statement_to_plan(statement).await?, &statics)?;
@@ -355,20 +365,25 @@ fn constant(
     ty: &arrow::datatypes::DataType,
 ) -> Result<ScalarValue> {
     let empty = DFSchema::empty();
+    let not_constant = |e: DataFusionError| {
+        DataFusionError::Plan(format!(
+            "INSERT ... PARTITION (..): '{value}' is not a constant of type {ty}: {}",
+            e.strip_backtrace()
+        ))
+    };
     let expr = state
-        .create_logical_expr(&value.to_string(), &empty)?
-        .cast_to(ty, &empty)?;
-    let physical = state.create_physical_expr(expr, &empty)?;
+        .create_logical_expr(&value.to_string(), &empty)
+        .and_then(|e| e.cast_to(ty, &empty))
+        .map_err(not_constant)?;
+    let physical = state
+        .create_physical_expr(expr, &empty)
+        .map_err(not_constant)?;
     let batch = RecordBatch::try_new_with_options(
         Arc::new(Schema::empty()),
         vec![],
         &RecordBatchOptions::new().with_row_count(Some(1)),
     )?;
-    let value = match physical.evaluate(&batch).map_err(|e| {
-        DataFusionError::Plan(format!(
-            "INSERT ... PARTITION (..): '{value}' is not a constant of type {ty}: {e}"
-        ))
-    })? {
+    let value = match physical.evaluate(&batch).map_err(not_constant)? {
         ColumnarValue::Scalar(s) => s,
         ColumnarValue::Array(a) => ScalarValue::try_from_array(&a, 0)?,
     };
