@@ -563,6 +563,81 @@ impl IcebergSession {
         }
     }
 
+    /// Replaces the rows of `table` that `filter` selects (`None`: every row) with the rows of
+    /// `data`, in one snapshot: pyiceberg's `overwrite(df, overwrite_filter)`, and SQL's
+    /// `INSERT INTO t REPLACE WHERE filter query`. Files whose every row matches go whole,
+    /// files that match in part are rewritten without the matching rows (copy-on-write), and
+    /// every row of `data` must match `filter` (else nothing changes). `data` gives the table's
+    /// columns in order (cast to their types, as `INSERT` casts). Runs when the returned frame
+    /// is collected, which answers `count`: the rows written.
+    pub async fn overwrite(
+        &self,
+        table: &str,
+        data: DataFrame,
+        filter: Option<datafusion::logical_expr::Expr>,
+    ) -> Result<DataFrame> {
+        let filter = filter.unwrap_or_else(|| datafusion::logical_expr::lit(true));
+        self.insert_overwrite(table, data, |p| p.with_overwrite_filter(filter))
+            .await
+    }
+
+    /// Replaces the partitions of `table` that the rows of `data` fall into (of the table's
+    /// current spec; an unpartitioned table is replaced whole) with those rows, in one
+    /// snapshot: pyiceberg's `dynamic_partition_overwrite(df)`, Spark's dynamic
+    /// `INSERT OVERWRITE`. As [`Self::overwrite`] otherwise.
+    pub async fn dynamic_overwrite(&self, table: &str, data: DataFrame) -> Result<DataFrame> {
+        self.insert_overwrite(
+            table,
+            data,
+            crate::IcebergTableProvider::with_dynamic_overwrite,
+        )
+        .await
+    }
+
+    async fn insert_overwrite(
+        &self,
+        table: &str,
+        data: DataFrame,
+        scope: impl FnOnce(crate::IcebergTableProvider) -> crate::IcebergTableProvider,
+    ) -> Result<DataFrame> {
+        use datafusion::logical_expr::{col, ExprSchemable};
+        let reference = datafusion::common::TableReference::from(table);
+        let provider = self.ctx.table_provider(reference.clone()).await?;
+        let Some(provider) = provider.downcast_ref::<crate::IcebergTableProvider>() else {
+            return Err(DataFusionError::Plan(format!(
+                "overwrite writes Iceberg tables; '{reference}' is not one"
+            )));
+        };
+        let schema = datafusion::catalog::TableProvider::schema(provider);
+        let (state, plan) = data.into_parts();
+        let given = plan.schema().clone();
+        if given.fields().len() != schema.fields().len() {
+            return Err(DataFusionError::Plan(format!(
+                "overwrite of '{reference}': the data has {} columns, the table {}",
+                given.fields().len(),
+                schema.fields().len()
+            )));
+        }
+        let exprs = given
+            .columns()
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(c, f)| Ok(col(c).cast_to(f.data_type(), &given)?.alias(f.name())))
+            .collect::<Result<Vec<_>>>()?;
+        let input = datafusion::logical_expr::LogicalPlanBuilder::from(plan)
+            .project(exprs)?
+            .build()?;
+        let target = datafusion::datasource::provider_as_source(Arc::new(scope(provider.clone())));
+        let plan = datafusion::logical_expr::LogicalPlanBuilder::insert_into(
+            input,
+            reference,
+            target,
+            datafusion::logical_expr::dml::InsertOp::Overwrite,
+        )?
+        .build()?;
+        Ok(DataFrame::new(state, plan))
+    }
+
     /// An insert with Spark's `PARTITION (c = v)` clause or Delta's `REPLACE WHERE condition`
     /// (see [`crate::table::overwrite`]).
     async fn filtered_insert(

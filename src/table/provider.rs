@@ -56,9 +56,9 @@ pub struct IcebergTableProvider {
     /// The `write-default` of each top-level column that has one (format v3): what an
     /// `INSERT` that leaves the column out writes.
     write_defaults: std::collections::HashMap<String, datafusion::logical_expr::Expr>,
-    /// What `INSERT OVERWRITE` replaces: the rows this condition selects (`None`: as the
-    /// session's `iceberg.overwrite_mode` says).
-    overwrite_filter: Option<Expr>,
+    /// What `INSERT OVERWRITE` replaces (`None`: as the session's `iceberg.overwrite_mode`
+    /// says).
+    overwrite: Option<crate::dml::OverwriteScope>,
 }
 
 /// The `write-default` values of `schema`'s top-level columns, as SQL literals.
@@ -130,7 +130,7 @@ impl IcebergTableProvider {
             metadata_columns: false,
             idempotent_commits: false,
             write_defaults,
-            overwrite_filter: None,
+            overwrite: None,
         })
     }
 
@@ -152,7 +152,16 @@ impl IcebergTableProvider {
     /// # Ok(()) }
     /// ```
     pub fn with_overwrite_filter(mut self, filter: Expr) -> Self {
-        self.overwrite_filter = Some(filter);
+        self.overwrite = Some(crate::dml::OverwriteScope::Filter(Some(filter)));
+        self
+    }
+
+    /// Makes `INSERT OVERWRITE` into this provider replace the partitions its rows fall into
+    /// (of the table's current spec; an unpartitioned table is replaced whole), whatever the
+    /// session's `iceberg.overwrite_mode` says: pyiceberg's `dynamic_partition_overwrite` and
+    /// Spark's dynamic mode.
+    pub fn with_dynamic_overwrite(mut self) -> Self {
+        self.overwrite = Some(crate::dml::OverwriteScope::Partitions);
         self
     }
 
@@ -679,11 +688,12 @@ impl TableProvider for IcebergTableProvider {
         match insert_op {
             InsertOp::Append => {}
             InsertOp::Overwrite => {
-                let scope = match &self.overwrite_filter {
-                    Some(f) => {
+                let scope = match &self.overwrite {
+                    Some(crate::dml::OverwriteScope::Filter(Some(f))) => {
                         self.check_overwrite_filter(f)?;
                         crate::dml::OverwriteScope::Filter(Some(f.clone()))
                     }
+                    Some(scope) => scope.clone(),
                     None => crate::dml::OverwriteScope::of_session(state)?,
                 };
                 let target = self.dml_target("INSERT OVERWRITE")?;

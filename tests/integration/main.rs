@@ -20,6 +20,7 @@ mod merge_on_read;
 mod metadata_columns;
 mod names;
 mod other_writers;
+mod overwrite;
 mod producer;
 mod pruning;
 mod row_lineage;
