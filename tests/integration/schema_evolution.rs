@@ -1,7 +1,7 @@
 //! `ALTER TABLE` schema evolution: the metadata it writes (schema ids, field ids,
 //! `last-column-id`), refusals that change nothing, a write planned before a schema change, and
-//! a random sequence of schema and partition changes, writes and deletes against an in-memory
-//! oracle.
+//! a random sequence of schema and partition changes, writes, overwrites and deletes against an
+//! in-memory oracle.
 
 use std::collections::BTreeMap;
 
@@ -280,37 +280,114 @@ impl Oracle {
     }
 }
 
+/// `n` new random rows with ids `ids` (the column `fixed`, when given, takes its value): added
+/// to the oracle, and their `VALUES` list (without the fixed column).
+fn new_rows(
+    rng: &mut StdRng,
+    o: &mut Oracle,
+    ids: Vec<i64>,
+    fixed: Option<(u32, &Value)>,
+) -> String {
+    let mut values = vec![];
+    for id in ids {
+        let mut row = BTreeMap::new();
+        let mut cells = vec![id.to_string()];
+        for (key, c) in &o.columns {
+            if let Some((k, v)) = fixed {
+                if k == *key {
+                    row.insert(*key, v.clone());
+                    continue;
+                }
+            }
+            if rng.random_bool(0.2) {
+                cells.push("NULL".into());
+                continue;
+            }
+            let v = match c.text {
+                true => Value::Text(format!("s{}", rng.random_range(0..1000))),
+                false => Value::Int(rng.random_range(-1000..1000)),
+            };
+            cells.push(match &v {
+                Value::Int(i) => i.to_string(),
+                Value::Text(t) => format!("'{t}'"),
+            });
+            row.insert(*key, v);
+        }
+        o.rows.insert(id, row);
+        values.push(format!("({})", cells.join(", ")));
+    }
+    format!("VALUES {}", values.join(", "))
+}
+
+/// The next `n` ids (`id % m == r`, when given).
+fn next_ids(o: &mut Oracle, n: usize, class: Option<(i64, i64)>) -> Vec<i64> {
+    let mut ids = vec![];
+    while ids.len() < n {
+        let id = o.next_id;
+        o.next_id += 1;
+        if class.is_none_or(|(m, r)| id % m == r) {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
 /// One random step: its SQL, applied to the oracle.
 fn step(rng: &mut StdRng, o: &mut Oracle) -> String {
     loop {
-        match rng.random_range(0..9) {
+        match rng.random_range(0..12) {
             0 | 1 => {
                 let n = rng.random_range(1..20);
-                let mut values = vec![];
-                for _ in 0..n {
-                    let id = o.next_id;
-                    o.next_id += 1;
-                    let mut row = BTreeMap::new();
-                    let mut cells = vec![id.to_string()];
-                    for (key, c) in &o.columns {
-                        if rng.random_bool(0.2) {
-                            cells.push("NULL".into());
-                            continue;
-                        }
-                        let v = match c.text {
-                            true => Value::Text(format!("s{}", rng.random_range(0..1000))),
-                            false => Value::Int(rng.random_range(-1000..1000)),
-                        };
-                        cells.push(match &v {
-                            Value::Int(i) => i.to_string(),
-                            Value::Text(t) => format!("'{t}'"),
-                        });
-                        row.insert(*key, v);
-                    }
-                    o.rows.insert(id, row);
-                    values.push(format!("({})", cells.join(", ")));
+                let ids = next_ids(o, n, None);
+                return format!("INSERT INTO ns.t {}", new_rows(rng, o, ids, None));
+            }
+            // Overwrite by filter: the rows of one id class replaced by new ones of that class.
+            9 if !o.rows.is_empty() => {
+                let m = rng.random_range(2..5);
+                let r = rng.random_range(0..m);
+                o.rows.retain(|id, _| id % m != r);
+                let n = rng.random_range(1..8);
+                let ids = next_ids(o, n, Some((m, r)));
+                let values = new_rows(rng, o, ids, None);
+                return format!("INSERT INTO ns.t REPLACE WHERE id % {m} = {r} {values}");
+            }
+            // Static overwrite of the whole table, now and then.
+            10 if o.rows.len() > 30 => {
+                o.rows.clear();
+                let n = rng.random_range(1..20);
+                let ids = next_ids(o, n, None);
+                return format!("INSERT OVERWRITE ns.t {}", new_rows(rng, o, ids, None));
+            }
+            // Static overwrite of the rows with one value of a text column.
+            11 => {
+                let texts: Vec<(u32, String)> = o
+                    .columns
+                    .iter()
+                    .filter(|(_, c)| c.text)
+                    .map(|(k, c)| (*k, c.name.clone()))
+                    .collect();
+                if texts.is_empty() {
+                    continue;
                 }
-                return format!("INSERT INTO ns.t VALUES {}", values.join(", "));
+                let (key, name) = texts[rng.random_range(0..texts.len())].clone();
+                // A value some rows have, when there is one.
+                let held: Vec<Value> = o
+                    .rows
+                    .values()
+                    .filter_map(|r| r.get(&key).cloned())
+                    .collect();
+                let value = match held.is_empty() {
+                    true => Value::Text("s0".into()),
+                    false => held[rng.random_range(0..held.len())].clone(),
+                };
+                o.rows.retain(|_, r| r.get(&key) != Some(&value));
+                let n = rng.random_range(1..6);
+                let ids = next_ids(o, n, None);
+                let values = new_rows(rng, o, ids, Some((key, &value)));
+                let Value::Text(text) = &value else {
+                    unreachable!("a text column")
+                };
+                return format!("INSERT OVERWRITE ns.t PARTITION (\"{name}\" = '{text}') {values}");
             }
             2 => {
                 let key = o.next_column;
@@ -445,13 +522,15 @@ fn covers_every_step(done: &[String]) {
         "ADD PARTITION FIELD",
         "DROP PARTITION FIELD",
         "DELETE FROM",
+        "REPLACE WHERE",
+        "INSERT OVERWRITE ns.t PARTITION",
     ] {
         assert!(done.iter().any(|d| d.contains(kind)), "no {kind} ran");
     }
 }
 
 #[tokio::test]
-async fn random_schema_and_partition_changes_writes_and_deletes_match_an_oracle() {
+async fn random_schema_and_partition_changes_writes_overwrites_and_deletes_match_an_oracle() {
     for (seed, mode) in [
         (1, "copy-on-write"),
         (2, "merge-on-read"),
