@@ -277,6 +277,33 @@ class Session:
         finally:
             session.deregister_arrow(name)
 
+    def overwrite(self, table: Any, df: object, overwrite_filter: Any = "TRUE") -> int:
+        """pyiceberg's `Table.overwrite(df, overwrite_filter)` as one snapshot: the rows
+        `overwrite_filter` selects (a pyiceberg `BooleanExpression` or its string form; every
+        row by default) are replaced by `df`'s. Files whose every row matches go whole, files
+        that match in part are rewritten without the matching rows; a row of `df` outside the
+        filter is refused and nothing changes. Returns the rows written."""
+        session, target = self._resolve(table, write=True)
+        name = f"overwrite_{next(_inputs)}"
+        src = session.register_arrow(name, df)
+        try:
+            condition = "TRUE" if overwrite_filter in ("", None) else to_sql(overwrite_filter)
+            return session._count(f"INSERT INTO {target} REPLACE WHERE {condition} SELECT * FROM {src}")
+        finally:
+            session.deregister_arrow(name)
+
+    def dynamic_partition_overwrite(self, table: Any, df: object) -> int:
+        """pyiceberg's `Table.dynamic_partition_overwrite(df)` as one snapshot: the partitions
+        (of the table's current spec) that `df`'s rows fall into are replaced by them; an
+        unpartitioned table is replaced whole. Returns the rows written."""
+        session, target = self._resolve(table, write=True)
+        name = f"overwrite_{next(_inputs)}"
+        src = session.register_arrow(name, df)
+        try:
+            return session._native.dynamic_overwrite(target, f"SELECT * FROM {src}")
+        finally:
+            session.deregister_arrow(name)
+
     def upsert(self, table: Any, df: object, join_cols: Sequence[str] | None = None) -> UpsertResult:
         """pyiceberg's `Table.upsert(df, join_cols)` as one MERGE (one commit): rows of `df`
         whose keys match a row of the table update it when a column differs, the others are

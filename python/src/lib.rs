@@ -349,6 +349,36 @@ impl Session {
         Ok(QueryResult::done(schema, batches))
     }
 
+    /// Replaces the partitions of table `target` (its SQL name) that the rows of `query` fall
+    /// into with those rows, whatever the session's overwrite mode: the rows written.
+    fn dynamic_overwrite(&self, py: Python<'_>, target: &str, query: &str) -> PyResult<u64> {
+        let session = self.inner.clone();
+        let (target, query) = (target.to_string(), query.to_string());
+        let batches = wait(py, async move {
+            let data = session.context().sql(&query).await?;
+            session
+                .dynamic_overwrite(&target, data)
+                .await?
+                .collect()
+                .await
+        })?
+        .map_err(to_py)?;
+        let count = batches
+            .first()
+            .filter(|b| b.num_rows() == 1 && b.num_columns() == 1)
+            .and_then(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<arrow::array::UInt64Array>()
+                    .map(|a| a.value(0))
+            });
+        count.ok_or_else(|| {
+            to_py(DataFusionError::Internal(
+                "an overwrite answered without its count".into(),
+            ))
+        })
+    }
+
     /// Registers `data` (anything with `__arrow_c_stream__`: a pyarrow Table or
     /// RecordBatchReader, a polars or pandas frame through pyarrow, ...) as the table
     /// `python.input.<name>`. With `once` the stream is read as a statement scans it, once and

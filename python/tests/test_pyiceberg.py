@@ -233,3 +233,59 @@ def test_equality_deletes_as_flink_writes_them_read_right_where_pyiceberg_raises
     ctx.register_catalog_provider("lake", s.catalog_provider())
     got = ctx.sql("SELECT id, v FROM lake.db.t").to_arrow_table()
     assert dict(zip(got.column("id").to_pylist(), got.column("v").to_pylist())) == want
+
+
+def test_overwrite_does_what_pyiceberg_overwrite_does(lake):
+    catalog, table = lake
+    # The same table twice: pyiceberg overwrites one, the engine the other.
+    twin = catalog.create_table("db.twin", schema=SCHEMA)
+    twin.append(table.scan().to_arrow())
+    new = rows(30, start=200)
+    flt = And(GreaterThanOrEqual("id", 200), LessThan("id", 260))
+    twin.overwrite(new, overwrite_filter=flt)
+    s = Session.for_catalog(catalog, memory_limit="32MiB")
+    assert s.overwrite(table, new, overwrite_filter=flt) == 30
+    a = sorted_by_id(catalog.load_table("db.t").scan().to_arrow())
+    b = sorted_by_id(catalog.load_table("db.twin").scan().to_arrow())
+    assert a.num_rows == 1500 - 60 + 30
+    for c in ("id", "name", "v"):
+        assert a.column(c).to_pylist() == b.column(c).to_pylist(), c
+    snap = catalog.load_table("db.t").current_snapshot()
+    assert snap.summary.operation.value == "overwrite"
+
+    # A row outside the filter: refused, nothing changes.
+    with pytest.raises(Exception, match="does not match the overwrite filter"):
+        s.overwrite(table, rows(2, start=0), overwrite_filter="id >= 9000")
+    assert catalog.load_table("db.t").current_snapshot().snapshot_id == snap.snapshot_id
+
+    # The default filter: every row.
+    assert s.overwrite(table, rows(5, start=9000)) == 5
+    assert catalog.load_table("db.t").scan().to_arrow().column("id").to_pylist() == list(range(9000, 9005))
+
+
+def test_dynamic_partition_overwrite_does_what_pyiceberg_does(tmp_path):
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.transforms import IdentityTransform
+
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{wh}/catalog.db", warehouse=f"file://{wh}")
+    catalog.create_namespace("db")
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="name"))
+    ours = catalog.create_table("db.t", schema=SCHEMA, partition_spec=spec)
+    theirs = catalog.create_table("db.twin", schema=SCHEMA, partition_spec=spec)
+    for t in (ours, theirs):
+        t.append(rows(400))
+    # New rows in a few partitions, the NULL one among them.
+    new = rows(400, start=1000)
+    new = new.filter(pc.or_kleene(pc.is_null(new.column("name")), pc.is_in(new.column("name"), pa.array(["n1", "n2"]))))
+    assert new.num_rows > 0
+    theirs.dynamic_partition_overwrite(new)
+    s = Session.for_catalog(catalog)
+    assert s.dynamic_partition_overwrite(ours, new) == new.num_rows
+    a = sorted_by_id(catalog.load_table("db.t").scan().to_arrow())
+    b = sorted_by_id(catalog.load_table("db.twin").scan().to_arrow())
+    for c in ("id", "name", "v"):
+        assert a.column(c).to_pylist() == b.column(c).to_pylist(), c
+    summary = catalog.load_table("db.t").current_snapshot().summary
+    assert summary.operation.value == "overwrite" and summary["replace-partitions"] == "true"

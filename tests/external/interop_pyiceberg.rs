@@ -1758,3 +1758,65 @@ fn spark_create_table_made_here_reads_the_same_in_pyiceberg_and_duckdb() {
     assert_eq!(strip(pick(&theirs)), strip(mine.clone()), "pyiceberg");
     assert_eq!(pick(&duck), pick(&theirs), "DuckDB and pyiceberg");
 }
+
+#[test]
+fn overwrites_made_here_read_the_same_in_pyiceberg_and_duckdb() {
+    // Static by PARTITION, by REPLACE WHERE (whole files of two partitions), and dynamic (a
+    // partition with a position delete file, and the NULL partition).
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    ours(
+        &wh,
+        "CREATE SCHEMA db; \
+         CREATE TABLE db.o (id bigint NOT NULL, k string, v int) USING iceberg \
+           PARTITIONED BY (k) TBLPROPERTIES ('write.delete.mode' = 'merge-on-read'); \
+         INSERT INTO db.o VALUES (1, 'a', 10), (2, 'a', 20), (3, 'b', 30), (4, 'c', 40), (5, NULL, 50); \
+         DELETE FROM db.o WHERE id = 2; \
+         INSERT OVERWRITE db.o PARTITION (k = 'b') VALUES (6, 60); \
+         INSERT INTO db.o REPLACE WHERE v >= 40 AND v < 60 VALUES (7, 'c', 45); \
+         SET iceberg.overwrite_mode = 'dynamic'; \
+         INSERT OVERWRITE db.o VALUES (8, 'a', 80), (9, NULL, 90)",
+    );
+    let columns = ["id", "k", "v"];
+    let mine = normalise(as_lists(
+        &ours(&wh, "SELECT id, k, v FROM db.o ORDER BY id"),
+        &columns,
+    ));
+    let want: Vec<Vec<Value>> = serde_json::from_value(serde_json::json!([
+        [6, "b", 60],
+        [7, "c", 45],
+        [8, "a", 80],
+        [9, null, 90]
+    ]))
+    .unwrap();
+    assert_eq!(mine, normalise(want));
+    let theirs = tool(&["read", "--warehouse", &whs, "--table", "db.o"]);
+    let metadata = theirs["metadata_location"].as_str().unwrap().to_string();
+    let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+    let pick = |answer: &Value| -> Vec<Vec<Value>> {
+        let names: Vec<&str> = answer["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        let at: Vec<usize> = columns
+            .iter()
+            .map(|c| names.iter().position(|n| n == c).unwrap())
+            .collect();
+        let mut rows: Vec<Vec<Value>> = answer["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| at.iter().map(|i| r[*i].clone()).collect())
+            .collect();
+        rows.sort_by_key(|r| r[0].as_i64());
+        normalise(rows)
+    };
+    assert_eq!(pick(&theirs), mine, "pyiceberg");
+    assert_eq!(pick(&duck), mine, "DuckDB");
+    // The delete file of partition a went with the files it applied to.
+    let deletes = tool(&["delete-files", "--warehouse", &whs, "--table", "db.o"]);
+    assert_eq!(deletes["entries"], serde_json::json!([]), "{deletes}");
+}
