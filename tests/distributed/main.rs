@@ -894,6 +894,8 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         ("MERGE INTO ns.t AS t USING (SELECT value AS id, 7 AS v FROM generate_series(39001, 41000)) AS s \
           ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v \
           WHEN NOT MATCHED THEN INSERT (id, k, v) VALUES (s.id, 0, s.v)", true, false),
+        // The table replaced by its own rows, read and written in the workers' tasks.
+        ("INSERT OVERWRITE ns.t SELECT id, k, v + 1 FROM ns.t WHERE k <> 2", true, false),
     ];
     let statements: Vec<&str> = steps.iter().map(|(s, _, _)| *s).collect();
     let check = "SELECT count(*), sum(v), sum(k), min(v), max(id) FROM ns.t";
@@ -955,6 +957,22 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
             );
         }
     }
+    // An overwrite by filter: its removal reads and rewrites the files the filter matches in
+    // part, and its new rows are written, in the workers' tasks.
+    let before = written();
+    for s in [&distributed, &single] {
+        let data = s
+            .context()
+            .sql("SELECT id + 300000 AS id, k, v FROM ns.t WHERE k = 6 AND id % 2 = 0")
+            .await
+            .unwrap();
+        let filter = datafusion::prelude::col("k").eq(datafusion::prelude::lit(6i64));
+        let answer = s.overwrite("ns.t", data, Some(filter)).await.unwrap();
+        answer.collect().await.unwrap();
+    }
+    assert!(written() > before, "no worker wrote a file for the overwrite");
+    assert_eq!(rows(&distributed, check).await, rows(&single, check).await);
+    assert_eq!(summary(&distributed).await, summary(&single).await);
     // The checks ran on the workers.
     assert!(pools
         .iter()
@@ -1481,6 +1499,11 @@ async fn ballista_reads_and_inserts_like_one_session_and_refuses_other_writes() 
         .unwrap_err()
         .to_string();
     assert!(err.contains("not supported on Ballista"), "{err}");
+    let err = run("INSERT OVERWRITE ns.t SELECT id, k, w FROM ns.t WHERE k = 2")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("OverwriteExec is not supported on Ballista"), "{err}");
     assert_eq!(state_of(&single).await, before);
 }
 
