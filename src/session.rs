@@ -14,6 +14,9 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::prelude::SessionConfig;
 
+use datafusion::datasource::dynamic_file::DynamicListTableFactory;
+use datafusion_session::SessionStore;
+
 use crate::catalog::prefetch::Prefetched;
 use crate::catalog::{
     CatalogUri, IcebergCatalog, IcebergCatalogProvider, RestCatalog, SqlCatalog, SqlCatalogConfig,
@@ -224,6 +227,8 @@ pub struct IcebergSession {
     ctx: SessionContext,
     catalog: Arc<dyn IcebergCatalog>,
     pool: Arc<dyn MemoryPool>,
+    /// Reads files named in place of a table, through the state of `ctx`.
+    files: Arc<DynamicListTableFactory>,
 }
 
 impl std::fmt::Debug for IcebergSession {
@@ -312,9 +317,15 @@ impl IcebergSession {
             .table_factories_mut()
             .insert("ICEBERG".to_string(), Arc::new(IcebergTableFactory));
         let ctx = SessionContext::new_with_state(state);
+        // Files named in place of a table are read through the session's state.
+        let files = Arc::new(DynamicListTableFactory::new(SessionStore::new()));
+        files.session_store().with_state(ctx.state_weak_ref());
         ctx.register_catalog(
             catalog.name(),
-            Arc::new(IcebergCatalogProvider::new(Arc::clone(&catalog))),
+            Arc::new(
+                IcebergCatalogProvider::new(Arc::clone(&catalog))
+                    .with_files(Arc::clone(&files) as Arc<dyn datafusion::catalog::UrlTableFactory>),
+            ),
         );
         ctx.register_udtf(
             "iceberg_scan",
@@ -324,7 +335,12 @@ impl IcebergSession {
             "iceberg_snapshots",
             Arc::new(IcebergSnapshotsFunction::new(Some(Arc::clone(&catalog)))),
         );
-        Ok(Self { ctx, catalog, pool })
+        Ok(Self {
+            ctx,
+            catalog,
+            pool,
+            files,
+        })
     }
 
     /// This session, running its queries over the datafusion-distributed `workers` (see
@@ -335,10 +351,13 @@ impl IcebergSession {
         let builder =
             datafusion::execution::SessionStateBuilder::new_from_existing(self.ctx.state());
         let state = crate::distributed::coordinator(builder, workers).build();
+        let ctx = SessionContext::new_with_state(state);
+        self.files.session_store().with_state(ctx.state_weak_ref());
         Self {
-            ctx: SessionContext::new_with_state(state),
+            ctx,
             catalog: self.catalog,
             pool: self.pool,
+            files: self.files,
         }
     }
 

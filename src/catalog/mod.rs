@@ -1,6 +1,7 @@
 //! Where tables live: the SQL catalog (SQLite by default, the JDBC layout), its DataFusion
 //! catalog/schema providers, and the metadata-pointer abstraction the commit path swaps.
 
+mod files;
 mod names;
 mod pointer;
 pub(crate) mod prefetch;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::catalog::{CatalogProvider, SchemaProvider};
+use datafusion::catalog::{CatalogProvider, SchemaProvider, UrlTableFactory};
 use datafusion::datasource::listing::ListingTable;
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
@@ -15,6 +15,7 @@ use datafusion::logical_expr::dml::InsertOp;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
 
+use super::files::{names_a_file, FilesInPlace};
 use super::{IcebergCatalog, MetadataStore};
 use crate::io_runtime;
 use crate::table::{IcebergTableProvider, TableDefinition};
@@ -34,6 +35,8 @@ fn namespace(name: &str) -> Result<NamespaceIdent> {
 pub struct IcebergCatalogProvider {
     catalog: Arc<dyn IcebergCatalog>,
     local: LocalTables,
+    /// Reads a file named in place of a table (`SELECT * FROM 'data/f.parquet'`).
+    files: Option<Arc<dyn UrlTableFactory>>,
 }
 
 /// Session-local tables by namespace and name.
@@ -46,7 +49,16 @@ impl IcebergCatalogProvider {
         Self {
             catalog,
             local: LocalTables::default(),
+            files: None,
         }
+    }
+
+    /// Reads a file or directory named in place of a table (`SELECT * FROM 'data/f.parquet'`,
+    /// as `datafusion-cli` does) through `files` (DataFusion's `DynamicListTableFactory` of the
+    /// session), read-only.
+    pub fn with_files(mut self, files: Arc<dyn UrlTableFactory>) -> Self {
+        self.files = Some(files);
+        self
     }
 
     fn schema_provider(
@@ -59,6 +71,7 @@ impl IcebergCatalogProvider {
             namespace,
             created_on_use,
             local: Arc::clone(&self.local),
+            files: self.files.clone(),
         })
     }
 
@@ -150,6 +163,8 @@ pub struct IcebergSchemaProvider {
     created_on_use: bool,
     /// The session's tables over other files (see [`IcebergCatalogProvider`]).
     local: LocalTables,
+    /// Reads a file named in place of a table.
+    files: Option<Arc<dyn UrlTableFactory>>,
 }
 
 /// The namespace unqualified table names resolve to (DataFusion's and Spark's `default`). On a
@@ -175,6 +190,7 @@ impl IcebergSchemaProvider {
             namespace,
             created_on_use: false,
             local: LocalTables::default(),
+            files: None,
         }
     }
 
@@ -288,6 +304,11 @@ impl SchemaProvider for IcebergSchemaProvider {
         if let Some(local) = self.local(name) {
             return Ok(Some(local));
         }
+        if let Some(files) = self.files.as_ref().filter(|_| names_a_file(name)) {
+            if let Some(table) = files.try_new(name).await? {
+                return Ok(Some(Arc::new(FilesInPlace::new(table, name))));
+            }
+        }
         self.catalog_table(name).await
     }
 
@@ -303,11 +324,12 @@ impl SchemaProvider for IcebergSchemaProvider {
                     self.ident(&name)
                 )));
             }
+            let read_only = Arc::new(FilesInPlace::new(table, self.ident(&name).to_string()));
             let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
             local
                 .entry(self.namespace.clone())
                 .or_default()
-                .insert(name, table);
+                .insert(name, read_only);
             return Ok(None);
         }
         self.register_catalog_table(name, table)

@@ -970,7 +970,10 @@ async fn writes_in_a_distributed_session_commit_what_one_session_commits() {
         let answer = s.overwrite("ns.t", data, Some(filter)).await.unwrap();
         answer.collect().await.unwrap();
     }
-    assert!(written() > before, "no worker wrote a file for the overwrite");
+    assert!(
+        written() > before,
+        "no worker wrote a file for the overwrite"
+    );
     assert_eq!(rows(&distributed, check).await, rows(&single, check).await);
     assert_eq!(summary(&distributed).await, summary(&single).await);
     // The checks ran on the workers.
@@ -1503,7 +1506,10 @@ async fn ballista_reads_and_inserts_like_one_session_and_refuses_other_writes() 
         .await
         .unwrap_err()
         .to_string();
-    assert!(err.contains("OverwriteExec is not supported on Ballista"), "{err}");
+    assert!(
+        err.contains("OverwriteExec is not supported on Ballista"),
+        "{err}"
+    );
     assert_eq!(state_of(&single).await, before);
 }
 
