@@ -227,7 +227,9 @@ pub struct IcebergSession {
     ctx: SessionContext,
     catalog: Arc<dyn IcebergCatalog>,
     pool: Arc<dyn MemoryPool>,
-    /// Reads files named in place of a table, through the state of `ctx`.
+    /// Reads files named in place of a table, through the state of `ctx` (pointed at the new
+    /// state when the session moves to workers).
+    #[cfg_attr(not(feature = "distributed"), allow(dead_code))]
     files: Arc<DynamicListTableFactory>,
 }
 
@@ -509,18 +511,12 @@ impl IcebergSession {
     /// Spark's `CREATE TABLE ... USING iceberg PARTITIONED BY (..) TBLPROPERTIES (..) [AS query]`
     /// (see [`crate::table`]).
     async fn create_table(&self, create: crate::table::create::CreateTable) -> Result<DataFrame> {
-        if create.or_replace {
-            return Err(DataFusionError::NotImplemented(
-                "CREATE OR REPLACE TABLE with Spark's clauses is not supported yet (DROP TABLE \
-                 first, or CREATE OR REPLACE EXTERNAL TABLE ... STORED AS ICEBERG)"
-                    .into(),
-            ));
-        }
         let ident = self.own_table(&create.name, "CREATE TABLE")?;
         if ident.namespace().as_ref().join(".") == crate::catalog::DEFAULT_NAMESPACE {
             crate::catalog::ensure_namespace(&self.catalog, ident.namespace()).await?;
         }
-        if self.catalog.table_exists(&ident).await? {
+        let exists = self.catalog.table_exists(&ident).await?;
+        if exists && !create.or_replace {
             return match create.if_not_exists {
                 true => self.ctx.read_empty(),
                 false => Err(DataFusionError::Plan(format!(
@@ -550,6 +546,18 @@ impl IcebergSession {
             }
             (None, false) => None,
         };
+        if exists {
+            // CREATE OR REPLACE: a new version of the same table.
+            let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
+            let rows =
+                crate::table::replace::replace(&self.ctx, store, &ident, &create, schema).await?;
+            return match rows {
+                Some(n) => self
+                    .ctx
+                    .read_batch(crate::physical_plan::commit::count_batch(n)?),
+                None => self.ctx.read_empty(),
+            };
+        }
         let creation = create.creation(ident.name(), schema)?;
         self.catalog
             .create_table(ident.namespace(), creation)

@@ -10,6 +10,7 @@ mod function;
 pub(crate) mod metadata_columns;
 pub(crate) mod overwrite;
 pub(crate) mod provider;
+pub(crate) mod replace;
 mod snapshots;
 pub(crate) mod spec;
 pub(crate) mod subquery;

@@ -1820,3 +1820,82 @@ fn overwrites_made_here_read_the_same_in_pyiceberg_and_duckdb() {
     let deletes = tool(&["delete-files", "--warehouse", &whs, "--table", "db.o"]);
     assert_eq!(deletes["entries"], serde_json::json!([]), "{deletes}");
 }
+
+#[test]
+fn create_or_replace_made_here_reads_the_same_in_pyiceberg_and_duckdb() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    ours(
+        &wh,
+        "CREATE SCHEMA db; \
+         CREATE TABLE db.r (id bigint, name string) USING iceberg PARTITIONED BY (name); \
+         INSERT INTO db.r VALUES (1, 'a'), (2, 'b'); \
+         CREATE OR REPLACE TABLE db.r (name string, id bigint, extra double) USING iceberg \
+           PARTITIONED BY (bucket(4, id)); \
+         INSERT INTO db.r VALUES ('c', 3, 1.5)",
+    );
+    let schema = tool(&["schema", "--warehouse", &whs, "--table", "db.r"]);
+    let fields: Vec<(i64, String)> = schema["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f[0].as_i64().unwrap(), f[1].as_str().unwrap().to_string()))
+        .collect();
+    // (The tool lists fields by id.)
+    let want: Vec<(i64, String)> = [(1, "id"), (2, "name"), (3, "extra")]
+        .iter()
+        .map(|(i, n)| (*i, n.to_string()))
+        .collect();
+    assert_eq!(fields, want, "{schema}");
+    assert_eq!(
+        schema["spec"],
+        serde_json::json!([[1001, "id_bucket", 1, "bucket[4]"]]),
+        "{schema}"
+    );
+    let read = |columns: &[&str]| -> (Vec<Vec<Value>>, Vec<Vec<Value>>) {
+        let theirs = tool(&["read", "--warehouse", &whs, "--table", "db.r"]);
+        let metadata = theirs["metadata_location"].as_str().unwrap().to_string();
+        let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+        let pick = |answer: &Value| -> Vec<Vec<Value>> {
+            let names: Vec<&str> = answer["columns"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap())
+                .collect();
+            let at: Vec<usize> = columns
+                .iter()
+                .map(|c| names.iter().position(|n| n == c).unwrap())
+                .collect();
+            let rows: Vec<Vec<Value>> = answer["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| at.iter().map(|i| r[*i].clone()).collect())
+                .collect();
+            normalise(rows)
+        };
+        (pick(&theirs), pick(&duck))
+    };
+    let mine = normalise(as_lists(
+        &ours(&wh, "SELECT name, id, extra FROM db.r"),
+        &["name", "id", "extra"],
+    ));
+    let (theirs, duck) = read(&["name", "id", "extra"]);
+    assert_eq!(theirs, mine, "pyiceberg");
+    assert_eq!(duck, mine, "DuckDB");
+    // AS query: one commit, read alike.
+    ours(
+        &wh,
+        "CREATE OR REPLACE TABLE db.r USING iceberg AS SELECT 'd' AS name, CAST(4 AS BIGINT) AS id",
+    );
+    let mine = normalise(as_lists(
+        &ours(&wh, "SELECT name, id FROM db.r"),
+        &["name", "id"],
+    ));
+    assert_eq!(mine.len(), 1);
+    let (theirs, duck) = read(&["name", "id"]);
+    assert_eq!(theirs, mine, "pyiceberg");
+    assert_eq!(duck, mine, "DuckDB");
+}

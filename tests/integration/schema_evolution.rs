@@ -827,3 +827,111 @@ async fn show_create_table_round_trips() {
     assert_eq!(a.format_version(), b.format_version());
     assert_eq!(a.properties(), b.properties());
 }
+
+#[tokio::test]
+async fn create_or_replace_makes_a_new_version_of_the_same_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    run(
+        &s,
+        "CREATE TABLE ns.t (id bigint, name string, p struct<x: int>, tags array<struct<a: int>>) \
+         USING iceberg PARTITIONED BY (name)",
+    )
+    .await;
+    run(
+        &s,
+        "INSERT INTO ns.t VALUES (1, 'a', named_struct('x', 10), [named_struct('a', 1)])",
+    )
+    .await;
+    let before = metadata(&s, "t").await;
+    let old = before.metadata();
+    let first = old.current_snapshot_id().unwrap();
+    run(
+        &s,
+        "CREATE OR REPLACE TABLE ns.t (name string, id bigint, extra double, \
+         p struct<y: int, x: int>, tags array<struct<a: int, b: int>>) USING iceberg \
+         PARTITIONED BY (bucket(4, id))",
+    )
+    .await;
+    let after = metadata(&s, "t").await;
+    let md = after.metadata();
+    // The same table, its history kept, main reset.
+    assert_eq!(md.uuid(), old.uuid());
+    assert_eq!(md.snapshots().count(), 1);
+    assert!(md.current_snapshot().is_none());
+    assert!(md.snapshot_for_ref("main").is_none());
+    assert_eq!(md.schemas_iter().count(), 2);
+    assert_eq!(md.metadata_log().len(), old.metadata_log().len() + 1);
+    // Ids by name: old names keep theirs, new ones count on from last-column-id.
+    let id = |n: &str| md.current_schema().field_by_name(n).unwrap().id;
+    let old_id = |n: &str| old.current_schema().field_by_name(n).unwrap().id;
+    for kept in [
+        "id",
+        "name",
+        "p",
+        "p.x",
+        "tags",
+        "tags.element",
+        "tags.element.a",
+    ] {
+        assert_eq!(id(kept), old_id(kept), "{kept}");
+    }
+    let last = old.last_column_id();
+    let mut fresh = vec![id("extra"), id("p.y"), id("tags.element.b")];
+    fresh.sort();
+    assert_eq!(fresh, [last + 1, last + 2, last + 3]);
+    assert_eq!(md.last_column_id(), last + 3);
+    let spec = md.default_partition_spec();
+    assert_eq!(spec.fields().len(), 1);
+    assert_eq!(spec.fields()[0].source_id, id("id"));
+    assert_eq!(rows(&s, "SELECT count(*) FROM ns.t").await, ["0"]);
+    // The old snapshot reads as it was, with its own schema.
+    assert_eq!(
+        rows(
+            &s,
+            &format!("SELECT id, name FROM iceberg_scan('ns.t', 'snapshot_id', {first})")
+        )
+        .await,
+        ["1|a"]
+    );
+
+    // AS query, failing: nothing changes, nothing is left behind.
+    let location = after.metadata_location().unwrap().to_string();
+    let files = crate::common::files_under(dir.path()).len();
+    let e = s
+        .sql("CREATE OR REPLACE TABLE ns.t USING iceberg AS SELECT CAST(v AS INT) AS id FROM (VALUES ('1'), ('x')) AS v(v)")
+        .await;
+    let failed = match e {
+        Ok(df) => df.collect().await.is_err(),
+        Err(_) => true,
+    };
+    assert!(failed);
+    assert_eq!(
+        metadata(&s, "t").await.metadata_location().unwrap(),
+        location
+    );
+    assert_eq!(crate::common::files_under(dir.path()).len(), files);
+
+    // AS query: the replacement and its rows in one commit.
+    run(
+        &s,
+        "CREATE OR REPLACE TABLE ns.t USING iceberg AS SELECT 7 AS id, 'z' AS name",
+    )
+    .await;
+    let replaced = metadata(&s, "t").await;
+    assert_eq!(
+        replaced.metadata().metadata_log().len(),
+        md.metadata_log().len() + 1
+    );
+    assert_eq!(rows(&s, "SELECT id, name FROM ns.t").await, ["7|z"]);
+    assert_eq!(
+        replaced
+            .metadata()
+            .current_schema()
+            .field_by_name("id")
+            .unwrap()
+            .id,
+        id("id")
+    );
+}
