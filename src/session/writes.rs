@@ -12,7 +12,10 @@ use super::IcebergSession;
 impl IcebergSession {
     /// Spark's `CREATE TABLE ... USING iceberg PARTITIONED BY (..) TBLPROPERTIES (..) [AS query]`
     /// (see [`crate::table`]).
-    pub(super) async fn create_table(&self, create: crate::table::create::CreateTable) -> Result<DataFrame> {
+    pub(super) async fn create_table(
+        &self,
+        create: crate::table::create::CreateTable,
+    ) -> Result<DataFrame> {
         let ident = self.own_table(&create.name, "CREATE TABLE")?;
         if ident.namespace().as_ref().join(".") == crate::catalog::DEFAULT_NAMESPACE {
             crate::catalog::ensure_namespace(&self.catalog, ident.namespace()).await?;
