@@ -7,8 +7,9 @@
 //!    run       write the new rows; then
 //!              by filter  files whose every row matches go whole, unread; files that match in
 //!                         part are rewritten without the matching rows (the DELETE's passes)
-//!              dynamic    the files of the current spec in the partitions written go whole,
-//!                         with the delete files that applied only to them
+//!              dynamic    the files of the current spec in the partitions written go whole
+//!                         (every file when the spec is unpartitioned), with the delete files
+//!                         that applied only to them
 //!    commit    one snapshot (Java's operations: OverwriteFiles / ReplacePartitions), validated
 //!              from the snapshot the statement read: a concurrent commit that added rows the
 //!              overwrite replaces, or deletes for files it removes, fails the statement and
@@ -217,15 +218,10 @@ impl OverwriteStatement {
             }
             Removal::Partitions => self.replaced_partitions(&added, m).await?,
         };
-        let removes = !changes.removed_files.is_empty();
-        changes.operation = match (&self.removal, removes, added.is_empty()) {
-            // Java's ReplacePartitions.
-            (Removal::Partitions, _, _) => Operation::Overwrite,
-            // Java's OverwriteFiles.
-            (_, true, true) => Operation::Delete,
-            (_, false, _) => Operation::Append,
-            (_, true, false) => Operation::Overwrite,
-        };
+        let removes =
+            !changes.removed_files.is_empty() || !changes.removed_deletion_vectors.is_empty();
+        // Java's OverwriteFiles and ReplacePartitions: an `overwrite` whatever it changed.
+        changes.operation = Operation::Overwrite;
         if matches!(self.removal, Removal::Partitions) {
             changes
                 .summary_properties
@@ -243,8 +239,9 @@ impl OverwriteStatement {
     }
 
     /// Dynamic overwrite: the files of the base snapshot in the partitions `added` were written
-    /// for (same spec, same partition values), with the delete files that applied only to
-    /// them; validated against concurrent commits into those partitions.
+    /// for (same spec, same partition values; every file when written unpartitioned), with the
+    /// delete files that applied only to them; validated against concurrent commits into those
+    /// partitions.
     async fn replaced_partitions(
         &self,
         added: &[NewFile],
@@ -257,16 +254,24 @@ impl OverwriteStatement {
                 .or_default()
                 .insert(f.file.partition().clone());
         }
+        let metadata = self.table.metadata();
+        // Rows written for an unpartitioned spec replace the whole table, files of every spec
+        // (as Java's ReplacePartitions).
+        let everything = partitions.keys().any(|id| {
+            metadata
+                .partition_spec_by_id(*id)
+                .is_some_and(|spec| spec.fields().is_empty())
+        });
         let partitions = Arc::new(partitions);
         let replaced = {
             let partitions = Arc::clone(&partitions);
             move |spec_id: i32, partition: &Struct| {
-                partitions
-                    .get(&spec_id)
-                    .is_some_and(|set| set.contains(partition))
+                everything
+                    || partitions
+                        .get(&spec_id)
+                        .is_some_and(|set| set.contains(partition))
             }
         };
-        let metadata = self.table.metadata();
         let mut removed: Vec<PlannedFile> = vec![];
         let mut equality_deletes = vec![];
         if let Some(snapshot) = metadata.current_snapshot() {
@@ -380,6 +385,8 @@ impl Statement for OverwriteStatement {
     ) -> Result<u64> {
         match self.run(children, context, metrics).await {
             Ok(rows) => Ok(rows),
+            // The commit may have landed: its files stay (orphans at worst).
+            Err(e) if crate::commit::is_commit_state_unknown(&e) => Err(e),
             Err(e) => {
                 self.written.remove_all(self.table.file_io()).await;
                 Err(e)

@@ -21,6 +21,14 @@ impl IcebergSession {
             crate::catalog::ensure_namespace(&self.catalog, ident.namespace()).await?;
         }
         let exists = self.catalog.table_exists(&ident).await?;
+        // A replacement keeps the table's format version unless it names one.
+        let create = match exists && create.or_replace {
+            true => {
+                let table = self.catalog.load_table(&ident).await?;
+                create.replacing(table.metadata().format_version())
+            }
+            false => create,
+        };
         if exists && !create.or_replace {
             return match create.if_not_exists {
                 true => self.ctx.read_empty(),

@@ -186,6 +186,22 @@ fn column(p: &mut Parser) -> std::result::Result<ColumnSpec, String> {
 }
 
 impl CreateTable {
+    /// This statement replacing a table of format version `current`: its format version is
+    /// `current` unless the statement names one.
+    pub(crate) fn replacing(&self, current: FormatVersion) -> CreateTable {
+        let mut out = self.clone();
+        if !out.properties.iter().any(|(k, _)| k == "format-version") {
+            out.properties
+                .push(("format-version".to_string(), (current as u8).to_string()));
+        }
+        out
+    }
+
+    /// Whether the statement sets the table property `key` (`TBLPROPERTIES`).
+    pub(crate) fn sets(&self, key: &str) -> bool {
+        self.properties.iter().any(|(k, _)| k == key)
+    }
+
     /// The format version and the other properties (with the `comment` and this crate's
     /// default compression).
     fn version_and_properties(&self) -> Result<(FormatVersion, HashMap<String, String>)> {

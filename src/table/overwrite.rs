@@ -52,7 +52,10 @@ enum Form {
         values: Vec<(Ident, Option<ast::Expr>)>,
     },
     /// `REPLACE WHERE condition query`.
-    ReplaceWhere { condition: String, query: String },
+    ReplaceWhere {
+        condition: String,
+        query: Box<ast::Query>,
+    },
 }
 
 /// `sql` when it is an insert with a partition clause or `REPLACE WHERE` (`None` for every
@@ -155,7 +158,7 @@ fn replace_where(sql: &str) -> Option<Result<FilteredInsert>> {
                 p.peek_token().token
             ));
         }
-        Ok((condition.to_string(), query.to_string()))
+        Ok((condition.to_string(), query))
     })();
     Some(match parsed {
         Ok((condition, query)) => Ok(FilteredInsert {
@@ -194,8 +197,24 @@ impl FilteredInsert {
         let explain = self.explain;
         let (plan, filter) = match self.form {
             Form::ReplaceWhere { condition, query } => {
-                let insert = format!("INSERT INTO {} {query}", quoted(&reference));
-                let plan = state.create_logical_plan(&insert).await?;
+                // DataFusion's INSERT of the query (its casts and checks), built from a
+                // template with the query's own syntax tree in place.
+                let template = format!("INSERT INTO {} SELECT 1", quoted(&reference));
+                let Some(DFStatement::Statement(statement)) =
+                    super::subquery::one_statement(&template)
+                else {
+                    return Err(DataFusionError::Internal(format!(
+                        "the INSERT template {template} does not parse"
+                    )));
+                };
+                let Statement::Insert(mut insert) = *statement else {
+                    return Err(DataFusionError::Internal(format!(
+                        "the INSERT template {template} parses as something else"
+                    )));
+                };
+                insert.source = Some(query);
+                let statement = DFStatement::Statement(Box::new(Statement::Insert(insert)));
+                let plan = state.statement_to_plan(statement).await?;
                 let filter = state.create_logical_expr(&condition, &df_schema)?;
                 (plan, Some(filter))
             }

@@ -43,8 +43,7 @@ pub(crate) async fn replace(
     schema: Option<Schema>,
 ) -> Result<Option<u64>> {
     let table = Arc::clone(&store).load(ident).await?;
-    // With a query, the snapshot's commit logs the metadata file replaced.
-    let (metadata, updates) = replacement(&table, create, schema, create.query.is_none())?;
+    let (metadata, updates) = replacement(&table, create, schema)?;
     let requirements = requirements(table.metadata());
     let Some(query) = &create.query else {
         let change = MetadataChange {
@@ -59,12 +58,15 @@ pub(crate) async fn replace(
         };
     };
     // The rows go into the replacement, staged here; one commit makes both.
-    let staged = crate::catalog::table_handle(
-        ident.clone(),
-        table.metadata_location().unwrap_or_default().to_string(),
-        metadata,
-        table.file_io().clone(),
-    )?;
+    // Without a metadata file of its own: the snapshot's metadata logs none (the replacement
+    // logged the table's).
+    let staged = Table::builder()
+        .identifier(ident.clone())
+        .metadata(metadata)
+        .file_io(table.file_io().clone())
+        .runtime(crate::io_runtime::iceberg_runtime()?)
+        .build()
+        .df()?;
     let written = WrittenFiles::default();
     let files = match write_rows(ctx, &staged, query, &written).await {
         Ok(files) => files,
@@ -141,28 +143,22 @@ fn requirements(metadata: &TableMetadata) -> Vec<TableRequirement> {
     ]
 }
 
-/// The replacement of `table` by `create`, and its updates; `log`: with the table's metadata
-/// file in its metadata log.
+/// The replacement of `table` by `create`, and its updates.
 fn replacement(
     table: &Table,
     create: &CreateTable,
     schema: Option<Schema>,
-    log: bool,
 ) -> Result<(TableMetadata, Vec<TableUpdate>)> {
     let current = table.metadata();
-    let location = table
-        .metadata_location()
-        .filter(|_| log)
-        .map(str::to_string);
+    let location = table.metadata_location().map(str::to_string);
+    let given = create;
+    let create = &create.replacing(current.format_version());
     let name = &table.identifier().name;
     let fresh = create.creation(name, schema)?.schema;
     let schema = reassigned(&fresh, current.current_schema(), current.last_column_id())?;
     // Bound to the ids the replacement gives the columns.
     let creation = create.creation(name, Some(schema.clone()))?;
-    let version = match create.properties.iter().any(|(k, _)| k == "format-version") {
-        true => creation.format_version,
-        false => current.format_version(),
-    };
+    let version = creation.format_version;
     if version < current.format_version() {
         return Err(DataFusionError::Plan(format!(
             "CREATE OR REPLACE TABLE '{}': cannot go back from format version {} to {}",
@@ -175,8 +171,10 @@ fn replacement(
     if version > current.format_version() {
         builder = builder.upgrade_format_version(version).df()?;
     }
+    // The properties the statement gives (not the defaults of a new table), over the old ones.
     let mut properties: HashMap<String, String> = creation.properties.clone();
     properties.remove("format-version");
+    properties.retain(|k, _| k == "comment" || given.sets(k));
     builder = builder.add_current_schema(schema).df()?;
     if let Some(location) = &creation.location {
         if location.trim_end_matches('/') != current.location().trim_end_matches('/') {

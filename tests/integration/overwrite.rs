@@ -375,3 +375,41 @@ async fn a_sorted_overwrite_spills_under_a_small_pool_and_frees_it() {
         [format!("{}|{}|{N}", kept + N, kept_sum + new_sum)]
     );
 }
+
+#[tokio::test]
+async fn a_dynamic_overwrite_written_unpartitioned_replaces_files_of_every_spec() {
+    // As Java's ReplacePartitions: rows written for an unpartitioned spec replace the table,
+    // the files of older, partitioned specs too.
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    partitioned(&s).await;
+    run(&s, "ALTER TABLE ns.t DROP PARTITION FIELD k").await;
+    run(&s, "INSERT INTO ns.t VALUES (5, 'e', 50)").await;
+    run(&s, "SET iceberg.overwrite_mode = 'dynamic'").await;
+    run(&s, "INSERT OVERWRITE ns.t VALUES (9, 'z', 90)").await;
+    assert_eq!(rows(&s, "SELECT id, k FROM ns.t").await, ["9|z"]);
+}
+
+#[tokio::test]
+async fn a_concurrent_delete_for_a_file_the_overwrite_removes_whole_fails_it() {
+    // Serializable: a position delete committed meanwhile for a file the overwrite removes
+    // unread would stay behind, pointing at a file the table no longer has.
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    partitioned(&s).await;
+    run(&s, "SET iceberg.delete_mode = 'merge-on-read'").await;
+    let other = session(dir.path()).await;
+    run(&other, "SET iceberg.delete_mode = 'merge-on-read'").await;
+    let planned = s
+        .sql("INSERT OVERWRITE ns.t PARTITION (k = 'a') VALUES (9, 90)")
+        .await
+        .unwrap();
+    let plan = planned.create_physical_plan().await.unwrap();
+    run(&other, "DELETE FROM ns.t WHERE id = 1").await;
+    let e = collect(plan, s.context().task_ctx()).await.unwrap_err();
+    assert!(iceberg_exec::commit::is_concurrent_change(&e), "{e}");
+    assert_eq!(
+        rows(&s, "SELECT id FROM ns.t ORDER BY id").await,
+        ["2", "3", "4"]
+    );
+}

@@ -913,7 +913,8 @@ async fn create_or_replace_makes_a_new_version_of_the_same_table() {
     );
     assert_eq!(crate::common::files_under(dir.path()).len(), files);
 
-    // AS query: the replacement and its rows in one commit.
+    // AS query: the replacement and its rows in one commit; the metadata log records the file
+    // replaced with its own time.
     run(
         &s,
         "CREATE OR REPLACE TABLE ns.t USING iceberg AS SELECT 7 AS id, 'z' AS name",
@@ -924,6 +925,9 @@ async fn create_or_replace_makes_a_new_version_of_the_same_table() {
         replaced.metadata().metadata_log().len(),
         md.metadata_log().len() + 1
     );
+    let logged = replaced.metadata().metadata_log().last().unwrap();
+    assert_eq!(logged.metadata_file, location);
+    assert_eq!(logged.timestamp_ms, md.last_updated_ms());
     assert_eq!(rows(&s, "SELECT id, name FROM ns.t").await, ["7|z"]);
     assert_eq!(
         replaced
@@ -934,4 +938,34 @@ async fn create_or_replace_makes_a_new_version_of_the_same_table() {
             .id,
         id("id")
     );
+}
+
+#[tokio::test]
+async fn a_replacement_keeps_the_format_version_and_properties_it_does_not_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    run(
+        &s,
+        "CREATE TABLE ns.t (id bigint) USING iceberg TBLPROPERTIES ('format-version' = '3', \
+         'write.parquet.compression-codec' = 'snappy')",
+    )
+    .await;
+    // A v3 type: accepted because the table stays v3.
+    run(
+        &s,
+        "CREATE OR REPLACE TABLE ns.t (id bigint, ts timestamp_ntz) USING iceberg \
+         TBLPROPERTIES ('k' = 'v')",
+    )
+    .await;
+    let t = metadata(&s, "t").await;
+    let md = t.metadata();
+    assert_eq!(md.format_version(), iceberg::spec::FormatVersion::V3);
+    assert_eq!(
+        md.properties()
+            .get("write.parquet.compression-codec")
+            .map(String::as_str),
+        Some("snappy")
+    );
+    assert_eq!(md.properties().get("k").map(String::as_str), Some("v"));
 }

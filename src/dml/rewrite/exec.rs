@@ -334,10 +334,16 @@ impl SecondPass<'_> {
     }
 }
 
-/// What a concurrent commit must not have changed: the files the statement read, and any file
-/// a concurrent commit added that may hold rows its condition selects.
+/// What a concurrent commit must not have changed: the files the statement read or removes, and
+/// any file a concurrent commit added that may hold rows its condition selects.
 pub(in crate::dml) fn validation(job: &DmlJob, touched: &[PlannedFile]) -> Validation {
-    let read_files: HashSet<String> = touched.iter().map(|f| f.path.clone()).collect();
+    // Files removed whole too: a delete committed for one of them meanwhile would stay behind,
+    // pointing at a file the table no longer has.
+    let read_files: HashSet<String> = touched
+        .iter()
+        .chain(job.removed_whole.iter())
+        .map(|f| f.path.clone())
+        .collect();
     let (filters, columns) = (job.filters.clone(), job.columns.clone());
     let may_match: crate::commit::MayMatch =
         Arc::new(move |metadata: &TableMetadata, spec_id: i32, file| {
