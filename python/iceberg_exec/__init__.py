@@ -146,7 +146,8 @@ class Session:
     `.pyiceberg.yaml`, else unbounded. `catalog_name` is the catalog's name in its database
     (pyiceberg's SqlCatalog name; `default` unless chosen by pyiceberg's configuration).
 
-    The verbs (`scan`, `delete`, `append`, `upsert`, maintenance) take a table as pyiceberg
+    The verbs (`scan`, `delete`, `append`, `overwrite`, `dynamic_partition_overwrite`, `upsert`,
+    maintenance) take a table as pyiceberg
     names it: a pyiceberg `Table`, an identifier tuple, or `"ns.table"`. A pyiceberg `Table` is
     read and changed through its own catalog: this session's (same name, same table UUID), or
     another SQL or REST catalog, opened on first use with this session's memory limit. A table
