@@ -304,6 +304,18 @@ impl SchemaProvider for IcebergSchemaProvider {
         if let Some(local) = self.local(name) {
             return Ok(Some(local));
         }
+        // `t$files`: a metadata table of the table `t`.
+        if let Some((base, kind)) = crate::table::metadata::split_name(name) {
+            if let Some(table) = self.catalog_table(base).await? {
+                let kind = kind?;
+                let Some(iceberg) = table.downcast_ref::<IcebergTableProvider>() else {
+                    return Ok(None);
+                };
+                let metadata =
+                    crate::table::IcebergMetadataTable::try_new(iceberg.table().clone(), kind)?;
+                return Ok(Some(Arc::new(metadata)));
+            }
+        }
         if let Some(files) = self.files.as_ref().filter(|_| names_a_file(name)) {
             if let Some(table) = files.try_new(name).await? {
                 return Ok(Some(Arc::new(FilesInPlace::new(table, name))));

@@ -352,12 +352,15 @@ fn bounds(v: Option<&Value>, schema: &Schema) -> Result<Option<HashMap<i32, Datu
             return Err(bad("a bound is not bytes"));
         };
         // Bounds of columns the schema no longer has, or of nested types, are not kept
-        // (nothing prunes by them).
-        let Some(Type::Primitive(ty)) = schema.field_by_id(id).map(|f| f.field_type.as_ref())
-        else {
-            continue;
+        // (nothing prunes by them); those of a position delete file's own columns are.
+        let ty = match schema.field_by_id(id).map(|f| f.field_type.as_ref()) {
+            Some(Type::Primitive(ty)) => ty.clone(),
+            _ => match reserved_type(id) {
+                Some(ty) => ty,
+                None => continue,
+            },
         };
-        match Datum::try_from_bytes(bytes, ty.clone()) {
+        match Datum::try_from_bytes(bytes, ty) {
             Ok(d) => {
                 out.insert(id, d);
             }
@@ -365,6 +368,16 @@ fn bounds(v: Option<&Value>, schema: &Schema) -> Result<Option<HashMap<i32, Datu
         }
     }
     Ok(Some(out))
+}
+
+/// The type of a column the spec reserves in position delete files: `file_path` (2147483546)
+/// and `pos` (2147483545).
+fn reserved_type(id: i32) -> Option<PrimitiveType> {
+    match id {
+        2147483546 => Some(PrimitiveType::String),
+        2147483545 => Some(PrimitiveType::Long),
+        _ => None,
+    }
 }
 
 /// A partition value as the iceberg crate holds it; `None` (outer) for a type not converted.

@@ -335,6 +335,12 @@ impl IcebergSession {
             Arc::new(IcebergScanFunction::new(Some(Arc::clone(&catalog)))),
         );
         ctx.register_udtf(
+            "iceberg_metadata",
+            Arc::new(crate::table::IcebergMetadataFunction::new(Some(
+                Arc::clone(&catalog),
+            ))),
+        );
+        ctx.register_udtf(
             "iceberg_snapshots",
             Arc::new(IcebergSnapshotsFunction::new(Some(Arc::clone(&catalog)))),
         );

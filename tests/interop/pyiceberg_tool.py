@@ -659,6 +659,58 @@ def cmd_inspect_files(args) -> dict:
     }
 
 
+def _plain(v):
+    """A value of a pyarrow row as JSON compares it: times as epoch milliseconds, dates as ISO
+    text, bytes as hex, maps as their keys and values in key order."""
+    import datetime
+    import decimal
+
+    if isinstance(v, datetime.datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=datetime.timezone.utc)
+        return int(v.timestamp() * 1000)
+    if isinstance(v, datetime.date):
+        return v.isoformat()
+    if isinstance(v, (bytes, bytearray)):
+        return bytes(v).hex()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+            pairs = sorted(v, key=lambda kv: kv[0])
+            return {"keys": [_plain(k) for k, _ in pairs], "values": [_plain(x) for _, x in pairs]}
+        return [_plain(x) for x in v]
+    return v
+
+
+def cmd_inspect(args) -> dict:
+    """A metadata table of a table as pyiceberg's `inspect` answers it, row by row; a map column
+    as its keys and values in key order (a missing map as an empty one)."""
+    import pyarrow as pa
+
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        table = catalog.load_table(args.table)
+        answer = getattr(table.inspect, args.kind)()
+        maps = {f.name for f in answer.schema if pa.types.is_map(f.type)}
+        rows = []
+        for row in answer.to_pylist():
+            out = {}
+            for k, v in row.items():
+                if k in maps:
+                    pairs = sorted(v or [], key=lambda kv: kv[0])
+                    out[k] = {"keys": [_plain(a) for a, _ in pairs], "values": [_plain(b) for _, b in pairs]}
+                else:
+                    out[k] = _plain(v)
+            rows.append(out)
+    finally:
+        catalog.close()
+    return {"columns": answer.column_names, "rows": rows}
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -798,6 +850,12 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--warehouse", required=True)
     df.add_argument("--table", required=True, help="NS.NAME")
     df.set_defaults(func=cmd_delete_files)
+
+    it = sub.add_parser("inspect", help="a metadata table as pyiceberg's inspect answers it")
+    it.add_argument("--warehouse", required=True)
+    it.add_argument("--table", required=True, help="NS.NAME")
+    it.add_argument("--kind", required=True, help="snapshots, files, manifests, ...")
+    it.set_defaults(func=cmd_inspect)
 
     ins = sub.add_parser("inspect-files", help="files, all_files, all_manifests of a table")
     ins.add_argument("--warehouse", required=True)

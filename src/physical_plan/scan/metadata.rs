@@ -138,7 +138,7 @@ impl FileMetadataColumns {
     }
 
     /// The `_partition` struct's type (`None` for a table that never had partition fields).
-    fn partition_type(&self) -> Option<DataType> {
+    pub(crate) fn partition_type(&self) -> Option<DataType> {
         (!self.partition.is_empty()).then(|| {
             DataType::Struct(
                 self.partition
@@ -161,12 +161,23 @@ impl FileMetadataColumns {
     /// The values of [`Self::fields`] for `file`.
     pub(crate) fn values(&self, file: &PlannedFile) -> Result<Vec<ScalarValue>> {
         let mut values = vec![ScalarValue::Int32(Some(file.spec_id))];
+        values.extend(self.partition_value(file.spec_id, &file.partition)?);
+        Ok(values)
+    }
+
+    /// The `_partition` struct of a file of spec `spec_id` with the partition tuple
+    /// `partition` (`None` for a table that never had partition fields).
+    pub(crate) fn partition_value(
+        &self,
+        spec_id: i32,
+        partition: &iceberg::spec::Struct,
+    ) -> Result<Option<ScalarValue>> {
         if self.partition.is_empty() {
-            return Ok(values);
+            return Ok(None);
         }
         let mut tuple: Vec<Option<&Literal>> = vec![None; self.partition.len()];
-        if let Some(at) = self.specs.get(&file.spec_id) {
-            for (value, at) in file.partition.iter().zip(at) {
+        if let Some(at) = self.specs.get(&spec_id) {
+            for (value, at) in partition.iter().zip(at) {
                 if let Some(at) = at {
                     tuple[*at] = value;
                 }
@@ -182,8 +193,7 @@ impl FileMetadataColumns {
             };
             builder = builder.with_scalar(field.as_ref().clone(), scalar);
         }
-        values.push(builder.build()?);
-        Ok(values)
+        Ok(Some(builder.build()?))
     }
 }
 
