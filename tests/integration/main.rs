@@ -18,6 +18,7 @@ mod maintenance;
 mod merge;
 mod merge_on_read;
 mod metadata_columns;
+mod metadata_tables;
 mod names;
 mod other_writers;
 mod overwrite;

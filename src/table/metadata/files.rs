@@ -482,15 +482,19 @@ impl FileRows {
         Ok(())
     }
 
-    fn finish(mut self, partition: bool) -> Result<Vec<ArrayRef>> {
+    fn finish(mut self, partition: Option<DataType>) -> Result<Vec<ArrayRef>> {
         let mut out: Vec<ArrayRef> = vec![
             Arc::new(self.content.finish()),
             Arc::new(self.path.finish()),
             Arc::new(self.format.finish()),
             Arc::new(self.spec.finish()),
         ];
-        if partition {
-            out.push(ScalarValue::iter_to_array(self.partition)?);
+        if let Some(ty) = partition {
+            out.push(match self.partition.is_empty() {
+                // A manifest without live files.
+                true => arrow::array::new_empty_array(&ty),
+                false => ScalarValue::iter_to_array(self.partition)?,
+            });
         }
         out.push(Arc::new(self.records.finish()));
         out.push(Arc::new(self.size.finish()));
@@ -526,7 +530,7 @@ fn entries_batch(
     schema: &SchemaRef,
 ) -> Result<RecordBatch> {
     let every = matches!(kind, MetadataKind::Entries | MetadataKind::AllEntries);
-    let partition = columns.partition_type().is_some();
+    let partition = columns.partition_type();
     let mut rows = FileRows::new();
     let (mut status, mut snapshot, mut seq, mut file_seq) = (
         Int32Builder::new(),
