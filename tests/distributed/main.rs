@@ -426,6 +426,14 @@ async fn a_cluster_of_two_workers_reads_like_one_session() {
             "{q}: EXPLAIN shows no stage of tasks:\n{text}"
         );
     }
+    // Metadata tables answer in a distributed session as in one session.
+    for q in [
+        "SELECT content, count(*), sum(record_count) FROM ns.t$files GROUP BY content ORDER BY content",
+        "SELECT count(*) FROM ns.t$snapshots",
+        "SELECT sum(added_data_files_count) FROM ns.t$all_manifests",
+    ] {
+        assert_eq!(rows(&distributed, q).await, rows(&single, q).await, "{q}");
+    }
     // Both workers ran tasks of the stages (their operators reserved memory there).
     for (i, pool) in pools.iter().enumerate() {
         assert!(
