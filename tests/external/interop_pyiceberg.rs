@@ -1990,6 +1990,15 @@ fn metadata_tables_answer_as_pyiceberg_inspects() {
         ("all_files", files.clone(), "file_path"),
         ("all_data_files", files.clone(), "file_path"),
         ("all_delete_files", files, "file_path"),
+        (
+            "partitions",
+            "partition, spec_id, record_count, file_count, total_data_file_size_in_bytes, \
+             position_delete_record_count, position_delete_file_count, \
+             equality_delete_record_count, equality_delete_file_count, \
+             CAST(last_updated_at AS BIGINT) AS last_updated_at, last_updated_snapshot_id"
+                .into(),
+            "partition",
+        ),
     ];
     for (kind, columns, key) in cases {
         let query = format!("SELECT {columns} FROM db.\"m${kind}\"");

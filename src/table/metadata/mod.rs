@@ -15,6 +15,7 @@
 
 mod files;
 mod history;
+mod partitions;
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,7 +26,7 @@ use datafusion::catalog::{Session, TableFunctionImpl};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
-use datafusion::logical_expr::Expr;
+use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
@@ -67,9 +68,11 @@ pub enum MetadataKind {
     Entries,
     /// The manifest entries of every snapshot's manifests.
     AllEntries,
+    /// Per partition, the live files of a snapshot counted.
+    Partitions,
 }
 
-const KINDS: [(&str, MetadataKind); 14] = [
+const KINDS: [(&str, MetadataKind); 15] = [
     ("snapshots", MetadataKind::Snapshots),
     ("history", MetadataKind::History),
     ("metadata_log_entries", MetadataKind::MetadataLogEntries),
@@ -84,6 +87,7 @@ const KINDS: [(&str, MetadataKind); 14] = [
     ("all_delete_files", MetadataKind::AllDeleteFiles),
     ("entries", MetadataKind::Entries),
     ("all_entries", MetadataKind::AllEntries),
+    ("partitions", MetadataKind::Partitions),
 ];
 
 impl MetadataKind {
@@ -150,6 +154,8 @@ pub struct IcebergMetadataTable {
     snapshot_id: Option<i64>,
     locations: LocationMap,
     schema: SchemaRef,
+    /// The plan of a table that is a view over others (`partitions`).
+    view: Option<LogicalPlan>,
 }
 
 impl fmt::Debug for IcebergMetadataTable {
@@ -170,15 +176,34 @@ impl IcebergMetadataTable {
             | MetadataKind::History
             | MetadataKind::MetadataLogEntries
             | MetadataKind::Refs => history::schema(kind),
+            MetadataKind::Partitions => Arc::new(arrow::datatypes::Schema::empty()),
             _ => files::schema(table.metadata(), kind)?,
         };
-        Ok(Self {
+        let mut out = Self {
             table,
             kind,
             snapshot_id: None,
             locations: LocationMap::default(),
             schema,
-        })
+            view: None,
+        };
+        out.plan_view()?;
+        Ok(out)
+    }
+
+    /// Plans the view `kind` is (none for the others).
+    fn plan_view(&mut self) -> Result<()> {
+        if self.kind != MetadataKind::Partitions {
+            return Ok(());
+        }
+        let partitioned =
+            crate::physical_plan::scan::metadata::FileMetadataColumns::of(self.table.metadata())?
+                .partition_type()
+                .is_some();
+        let plan = partitions::plan(&self.table, &self.locations, self.snapshot_id, partitioned)?;
+        self.schema = Arc::new(plan.schema().as_arrow().clone());
+        self.view = Some(plan);
+        Ok(())
     }
 
     /// Reads the snapshot `snapshot_id` (the tables of one snapshot: `manifests`, `files`,
@@ -191,13 +216,15 @@ impl IcebergMetadataTable {
             )));
         }
         self.snapshot_id = Some(snapshot_id);
+        self.plan_view()?;
         Ok(self)
     }
 
     /// Reads the table's files through `locations` (a table opened by path).
-    pub fn with_locations(mut self, locations: LocationMap) -> Self {
+    pub fn with_locations(mut self, locations: LocationMap) -> Result<Self> {
         self.locations = locations;
-        self
+        self.plan_view()?;
+        Ok(self)
     }
 
     /// The metadata table's kind.
@@ -216,13 +243,36 @@ impl TableProvider for IcebergMetadataTable {
         TableType::View
     }
 
+    fn get_logical_plan(&'_ self) -> Option<std::borrow::Cow<'_, LogicalPlan>> {
+        self.view.as_ref().map(std::borrow::Cow::Borrowed)
+    }
+
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         _filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        if let Some(view) = &self.view {
+            // (DataFusion inlines the view's plan; this is for callers that scan it.)
+            let mut plan = LogicalPlanBuilder::from(view.clone());
+            if let Some(p) = projection {
+                let columns: Vec<Expr> = p
+                    .iter()
+                    .map(|i| {
+                        Expr::Column(datafusion::common::Column::from(
+                            view.schema().qualified_field(*i),
+                        ))
+                    })
+                    .collect();
+                plan = plan.project(columns)?;
+            }
+            if let Some(n) = limit {
+                plan = plan.limit(0, Some(n))?;
+            }
+            return state.create_physical_plan(&plan.build()?).await;
+        }
         let stream: Arc<dyn PartitionStream> = Arc::new(Rows(self.clone()));
         Ok(Arc::new(StreamingTableExec::try_new(
             Arc::clone(&self.schema),
@@ -360,7 +410,7 @@ impl TableFunctionImpl for IcebergMetadataFunction {
                 }
             }
         };
-        let mut provider = IcebergMetadataTable::try_new(table, kind)?.with_locations(locations);
+        let mut provider = IcebergMetadataTable::try_new(table, kind)?.with_locations(locations)?;
         if let Some(id) = snapshot_id {
             provider = provider.with_snapshot_id(id)?;
         }
