@@ -1935,7 +1935,7 @@ fn metadata_tables_answer_as_pyiceberg_inspects() {
         |c: &str| format!("named_struct('keys', map_keys({c}), 'values', map_values({c})) AS {c}");
     let files = format!(
         "content, file_path, file_format, spec_id, partition, record_count, file_size_in_bytes, \
-         {}, {}, {}, {}, {}, {}, split_offsets, equality_ids, sort_order_id",
+         {}, {}, {}, {}, {}, {}, split_offsets, equality_ids, sort_order_id, readable_metrics",
         map("column_sizes"),
         map("value_counts"),
         map("null_value_counts"),

@@ -2,7 +2,7 @@
 //! [`IcebergScanExec`], which names the Iceberg scan in plans (table, snapshot, files kept by pruning,
 //! predicate used) above the DataFusion parquet scan that reads the files.
 
-mod constants;
+pub(crate) mod constants;
 pub(crate) mod equality;
 mod exec;
 mod layout;

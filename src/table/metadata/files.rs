@@ -26,6 +26,125 @@ use crate::storage::location::LocationMap;
 /// How many manifests are read at a time.
 const MANIFESTS_AT_ONCE: usize = 4;
 
+/// The `readable_metrics` column: for each primitive column of the current schema (nested ones
+/// by their dotted names, outside lists and maps), its metrics, with the bounds as values of the
+/// column's type.
+struct Readable {
+    /// Field id, Iceberg type and Arrow type of each column, in schema order.
+    columns: Vec<(i32, PrimitiveType, DataType)>,
+    /// The struct of every column's metrics.
+    data_type: DataType,
+}
+
+impl Readable {
+    fn of(metadata: &TableMetadata) -> Result<Option<Self>> {
+        let schema = metadata.current_schema();
+        let mut leaves = vec![];
+        leaves_of(schema.as_struct().fields(), "", &mut leaves);
+        let mut columns = vec![];
+        let mut fields = vec![];
+        for (id, name, ty) in leaves {
+            let one = iceberg::spec::Schema::builder()
+                .with_fields(vec![Arc::new(iceberg::spec::NestedField::optional(
+                    id,
+                    "c",
+                    Type::Primitive(ty.clone()),
+                ))])
+                .build()
+                .map_err(|e| DataFusionError::Internal(format!("readable_metrics: {e}")))?;
+            let arrow = crate::physical_plan::scan::schema::arrow_schema(&one)?
+                .field(0)
+                .data_type()
+                .clone();
+            let arrow = match arrow {
+                DataType::Utf8View => DataType::Utf8,
+                DataType::BinaryView => DataType::Binary,
+                other => other,
+            };
+            fields.push(Field::new(
+                name,
+                DataType::Struct(Fields::from(vec![
+                    Field::new("column_size", DataType::Int64, true),
+                    Field::new("value_count", DataType::Int64, true),
+                    Field::new("null_value_count", DataType::Int64, true),
+                    Field::new("nan_value_count", DataType::Int64, true),
+                    Field::new("lower_bound", arrow.clone(), true),
+                    Field::new("upper_bound", arrow.clone(), true),
+                ])),
+                false,
+            ));
+            columns.push((id, ty, arrow));
+        }
+        if fields.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            columns,
+            data_type: DataType::Struct(Fields::from(fields)),
+        }))
+    }
+
+    /// The metrics of `f`.
+    fn value(&self, f: &DataFile) -> Result<ScalarValue> {
+        let DataType::Struct(fields) = &self.data_type else {
+            return Err(DataFusionError::Internal(
+                "readable_metrics is a struct".into(),
+            ));
+        };
+        let count = |m: &std::collections::HashMap<i32, u64>, id: i32| {
+            ScalarValue::Int64(m.get(&id).map(|v| *v as i64))
+        };
+        let mut builder = datafusion::common::scalar::ScalarStructBuilder::new();
+        for ((id, ty, arrow), field) in self.columns.iter().zip(fields.iter()) {
+            let bound = |b: Option<&Datum>| -> Result<ScalarValue> {
+                match b {
+                    Some(d) => crate::physical_plan::scan::constants::partition_scalar(
+                        ty,
+                        d.literal(),
+                        arrow,
+                    ),
+                    None => ScalarValue::try_from(arrow),
+                }
+            };
+            let DataType::Struct(parts) = field.data_type() else {
+                return Err(DataFusionError::Internal(
+                    "a readable metric is a struct".into(),
+                ));
+            };
+            let values = [
+                count(f.column_sizes(), *id),
+                count(f.value_counts(), *id),
+                count(f.null_value_counts(), *id),
+                count(f.nan_value_counts(), *id),
+                bound(f.lower_bounds().get(id))?,
+                bound(f.upper_bounds().get(id))?,
+            ];
+            let mut one = datafusion::common::scalar::ScalarStructBuilder::new();
+            for (part, v) in parts.iter().zip(values) {
+                one = one.with_scalar(part.as_ref().clone(), v);
+            }
+            builder = builder.with_scalar(field.as_ref().clone(), one.build()?);
+        }
+        builder.build()
+    }
+}
+
+/// The primitive fields under `fields` (through structs), with their dotted names.
+fn leaves_of(
+    fields: &[iceberg::spec::NestedFieldRef],
+    prefix: &str,
+    out: &mut Vec<(i32, String, PrimitiveType)>,
+) {
+    for f in fields {
+        let name = format!("{prefix}{}", f.name);
+        match f.field_type.as_ref() {
+            Type::Primitive(p) => out.push((f.id, name, p.clone())),
+            Type::Struct(s) => leaves_of(s.fields(), &format!("{name}."), out),
+            _ => {}
+        }
+    }
+}
+
 fn map_i64() -> MapBuilder<Int32Builder, Int64Builder> {
     MapBuilder::new(None, Int32Builder::new(), Int64Builder::new())
 }
@@ -135,7 +254,13 @@ pub(super) fn schema(metadata: &TableMetadata, kind: MetadataKind) -> Result<Sch
                 false,
             ),
         ],
-        _ => file_fields(partition),
+        _ => {
+            let mut fields = file_fields(partition);
+            if let Some(r) = Readable::of(metadata)? {
+                fields.push(Field::new("readable_metrics", r.data_type, true));
+            }
+            fields
+        }
     };
     Ok(Arc::new(Schema::new(fields)))
 }
@@ -214,7 +339,9 @@ pub(super) fn stream(
                 .filter(|m| reads(kind, m.content) && seen.insert(m.manifest_path.clone()))
                 .cloned()
                 .collect();
-            let columns = match FileMetadataColumns::of(table.metadata()) {
+            let columns = match FileMetadataColumns::of(table.metadata())
+                .and_then(|c| Ok((c, Readable::of(table.metadata())?)))
+            {
                 Ok(c) => Arc::new(c),
                 Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
             };
@@ -230,7 +357,7 @@ pub(super) fn stream(
                                 table.file_io(),
                             )
                             .await?;
-                            entries_batch(&entries, &m, kind, &columns, &schema)
+                            entries_batch(&entries, &m, kind, &columns.0, &columns.1, &schema)
                         };
                         crate::io_runtime::spawn(job).await
                     }
@@ -527,6 +654,7 @@ fn entries_batch(
     manifest: &ManifestFile,
     kind: MetadataKind,
     columns: &FileMetadataColumns,
+    readable: &Option<Readable>,
     schema: &SchemaRef,
 ) -> Result<RecordBatch> {
     let every = matches!(kind, MetadataKind::Entries | MetadataKind::AllEntries);
@@ -538,11 +666,15 @@ fn entries_batch(
         Int64Builder::new(),
         Int64Builder::new(),
     );
+    let mut metrics = vec![];
     for e in entries {
         if !every && !e.is_alive() {
             continue;
         }
         rows.append(e.data_file(), manifest.partition_spec_id, columns)?;
+        if let (false, Some(r)) = (every, readable) {
+            metrics.push(r.value(e.data_file())?);
+        }
         if every {
             status.append_value(match e.status() {
                 ManifestStatus::Existing => 0,
@@ -554,7 +686,13 @@ fn entries_batch(
             file_seq.append_option(e.file_sequence_number);
         }
     }
-    let files = rows.finish(partition)?;
+    let mut files = rows.finish(partition)?;
+    if let (false, Some(r)) = (every, readable) {
+        files.push(match metrics.is_empty() {
+            true => arrow::array::new_empty_array(&r.data_type),
+            false => ScalarValue::iter_to_array(metrics)?,
+        });
+    }
     let columns: Vec<ArrayRef> = match every {
         false => files,
         true => {
