@@ -307,7 +307,11 @@ impl SchemaProvider for IcebergSchemaProvider {
         // `t$files`: a metadata table of the table `t`.
         if let Some((base, kind)) = crate::table::metadata::split_name(name) {
             if let Some(table) = self.catalog_table(base).await? {
-                let kind = kind?;
+                let kind = match kind {
+                    Ok(kind) => kind,
+                    // A table whose own name holds a `$`, else the unknown kind.
+                    Err(e) => return self.catalog_table(name).await?.map(Some).ok_or(e),
+                };
                 let Some(iceberg) = table.downcast_ref::<IcebergTableProvider>() else {
                     return Ok(None);
                 };
