@@ -312,6 +312,7 @@ pub(super) fn stream(
     kind: MetadataKind,
     snapshot_id: Option<i64>,
     schema: SchemaRef,
+    readable: bool,
 ) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
     let listed = {
         let (table, locations) = (table.clone(), locations.clone());
@@ -357,7 +358,9 @@ pub(super) fn stream(
                                 table.file_io(),
                             )
                             .await?;
-                            entries_batch(&entries, &m, kind, &columns.0, &columns.1, &schema)
+                            let metrics = &columns.1;
+                            let parts = (&columns.0, metrics.as_ref().filter(|_| readable));
+                            entries_batch(&entries, &m, kind, parts, metrics, &schema)
                         };
                         crate::io_runtime::spawn(job).await
                     }
@@ -649,14 +652,17 @@ impl FileRows {
 
 /// The rows of one manifest's entries: its live files (`files` and kin), or every entry
 /// (`entries`, `all_entries`).
+/// `parts`: the partition columns, and the readable metrics when they are read; `metrics`: the
+/// readable metrics column's description (NULL when not read).
 fn entries_batch(
     entries: &[iceberg::spec::ManifestEntry],
     manifest: &ManifestFile,
     kind: MetadataKind,
-    columns: &FileMetadataColumns,
-    readable: &Option<Readable>,
+    parts: (&FileMetadataColumns, Option<&Readable>),
+    metrics_column: &Option<Readable>,
     schema: &SchemaRef,
 ) -> Result<RecordBatch> {
+    let (columns, readable) = parts;
     let every = matches!(kind, MetadataKind::Entries | MetadataKind::AllEntries);
     let partition = columns.partition_type();
     let mut rows = FileRows::new();
@@ -667,6 +673,7 @@ fn entries_batch(
         Int64Builder::new(),
     );
     let mut metrics = vec![];
+    let mut rows_out = 0;
     for e in entries {
         if !every && !e.is_alive() {
             continue;
@@ -675,6 +682,7 @@ fn entries_batch(
         if let (false, Some(r)) = (every, readable) {
             metrics.push(r.value(e.data_file())?);
         }
+        rows_out += 1;
         if every {
             status.append_value(match e.status() {
                 ManifestStatus::Existing => 0,
@@ -687,10 +695,11 @@ fn entries_batch(
         }
     }
     let mut files = rows.finish(partition)?;
-    if let (false, Some(r)) = (every, readable) {
-        files.push(match metrics.is_empty() {
-            true => arrow::array::new_empty_array(&r.data_type),
-            false => ScalarValue::iter_to_array(metrics)?,
+    if let (false, Some(r)) = (every, metrics_column) {
+        files.push(match (readable.is_some(), metrics.is_empty()) {
+            (false, _) => arrow::array::new_null_array(&r.data_type, rows_out),
+            (true, true) => arrow::array::new_empty_array(&r.data_type),
+            (true, false) => ScalarValue::iter_to_array(metrics)?,
         });
     }
     let columns: Vec<ArrayRef> = match every {

@@ -273,7 +273,13 @@ impl TableProvider for IcebergMetadataTable {
             }
             return state.create_physical_plan(&plan.build()?).await;
         }
-        let stream: Arc<dyn PartitionStream> = Arc::new(Rows(self.clone()));
+        // `readable_metrics` is built only when read (it is the costly column).
+        let readable = match (self.schema.index_of("readable_metrics"), projection) {
+            (Ok(at), Some(p)) => p.contains(&at),
+            (Ok(_), None) => true,
+            (Err(_), _) => false,
+        };
+        let stream: Arc<dyn PartitionStream> = Arc::new(Rows(self.clone(), readable));
         Ok(Arc::new(StreamingTableExec::try_new(
             Arc::clone(&self.schema),
             vec![stream],
@@ -285,9 +291,10 @@ impl TableProvider for IcebergMetadataTable {
     }
 }
 
-/// The rows of a metadata table, produced when the scan runs.
+/// The rows of a metadata table, produced when the scan runs; whether `readable_metrics` is
+/// read (else it is NULL).
 #[derive(Debug)]
-struct Rows(IcebergMetadataTable);
+struct Rows(IcebergMetadataTable, bool);
 
 impl PartitionStream for Rows {
     fn schema(&self) -> &SchemaRef {
@@ -315,6 +322,7 @@ impl PartitionStream for Rows {
                     kind,
                     t.snapshot_id,
                     Arc::clone(&schema),
+                    self.1,
                 );
                 Box::pin(RecordBatchStreamAdapter::new(schema, stream))
             }
