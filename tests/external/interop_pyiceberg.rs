@@ -1929,7 +1929,9 @@ fn metadata_tables_answer_as_pyiceberg_inspects() {
            (3, 'b', DATE '2024-01-02', CAST('NaN' AS DOUBLE)); \
          INSERT INTO db.m VALUES (4, NULL, NULL, 2.0); \
          DELETE FROM db.m WHERE id = 2; \
-         INSERT OVERWRITE db.m PARTITION (k = 'b') VALUES (5, DATE '2024-01-03', 5.0)",
+         INSERT OVERWRITE db.m PARTITION (k = 'b') VALUES (5, DATE '2024-01-03', 5.0); \
+         ALTER TABLE db.m CREATE BRANCH audit RETAIN 3 DAYS WITH SNAPSHOT RETENTION 5 SNAPSHOTS 2 DAYS; \
+         ALTER TABLE db.m CREATE TAG v1 RETAIN 7 DAYS",
     );
     let map =
         |c: &str| format!("named_struct('keys', map_keys({c}), 'values', map_values({c})) AS {c}");

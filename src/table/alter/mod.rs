@@ -12,6 +12,7 @@
 pub(crate) mod parse;
 mod partition;
 mod properties;
+mod refs;
 mod schema;
 pub(crate) mod types;
 
@@ -78,6 +79,7 @@ pub(crate) async fn apply(
             Action::Columns(edits) => columns(state, &table, edits)?,
             Action::Partition(changes) => partition_spec(&table, changes)?,
             Action::Write(order) => write_order(&table, order)?,
+            Action::Ref(change) => refs::change(&table, change)?,
             Action::RenameTo(_) => {
                 return Err(DataFusionError::Internal(
                     "RENAME TO is the catalog's, not a metadata change".into(),

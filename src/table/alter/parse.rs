@@ -57,6 +57,8 @@ pub(crate) enum Action {
     Write(WriteOrder),
     /// `RENAME TO name`: the new name's parts as written.
     RenameTo(Vec<String>),
+    /// `CREATE | REPLACE | DROP BRANCH | TAG`.
+    Ref(super::refs::RefChange),
 }
 
 /// A column change as written: types and values still SQL (they need the table's format
@@ -94,7 +96,7 @@ const FORMS: &str = "expected ALTER TABLE name ADD COLUMN(S) | DROP COLUMN(S) | 
                      | ALTER COLUMN | SET/DROP IDENTIFIER FIELDS | RENAME TO | ADD/DROP/REPLACE PARTITION \
                      FIELD | WRITE [LOCALLY] ORDERED BY | WRITE UNORDERED | WRITE DISTRIBUTED BY \
                      PARTITION | SET TBLPROPERTIES ('key' = 'value', ...) | UNSET TBLPROPERTIES \
-                     [IF EXISTS] ('key', ...)";
+                     [IF EXISTS] ('key', ...) | CREATE [OR REPLACE] | REPLACE | DROP BRANCH | TAG";
 
 /// Parses `sql` when it is an `ALTER TABLE` statement (`None` otherwise: the statement is
 /// DataFusion's to plan). A malformed one is an error naming the forms there are.
@@ -150,6 +152,9 @@ pub(crate) fn sql_err(e: impl std::fmt::Display) -> String {
 fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
     let name = path(p).map_err(|_| format!("no table name ({FORMS})"))?;
     let name_of = name.clone();
+    if let Some(change) = super::refs::parse(p) {
+        return finish(p, name_of, Action::Ref(change?));
+    }
     let action = if word(p, "add") {
         if words(p, &["partition", "field"]) {
             let term = term(p)?;
