@@ -11,6 +11,7 @@ mod changes;
 mod cluster;
 pub(crate) mod metadata_file;
 mod producer;
+pub(crate) mod refs;
 mod removed;
 mod retry;
 mod store;

@@ -65,36 +65,6 @@ impl ExpireSnapshotsResult {
     }
 }
 
-/// A branch or tag, as the table metadata records it.
-struct RefInfo {
-    snapshot_id: i64,
-    branch: bool,
-    min_snapshots_to_keep: Option<usize>,
-    max_snapshot_age_ms: Option<i64>,
-}
-
-/// The table's refs (the iceberg crate keeps them private; their serialized form has them).
-fn refs_of(metadata: &TableMetadata) -> Result<Vec<RefInfo>> {
-    let json =
-        serde_json::to_value(metadata).map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let long = |v: &serde_json::Value| v.as_i64().or_else(|| v.as_u64().map(|u| u as i64));
-    let mut out = vec![];
-    if let Some(refs) = json["refs"].as_object() {
-        for (name, r) in refs {
-            let snapshot_id = long(&r["snapshot-id"]).ok_or_else(|| {
-                DataFusionError::Internal(format!("ref '{name}' has no snapshot id"))
-            })?;
-            out.push(RefInfo {
-                snapshot_id,
-                branch: r["type"] == "branch",
-                min_snapshots_to_keep: long(&r["min-snapshots-to-keep"]).map(|n| n.max(1) as usize),
-                max_snapshot_age_ms: long(&r["max-snapshot-age-ms"]),
-            });
-        }
-    }
-    Ok(out)
-}
-
 /// Expires snapshots of a table: Spark's `expire_snapshots`.
 #[derive(Debug, Clone)]
 pub struct ExpireSnapshots {
@@ -179,7 +149,7 @@ impl ExpireSnapshots {
             ));
         }
         let mut retained: HashSet<i64> = HashSet::new();
-        let refs = refs_of(metadata)?;
+        let refs = crate::commit::refs::refs(metadata)?;
         let heads: HashSet<i64> = refs.iter().map(|r| r.snapshot_id).collect();
         for r in &refs {
             retained.insert(r.snapshot_id);
@@ -187,7 +157,9 @@ impl ExpireSnapshots {
                 continue;
             }
             // A branch's own settings win over the defaults.
-            let keep = r.min_snapshots_to_keep.unwrap_or(retain_last);
+            let keep = r
+                .min_snapshots_to_keep
+                .map_or(retain_last, |n| n.max(1) as usize);
             let older_than = r.max_snapshot_age_ms.map_or(older_than, |age| now_ms - age);
             let mut at = Some(r.snapshot_id);
             let mut kept = 0;

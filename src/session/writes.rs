@@ -78,13 +78,11 @@ impl IcebergSession {
         let Some(query) = &create.query else {
             return self.ctx.read_empty();
         };
-        let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
-        let target = format!(
-            "{}.{}.{}",
-            quote(self.catalog.name()),
-            quote(&ident.namespace().as_ref().join(".")),
-            quote(ident.name())
-        );
+        let target = crate::table::overwrite::quoted(&datafusion::common::TableReference::full(
+            self.catalog.name(),
+            ident.namespace().as_ref().join("."),
+            ident.name(),
+        ));
         let inserted = match self.ctx.sql(&format!("INSERT INTO {target} {query}")).await {
             Ok(df) => df.collect().await,
             Err(e) => Err(e),
@@ -140,7 +138,6 @@ impl IcebergSession {
         data: DataFrame,
         scope: impl FnOnce(crate::IcebergTableProvider) -> crate::IcebergTableProvider,
     ) -> Result<DataFrame> {
-        use datafusion::logical_expr::{col, ExprSchemable};
         let reference = datafusion::common::TableReference::from(table);
         let provider = self.ctx.table_provider(reference.clone()).await?;
         let Some(provider) = provider.downcast_ref::<crate::IcebergTableProvider>() else {
@@ -150,23 +147,8 @@ impl IcebergSession {
         };
         let schema = datafusion::catalog::TableProvider::schema(provider);
         let (state, plan) = data.into_parts();
-        let given = plan.schema().clone();
-        if given.fields().len() != schema.fields().len() {
-            return Err(DataFusionError::Plan(format!(
-                "overwrite of '{reference}': the data has {} columns, the table {}",
-                given.fields().len(),
-                schema.fields().len()
-            )));
-        }
-        let exprs = given
-            .columns()
-            .into_iter()
-            .zip(schema.fields())
-            .map(|(c, f)| Ok(col(c).cast_to(f.data_type(), &given)?.alias(f.name())))
-            .collect::<Result<Vec<_>>>()?;
-        let input = datafusion::logical_expr::LogicalPlanBuilder::from(plan)
-            .project(exprs)?
-            .build()?;
+        let input =
+            crate::table::by_position(plan, &schema, &format!("overwrite of '{reference}'"))?;
         let target = datafusion::datasource::provider_as_source(Arc::new(scope(provider.clone())));
         let plan = datafusion::logical_expr::LogicalPlanBuilder::insert_into(
             input,

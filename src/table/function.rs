@@ -46,35 +46,50 @@ enum Pin {
     AsOf(i64),
 }
 
-fn literal(e: &Expr) -> Result<ScalarValue> {
+/// The literal argument `e` of the table function `function`.
+fn literal_of(e: &Expr, function: &str) -> Result<ScalarValue> {
     match e {
         Expr::Literal(v, _) => Ok(v.clone()),
         other => Err(DataFusionError::Plan(format!(
-            "iceberg_scan takes literal arguments, got {other}"
+            "{function} takes literal arguments, got {other}"
         ))),
     }
 }
 
-fn string(e: &Expr, what: &str) -> Result<String> {
-    match literal(e)? {
+/// The string argument `e` (`what`, in messages) of the table function `function`.
+pub(super) fn string_of(e: &Expr, function: &str, what: &str) -> Result<String> {
+    match literal_of(e, function)? {
         ScalarValue::Utf8(Some(s))
         | ScalarValue::LargeUtf8(Some(s))
         | ScalarValue::Utf8View(Some(s)) => Ok(s),
         other => Err(DataFusionError::Plan(format!(
-            "iceberg_scan: {what} must be a string, got {other}"
+            "{function}: {what} must be a string, got {other}"
         ))),
     }
 }
 
-fn integer(e: &Expr, what: &str) -> Result<i64> {
-    literal(e)?
+/// The integer argument `e` (`what`, in messages) of the table function `function`.
+pub(super) fn integer_of(e: &Expr, function: &str, what: &str) -> Result<i64> {
+    literal_of(e, function)?
         .cast_to(&arrow::datatypes::DataType::Int64)
         .ok()
         .and_then(|v| match v {
             ScalarValue::Int64(Some(i)) => Some(i),
             _ => None,
         })
-        .ok_or_else(|| DataFusionError::Plan(format!("iceberg_scan: {what} must be an integer")))
+        .ok_or_else(|| DataFusionError::Plan(format!("{function}: {what} must be an integer")))
+}
+
+fn literal(e: &Expr) -> Result<ScalarValue> {
+    literal_of(e, "iceberg_scan")
+}
+
+fn string(e: &Expr, what: &str) -> Result<String> {
+    string_of(e, "iceberg_scan", what)
+}
+
+fn integer(e: &Expr, what: &str) -> Result<i64> {
+    integer_of(e, "iceberg_scan", what)
 }
 
 fn boolean(e: &Expr, what: &str) -> Result<bool> {

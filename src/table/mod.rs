@@ -63,6 +63,31 @@ fn is_only_comments(text: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// `plan` with its columns as `schema`'s, by position (cast to their types and named as they
+/// are, as `INSERT` takes a query's columns); what writes the rows of `plan` into a table.
+pub(crate) fn by_position(
+    plan: datafusion::logical_expr::LogicalPlan,
+    schema: &arrow::datatypes::Schema,
+    what: &str,
+) -> datafusion::error::Result<datafusion::logical_expr::LogicalPlan> {
+    use datafusion::logical_expr::{col, ExprSchemable, LogicalPlanBuilder};
+    let given = plan.schema().clone();
+    if given.fields().len() != schema.fields().len() {
+        return Err(datafusion::error::DataFusionError::Plan(format!(
+            "{what}: the data has {} columns, the table {}",
+            given.fields().len(),
+            schema.fields().len()
+        )));
+    }
+    let exprs = given
+        .columns()
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(c, f)| Ok(col(c).cast_to(f.data_type(), &given)?.alias(f.name())))
+        .collect::<datafusion::error::Result<Vec<_>>>()?;
+    LogicalPlanBuilder::from(plan).project(exprs)?.build()
+}
+
 /// Whether `sql` is a statement [`crate::IcebergSession::sql`] runs itself rather than handing
 /// to DataFusion as it is (`ALTER TABLE`, `DESCRIBE`, `SHOW TBLPROPERTIES`, `CALL system.<procedure>(..)`,
 /// `DELETE`/`UPDATE` with subqueries, `UPDATE ... FROM`, `DROP TABLE`, `CREATE OR REPLACE`).

@@ -364,7 +364,7 @@ fn dynamic(state: &SessionState) -> Result<bool> {
 }
 
 /// `reference` as SQL, each part quoted.
-fn quoted(reference: &TableReference) -> String {
+pub(crate) fn quoted(reference: &TableReference) -> String {
     let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     match reference {
         TableReference::Bare { table } => q(table),

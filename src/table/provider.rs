@@ -216,10 +216,7 @@ impl IcebergTableProvider {
             )));
         };
         let id = snapshot.snapshot_id();
-        // The iceberg crate keeps refs private; their serialized form says branch or tag.
-        let json =
-            serde_json::to_value(metadata).map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let branch = json["refs"][name]["type"] == "branch";
+        let branch = crate::commit::refs::table_ref(metadata, name)?.is_some_and(|r| r.branch);
         let mut pinned = self.with_snapshot_id(id)?;
         if branch {
             pinned.schema = arrow_schema(pinned.table.metadata().current_schema())?;

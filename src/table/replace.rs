@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionContext;
-use datafusion::logical_expr::{col, ExprSchemable, LogicalPlanBuilder};
 use iceberg::spec::{
     FormatVersion, ListType, MapType, NestedField, NestedFieldRef, Schema, SortOrder, StructType,
     TableMetadata, Type, UnboundPartitionSpec,
@@ -313,14 +312,7 @@ async fn write_rows(
 ) -> Result<Vec<crate::commit::NewFile>> {
     let schema = arrow_schema(staged.metadata().current_schema())?;
     let (state, plan) = ctx.sql(query).await?.into_parts();
-    let given = plan.schema().clone();
-    let exprs = given
-        .columns()
-        .into_iter()
-        .zip(schema.fields())
-        .map(|(c, f)| Ok(col(c).cast_to(f.data_type(), &given)?.alias(f.name())))
-        .collect::<Result<Vec<_>>>()?;
-    let plan = LogicalPlanBuilder::from(plan).project(exprs)?.build()?;
+    let plan = super::by_position(plan, &schema, "CREATE OR REPLACE TABLE .. AS")?;
     let input = state.create_physical_plan(&plan).await?;
     let sort = sort_requirement(staged, &input.schema())?;
     let writer = Arc::new(DataFileWriterExec::try_new(

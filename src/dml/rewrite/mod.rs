@@ -172,23 +172,7 @@ pub(crate) async fn plan(
     let mut columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
     columns.sort();
 
-    let job = DmlJob {
-        table: table.clone(),
-        store: Arc::clone(&target.store),
-        distributed: crate::physical_plan::distributes(session.config()),
-        state: session,
-        schema,
-        locations: target.locations.clone(),
-        filters,
-        columns,
-        op,
-        mode,
-        base_snapshot_id: None,
-        count_removed: true,
-        removed_whole: vec![],
-        rows_removed_whole: 0,
-        checked: ScanFiles::default(),
-    };
+    let job = DmlJob::new(&target, session, filters, columns, op, mode, true)?;
     let (job, pass1) = job.plan().await?;
     let statement = Arc::new(DmlStatement { job: Arc::new(job) });
     Ok(Arc::new(StatementExec::new(
@@ -211,23 +195,15 @@ pub(in crate::dml) async fn plan_removal(
     }
     let mut columns: Vec<String> = columns.into_iter().map(|c| c.name).collect();
     columns.sort();
-    let job = DmlJob {
-        table: target.table.clone(),
-        store: Arc::clone(&target.store),
-        distributed: crate::physical_plan::distributes(session.config()),
-        state: session,
-        schema: arrow_schema(target.table.metadata().current_schema())?,
-        locations: target.locations.clone(),
+    let job = DmlJob::new(
+        &target,
+        session,
         filters,
         columns,
-        op: DmlOp::Delete,
-        mode: WriteMode::CopyOnWrite,
-        base_snapshot_id: None,
-        count_removed: false,
-        removed_whole: vec![],
-        rows_removed_whole: 0,
-        checked: ScanFiles::default(),
-    };
+        DmlOp::Delete,
+        WriteMode::CopyOnWrite,
+        false,
+    )?;
     job.plan().await
 }
 
@@ -289,6 +265,35 @@ pub(super) struct DmlJob {
 }
 
 impl DmlJob {
+    /// The statement on `target`, not planned yet.
+    fn new(
+        target: &DmlTarget<'_>,
+        session: SessionState,
+        filters: Vec<Expr>,
+        columns: Vec<String>,
+        op: DmlOp,
+        mode: WriteMode,
+        count_removed: bool,
+    ) -> Result<Self> {
+        Ok(Self {
+            table: target.table.clone(),
+            store: Arc::clone(&target.store),
+            distributed: crate::physical_plan::distributes(session.config()),
+            state: session,
+            schema: arrow_schema(target.table.metadata().current_schema())?,
+            locations: target.locations.clone(),
+            filters,
+            columns,
+            op,
+            mode,
+            base_snapshot_id: None,
+            count_removed,
+            removed_whole: vec![],
+            rows_removed_whole: 0,
+            checked: ScanFiles::default(),
+        })
+    }
+
     /// Chooses the files of the table's current snapshot: those removed whole and those pass 1
     /// reads (its plan is returned).
     async fn plan(mut self) -> Result<(Self, Option<Arc<dyn ExecutionPlan>>)> {

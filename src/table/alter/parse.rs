@@ -32,6 +32,7 @@ use iceberg::spec::{NullOrder, SortDirection, Transform};
 
 use super::partition::{FieldName, PartitionChange, SortKey, Term, WriteOrder};
 use super::properties::PropertyChange;
+use super::refs::{RefChange, RefKind, RefOp};
 use super::schema::{ColumnChange, Position};
 use super::types::{normalised, DdlDialect};
 
@@ -152,7 +153,7 @@ pub(crate) fn sql_err(e: impl std::fmt::Display) -> String {
 fn statement(p: &mut Parser) -> std::result::Result<AlterTable, String> {
     let name = path(p).map_err(|_| format!("no table name ({FORMS})"))?;
     let name_of = name.clone();
-    if let Some(change) = super::refs::parse(p) {
+    if let Some(change) = ref_statement(p) {
         return finish(p, name_of, Action::Ref(change?));
     }
     let action = if word(p, "add") {
@@ -541,4 +542,110 @@ pub(crate) fn key_values(
             return Err("malformed property list");
         }
     }
+}
+
+/// The ref statement after `ALTER TABLE name`, when it is one (the parser is left as it was
+/// otherwise).
+fn ref_statement(p: &mut Parser) -> Option<std::result::Result<RefChange, String>> {
+    use RefKind::{Branch, Tag};
+    let forms: [(&[&str], bool, bool, RefKind); 6] = [
+        (&["create", "or", "replace", "branch"], true, true, Branch),
+        (&["create", "or", "replace", "tag"], true, true, Tag),
+        (&["create", "branch"], true, false, Branch),
+        (&["create", "tag"], true, false, Tag),
+        (&["replace", "branch"], false, true, Branch),
+        (&["replace", "tag"], false, true, Tag),
+    ];
+    for (form, create, replace, kind) in forms {
+        if words(p, form) {
+            return Some(set(p, kind, create, replace));
+        }
+    }
+    for (form, kind) in [(["drop", "branch"], Branch), (["drop", "tag"], Tag)] {
+        if words(p, &form) {
+            let if_exists = words(p, &["if", "exists"]);
+            return Some(ref_name(p).map(|name| RefChange {
+                kind,
+                name,
+                op: RefOp::Drop { if_exists },
+            }));
+        }
+    }
+    None
+}
+
+fn ref_name(p: &mut Parser) -> std::result::Result<String, String> {
+    // Ref names keep their case, as Iceberg records them.
+    Ok(p.parse_identifier().map_err(sql_err)?.value)
+}
+
+fn number(p: &mut Parser) -> std::result::Result<i64, String> {
+    let n = p.parse_literal_uint().map_err(sql_err)?;
+    i64::try_from(n).map_err(|_| format!("{n} is too large"))
+}
+
+/// A duration: `n DAYS | HOURS | MINUTES`, in milliseconds.
+fn duration(p: &mut Parser, n: i64) -> std::result::Result<i64, String> {
+    let unit = if word(p, "days") || word(p, "day") {
+        86_400_000
+    } else if word(p, "hours") || word(p, "hour") {
+        3_600_000
+    } else if word(p, "minutes") || word(p, "minute") {
+        60_000
+    } else {
+        return Err(format!(
+            "expected DAYS, HOURS or MINUTES at '{}'",
+            p.peek_token().token
+        ));
+    };
+    n.checked_mul(unit)
+        .ok_or_else(|| format!("{n} is too long a duration"))
+}
+
+fn set(
+    p: &mut Parser,
+    kind: RefKind,
+    create: bool,
+    replace: bool,
+) -> std::result::Result<RefChange, String> {
+    let if_not_exists = create && words(p, &["if", "not", "exists"]);
+    let name = ref_name(p)?;
+    let mut version = None;
+    let (mut max_ref_age_ms, mut min_snapshots_to_keep, mut max_snapshot_age_ms) =
+        (None, None, None);
+    if words(p, &["as", "of", "version"]) {
+        version = Some(number(p)?);
+    }
+    if word(p, "retain") {
+        let n = number(p)?;
+        max_ref_age_ms = Some(duration(p, n)?);
+    }
+    if words(p, &["with", "snapshot", "retention"]) {
+        if kind == RefKind::Tag {
+            return Err("a tag has no snapshot retention".into());
+        }
+        let n = number(p)?;
+        if word(p, "snapshots") {
+            min_snapshots_to_keep =
+                Some(i32::try_from(n).map_err(|_| format!("{n} snapshots is too many"))?);
+            if let Ok(m) = number(p) {
+                max_snapshot_age_ms = Some(duration(p, m)?);
+            }
+        } else {
+            max_snapshot_age_ms = Some(duration(p, n)?);
+        }
+    }
+    Ok(RefChange {
+        kind,
+        name,
+        op: RefOp::Set {
+            create,
+            replace,
+            if_not_exists,
+            version,
+            max_ref_age_ms,
+            min_snapshots_to_keep,
+            max_snapshot_age_ms,
+        },
+    })
 }

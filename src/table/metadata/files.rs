@@ -153,7 +153,8 @@ fn map_binary() -> MapBuilder<Int32Builder, BinaryBuilder> {
     MapBuilder::new(None, Int32Builder::new(), BinaryBuilder::new())
 }
 
-fn type_of(mut b: impl ArrayBuilder) -> DataType {
+/// The type of the arrays `b` builds.
+pub(super) fn type_of(mut b: impl ArrayBuilder) -> DataType {
     b.finish().data_type().clone()
 }
 

@@ -9,7 +9,7 @@ use arrow::array::{
     StringBuilder, TimestampMillisecondArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
@@ -54,10 +54,11 @@ pub(super) fn schema(kind: MetadataKind) -> SchemaRef {
 
 /// `map<string, string>` as Arrow's map builder makes it.
 fn summary_type() -> DataType {
-    let mut b = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
-    arrow::array::ArrayBuilder::finish(&mut b)
-        .data_type()
-        .clone()
+    super::files::type_of(MapBuilder::new(
+        None,
+        StringBuilder::new(),
+        StringBuilder::new(),
+    ))
 }
 
 /// The one batch of `kind`.
@@ -176,41 +177,30 @@ fn log_entries(table: &Table) -> Vec<ArrayRef> {
     ]
 }
 
-/// Branches and tags, by name (the iceberg crate keeps them private; the serialized metadata
-/// has them).
+/// Branches and tags, by name.
 fn refs(md: &TableMetadata) -> Result<Vec<ArrayRef>> {
-    let json = serde_json::to_value(md).map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let long = |v: &serde_json::Value| v.as_i64().or_else(|| v.as_u64().map(|u| u as i64));
-    let mut refs: Vec<(&String, &serde_json::Value)> = json["refs"]
-        .as_object()
-        .map(|m| m.iter().collect())
-        .unwrap_or_default();
-    refs.sort_by(|a, b| a.0.cmp(b.0));
-    let mut names = vec![];
-    let mut types = vec![];
-    let mut ids = vec![];
-    let (mut max_ref, mut min_keep, mut max_age) = (vec![], vec![], vec![]);
-    for (name, r) in refs {
-        let id = long(&r["snapshot-id"])
-            .ok_or_else(|| DataFusionError::Internal(format!("ref '{name}' has no snapshot id")))?;
-        names.push(name.clone());
-        ids.push(id);
-        let branch = r["type"] == "branch";
-        types.push(if branch { "BRANCH" } else { "TAG" });
-        max_ref.push(long(&r["max-ref-age-ms"]));
-        min_keep.push(
-            long(&r["min-snapshots-to-keep"])
-                .filter(|_| branch)
-                .map(|n| n as i32),
-        );
-        max_age.push(long(&r["max-snapshot-age-ms"]).filter(|_| branch));
-    }
+    let refs = crate::commit::refs::refs(md)?;
     Ok(vec![
-        Arc::new(StringArray::from(names)),
-        Arc::new(StringArray::from(types)),
-        Arc::new(Int64Array::from(ids)),
-        Arc::new(Int64Array::from(max_ref)),
-        Arc::new(Int32Array::from(min_keep)),
-        Arc::new(Int64Array::from(max_age)),
+        Arc::new(StringArray::from_iter_values(
+            refs.iter().map(|r| r.name.as_str()),
+        )),
+        Arc::new(StringArray::from_iter_values(refs.iter().map(|r| {
+            if r.branch {
+                "BRANCH"
+            } else {
+                "TAG"
+            }
+        }))),
+        Arc::new(Int64Array::from_iter_values(
+            refs.iter().map(|r| r.snapshot_id),
+        )),
+        Arc::new(Int64Array::from_iter(refs.iter().map(|r| r.max_ref_age_ms))),
+        Arc::new(Int32Array::from_iter(
+            refs.iter()
+                .map(|r| r.min_snapshots_to_keep.map(|n| n as i32)),
+        )),
+        Arc::new(Int64Array::from_iter(
+            refs.iter().map(|r| r.max_snapshot_age_ms),
+        )),
     ])
 }

@@ -345,14 +345,7 @@ impl IcebergMetadataFunction {
 }
 
 fn text(e: &Expr, what: &str) -> Result<String> {
-    match e {
-        Expr::Literal(datafusion::common::ScalarValue::Utf8(Some(s)), _)
-        | Expr::Literal(datafusion::common::ScalarValue::Utf8View(Some(s)), _)
-        | Expr::Literal(datafusion::common::ScalarValue::LargeUtf8(Some(s)), _) => Ok(s.clone()),
-        other => Err(DataFusionError::Plan(format!(
-            "iceberg_metadata: {what} must be a string literal, got {other}"
-        ))),
-    }
+    super::function::string_of(e, "iceberg_metadata", what)
 }
 
 impl TableFunctionImpl for IcebergMetadataFunction {
@@ -384,22 +377,11 @@ impl TableFunctionImpl for IcebergMetadataFunction {
                 let key = text(key, "an option name")?.to_ascii_lowercase();
                 let md = table.metadata();
                 match key.as_str() {
-                    "snapshot_id" | "snapshot-id" => {
-                        let id = match value {
-                            Expr::Literal(v, _) => {
-                                v.cast_to(&DataType::Int64).ok().and_then(|v| match v {
-                                    datafusion::common::ScalarValue::Int64(Some(i)) => Some(i),
-                                    _ => None,
-                                })
-                            }
-                            _ => None,
-                        };
-                        Some(id.ok_or_else(|| {
-                            DataFusionError::Plan(
-                                "iceberg_metadata: snapshot_id must be an integer".into(),
-                            )
-                        })?)
-                    }
+                    "snapshot_id" | "snapshot-id" => Some(super::function::integer_of(
+                        value,
+                        "iceberg_metadata",
+                        "snapshot_id",
+                    )?),
                     "ref" | "branch" | "tag" => {
                         let name = text(value, "ref")?;
                         let snapshot = md.snapshot_for_ref(&name).ok_or_else(|| {
