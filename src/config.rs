@@ -34,6 +34,15 @@ extensions_options! {
         /// of the table; with `PARTITION (c = v)`, the rows where `c = v`) or `dynamic` (the
         /// partitions the new rows fall into, as Spark's `partitionOverwriteMode=dynamic`).
         pub overwrite_mode: String, default = "static".to_string()
+        /// The branch writes to tables with `write.wap.enabled=true` go to, and their reads
+        /// come from once it exists (Spark's `spark.wap.branch`); made at `main`'s head by the
+        /// first write. Empty: `main`.
+        pub write_branch: String, default = String::new()
+        /// The write-audit-publish id writes to tables with `write.wap.enabled=true` are staged
+        /// under (Spark's `spark.wap.id`): their snapshots are added with `wap.id` in their
+        /// summary and no branch moves, until `CALL system.publish_changes` or
+        /// `cherrypick_snapshot`. Empty: writes commit.
+        pub wap_id: String, default = String::new()
         /// Bytes the hash joins' build sides may take (the session's memory limit, when
         /// `IcebergSession` has one): where the build sides held at the same time may not
         /// fit (estimated from statistics), the largest, and any of unknown size, are planned
@@ -58,5 +67,54 @@ impl IcebergOptions {
             .get::<IcebergOptions>()
             .cloned()
             .unwrap_or_default()
+    }
+}
+
+/// The option a `RESET iceberg.<key>` statement names (`None` for other statements):
+/// DataFusion resets its own options only, so [`crate::IcebergSession::sql`] resets these.
+pub(crate) fn reset_statement(sql: &str) -> Option<String> {
+    let text = sql.trim().trim_end_matches(';').trim_end();
+    let (verb, key) = text.split_once(char::is_whitespace)?;
+    if !verb.eq_ignore_ascii_case("reset") {
+        return None;
+    }
+    let key = key.trim();
+    let (prefix, rest) = key.split_once('.')?;
+    (prefix.eq_ignore_ascii_case(IcebergOptions::PREFIX)
+        && !rest.is_empty()
+        && !rest.contains(char::is_whitespace))
+    .then(|| rest.to_ascii_lowercase())
+}
+
+/// Resets the option `key` (without the `iceberg.` prefix) of `options` to its default.
+pub(crate) fn reset(options: &mut ConfigOptions, key: &str) -> datafusion::error::Result<()> {
+    use datafusion::common::config::ConfigField;
+    match options.extensions.get_mut::<IcebergOptions>() {
+        Some(o) => ConfigField::reset(o, key),
+        None => Err(datafusion::error::DataFusionError::Configuration(
+            "this session has no iceberg options to reset".into(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn reset_statements_name_an_option() {
+        use super::reset_statement;
+        assert_eq!(
+            reset_statement("RESET iceberg.write_branch;").as_deref(),
+            Some("write_branch")
+        );
+        assert_eq!(
+            reset_statement("reset ICEBERG.wap_id").as_deref(),
+            Some("wap_id")
+        );
+        assert_eq!(
+            reset_statement("RESET datafusion.execution.batch_size"),
+            None
+        );
+        assert_eq!(reset_statement("RESET iceberg."), None);
+        assert_eq!(reset_statement("SELECT 1"), None);
     }
 }

@@ -320,6 +320,20 @@ impl SchemaProvider for IcebergSchemaProvider {
                 return Ok(Some(Arc::new(metadata)));
             }
         }
+        // `t.branch_b`, `t.tag_x`, `t.snapshot_id_1`, `t.at_timestamp_1700000000000`: a
+        // version of the table `t` (as Spark's catalog names them), unless a table has the name.
+        for (base, version) in crate::table::version::split_name(name) {
+            let Some(table) = self.catalog_table(base).await? else {
+                continue;
+            };
+            if let Some(exact) = self.catalog_table(name).await? {
+                return Ok(Some(exact));
+            }
+            let Some(iceberg) = table.downcast_ref::<IcebergTableProvider>() else {
+                return Ok(None);
+            };
+            return Ok(Some(Arc::new(version.apply(iceberg.clone())?)));
+        }
         if let Some(files) = self.files.as_ref().filter(|_| names_a_file(name)) {
             if let Some(table) = files.try_new(name).await? {
                 return Ok(Some(Arc::new(FilesInPlace::new(table, name))));

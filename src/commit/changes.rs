@@ -7,7 +7,7 @@ use std::sync::Arc;
 use datafusion::error::DataFusionError;
 use iceberg::spec::{DataFile, Operation, TableMetadata};
 
-/// The branch every write goes to.
+/// The table's main branch: its head is the current snapshot.
 pub const MAIN_BRANCH: &str = "main";
 
 /// A file added by a snapshot, with the partition spec it was written for.
@@ -47,6 +47,8 @@ pub struct SnapshotChanges {
     /// Where a rewrite of data manifests sorts their entries and reserves the ones it holds
     /// (memory pool, spill files); `None`: a context of its own, without a memory limit.
     pub task_context: Option<Arc<datafusion::execution::TaskContext>>,
+    /// Where the snapshot goes: `main`, another branch, or staged.
+    pub write_to: super::WriteTo,
 }
 
 /// Delete files a commit removes: position or equality delete files by path, deletion vectors

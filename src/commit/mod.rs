@@ -11,10 +11,12 @@ mod changes;
 mod cluster;
 pub(crate) mod metadata_file;
 mod producer;
+mod proposal;
 pub(crate) mod refs;
 mod removed;
 mod retry;
 mod store;
+mod write_to;
 mod written;
 
 pub use changes::{
@@ -22,10 +24,12 @@ pub use changes::{
     Validation, MAIN_BRANCH,
 };
 pub use producer::SnapshotProducer;
+pub(crate) use proposal::{commit_proposal, Proposal};
 pub(crate) use removed::removed_with_deletes;
 pub use retry::{
     commit, is_commit_state_unknown, CommitOutcome, CommitStateUnknown, STATEMENT_ID_PROPERTY,
 };
 pub(crate) use retry::{commit_or_clean_up, RetryPolicy};
 pub use store::{CommitResult, MetadataChange, MetadataStore};
+pub use write_to::{WriteTo, PUBLISHED_WAP_ID, STAGED_WAP_ID, WAP_ENABLED};
 pub use written::WrittenFiles;

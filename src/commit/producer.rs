@@ -8,7 +8,8 @@
 //!     │                                 │ snapshot's sequence number)        │
 //!     │  per attempt, on the base       └────────────────────────────────────┘
 //!     └─► parent manifests: kept as they are, or rewritten when they list a removed file
-//!         ─► manifest list (snap-<id>-<attempt>-<uuid>.avro) ─► snapshot + `main` ref
+//!         ─► manifest list (snap-<id>-<attempt>-<uuid>.avro) ─► snapshot + its branch's ref
+//!            (`main`, another branch, or none: staged)
 //! ```
 //! A retry after a conflict re-applies the same changes on the newer base: new manifests are
 //! reused, the manifest list and metadata are rebuilt.
@@ -27,7 +28,8 @@ use iceberg::table::Table;
 use iceberg::TableRequirement;
 use uuid::Uuid;
 
-use super::changes::{conflict, vector_key, SnapshotChanges, Validation, MAIN_BRANCH};
+use super::changes::{conflict, vector_key, SnapshotChanges, Validation};
+use super::write_to::{WriteTo, STAGED_WAP_ID};
 use crate::commit::MetadataChange;
 use crate::error::IcebergResultExt;
 use crate::file_planning::sequence_numbers;
@@ -88,7 +90,7 @@ impl SnapshotProducer {
                 id
             }
         };
-        let parent = metadata.snapshot_for_ref(MAIN_BRANCH).cloned();
+        let parent = self.changes.write_to.head(metadata).cloned();
         if let Some(validation) = &self.changes.validation {
             validate(base, parent.as_ref().map(|p| p.snapshot_id()), validation).await?;
         }
@@ -177,6 +179,9 @@ impl SnapshotProducer {
             props.insert("manifests-kept".to_string(), kept.to_string());
         }
         props.extend(self.changes.summary_properties.clone());
+        if let WriteTo::Staged(wap_id) = &self.changes.write_to {
+            props.insert(STAGED_WAP_ID.to_string(), wap_id.clone());
+        }
         add_totals(&mut props, parent.as_ref().map(|p| p.summary()));
         let summary = Summary {
             operation: self.changes.operation.clone(),
@@ -202,7 +207,7 @@ impl SnapshotProducer {
             }
             _ => snapshot.build(),
         };
-        on_main_branch(base, snapshot, parent_id)
+        on_target(base, snapshot, parent_id, &self.changes.write_to)
     }
 
     /// Writes the manifest list of the snapshot; its location, and the next row id after the
@@ -709,35 +714,40 @@ fn manifest_entries_target(metadata: &iceberg::spec::TableMetadata) -> Result<us
     Ok((target / MANIFEST_ENTRY_BYTES).max(1))
 }
 
-/// The change that makes `snapshot` the head of `main` on `base`, required to find `main` at
-/// `parent_id` and the table the same one.
-fn on_main_branch(
+/// The change that adds `snapshot` to `base` where `to` says: the head of its branch, required
+/// to find the branch at `parent_id` (absent when the branch is new) and the table the same one;
+/// or staged, only added.
+fn on_target(
     base: &Table,
     snapshot: Snapshot,
     parent_id: Option<i64>,
+    to: &WriteTo,
 ) -> Result<MetadataChange> {
     let metadata = base.metadata();
     let location = base.metadata_location().map(str::to_string);
-    let result = metadata
-        .clone()
-        .into_builder(location)
-        .set_branch_snapshot(snapshot, MAIN_BRANCH)
-        .df()?
-        .build()
-        .df()?;
+    let builder = metadata.clone().into_builder(location);
+    let mut requirements = vec![TableRequirement::UuidMatch {
+        uuid: metadata.uuid(),
+    }];
+    let builder = match to {
+        WriteTo::Staged(_) => builder.add_snapshot(snapshot).df()?,
+        WriteTo::Main | WriteTo::Branch(_) => {
+            let branch = to.branch_name();
+            // A new branch starts at `main`'s head: it must still not exist.
+            let found = metadata.snapshot_for_ref(branch).map(|s| s.snapshot_id());
+            requirements.push(TableRequirement::RefSnapshotIdMatch {
+                r#ref: branch.to_string(),
+                snapshot_id: found.and(parent_id),
+            });
+            builder.set_branch_snapshot(snapshot, branch).df()?
+        }
+    };
+    let result = builder.build().df()?;
     Ok(MetadataChange {
         base: base.clone(),
         metadata: result.metadata,
         updates: result.changes,
-        requirements: vec![
-            TableRequirement::UuidMatch {
-                uuid: metadata.uuid(),
-            },
-            TableRequirement::RefSnapshotIdMatch {
-                r#ref: MAIN_BRANCH.to_string(),
-                snapshot_id: parent_id,
-            },
-        ],
+        requirements,
     })
 }
 

@@ -20,6 +20,7 @@ use crate::storage::location::LocationMap;
 /// them.)
 pub(crate) async fn removed_with_deletes(
     table: &Table,
+    write_to: &super::WriteTo,
     locations: &LocationMap,
     planning_threshold: u64,
     removed: &[&PlannedFile],
@@ -53,6 +54,7 @@ pub(crate) async fn removed_with_deletes(
     if !removed.is_empty() && !candidates.is_empty() {
         for path in orphan_deletes(
             table,
+            write_to,
             locations,
             planning_threshold,
             &removed_paths,
@@ -68,17 +70,19 @@ pub(crate) async fn removed_with_deletes(
     Ok((removed_files, vectors, delete_files_removed))
 }
 
-/// Those of `deletes` that may apply to no data file of the base snapshot except `removed` ones
+/// Those of `deletes` that may apply to no data file of the base snapshot (the head `write_to`
+/// reads) except `removed` ones
 /// (by scope and sequence number: a position delete file without `referenced_data_file` is
 /// kept while any file of its partition may still be its target).
 async fn orphan_deletes(
     table: &Table,
+    write_to: &super::WriteTo,
     locations: &LocationMap,
     planning_threshold: u64,
     removed: &HashSet<&str>,
     deletes: &[Arc<DeleteFileRef>],
 ) -> Result<Vec<String>> {
-    let Some(snapshot) = table.metadata().current_snapshot() else {
+    let Some(snapshot) = write_to.head(table.metadata()) else {
         return Ok(vec![]);
     };
     // Only the data files are needed: above the planning threshold the delete manifests stream

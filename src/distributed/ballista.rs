@@ -116,6 +116,9 @@ struct EncodedCommit {
     metadata_location: Option<String>,
     metadata: Box<iceberg::spec::TableMetadata>,
     statement_id: String,
+    /// Where the snapshot goes (absent in commits encoded before branches: `main`).
+    #[serde(default)]
+    write_to: crate::commit::WriteTo,
 }
 
 impl BallistaIcebergPhysicalCodec {
@@ -153,7 +156,8 @@ impl BallistaIcebergPhysicalCodec {
                 table,
                 WrittenFiles::default(),
             )
-            .with_statement_id(encoded.statement_id),
+            .with_statement_id(encoded.statement_id)
+            .with_write_to(encoded.write_to),
         ))
     }
 }
@@ -195,6 +199,7 @@ impl PhysicalExtensionCodec for BallistaIcebergPhysicalCodec {
                 metadata_location: table.metadata_location().map(str::to_string),
                 metadata: Box::new(table.metadata().clone()),
                 statement_id: statement_id.to_string(),
+                write_to: commit.write_to().clone(),
             };
             buf.extend_from_slice(COMMIT_MAGIC);
             return serde_json::to_writer(&mut *buf, &encoded)

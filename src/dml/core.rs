@@ -8,7 +8,7 @@ use datafusion::error::{DataFusionError, Result};
 use iceberg::spec::TableMetadata;
 use iceberg::table::Table;
 
-use crate::commit::MetadataStore;
+use crate::commit::{MetadataStore, WriteTo};
 use crate::storage::location::LocationMap;
 
 /// The table a statement changes, as the provider holds it.
@@ -17,6 +17,8 @@ pub(crate) struct DmlTarget<'a> {
     pub table: &'a Table,
     pub store: Arc<dyn MetadataStore>,
     pub locations: &'a LocationMap,
+    /// Where its snapshot goes (and so which head it reads).
+    pub write_to: WriteTo,
 }
 
 /// How a `DELETE` or `UPDATE` changes rows in files it does not drop whole.

@@ -41,7 +41,7 @@ use super::rewrite::{plan_removal, prepare, validation, DmlJob, Prepared};
 use super::DmlTarget;
 use crate::commit::{
     commit_or_clean_up, removed_with_deletes, MetadataStore, NewFile, RemovedDeletes,
-    SnapshotChanges, Validation, WrittenFiles,
+    SnapshotChanges, Validation, WriteTo, WrittenFiles,
 };
 use crate::file_planning::{plan_files_pruned, FileFilter, PlannedFile};
 use crate::physical_plan::statement::{Statement, StatementExec, StatementMetrics};
@@ -124,7 +124,7 @@ pub(crate) async fn plan_overwrite(
         sort,
         written.clone(),
     )?);
-    let base_snapshot_id = table.metadata().current_snapshot_id();
+    let base_snapshot_id = target.write_to.head_id(table.metadata());
     let (removal, mut children) = match &scope {
         OverwriteScope::Filter(_) => {
             let (job, pass1) = plan_removal(
@@ -144,6 +144,7 @@ pub(crate) async fn plan_overwrite(
         locations: target.locations.clone(),
         threshold: IcebergOptions::from_config(state.config_options()).planning_threshold,
         base_snapshot_id,
+        write_to: target.write_to.clone(),
         removal,
         written,
     };
@@ -180,6 +181,8 @@ struct OverwriteStatement {
     threshold: u64,
     /// The snapshot the statement read (`None`: the table was empty).
     base_snapshot_id: Option<i64>,
+    /// Where the snapshot goes (the branch whose head it read).
+    write_to: WriteTo,
     removal: Removal,
     /// The files the writer writes in this process.
     written: WrittenFiles,
@@ -228,6 +231,7 @@ impl OverwriteStatement {
                 .insert(REPLACE_PARTITIONS.to_string(), "true".to_string());
         }
         changes.added_data_files.extend(added);
+        changes.write_to = self.write_to.clone();
         if changes.added_data_files.is_empty() && !removes {
             // Nothing written, nothing replaced: no snapshot.
             self.written.take();
@@ -274,7 +278,7 @@ impl OverwriteStatement {
         };
         let mut removed: Vec<PlannedFile> = vec![];
         let mut equality_deletes = vec![];
-        if let Some(snapshot) = metadata.current_snapshot() {
+        if let Some(snapshot) = self.write_to.head(metadata) {
             let files = plan_files_pruned(
                 &self.table,
                 &self.locations,
@@ -293,6 +297,7 @@ impl OverwriteStatement {
         let refs: Vec<&PlannedFile> = removed.iter().collect();
         let (removed_files, removed_vectors, delete_files_removed) = removed_with_deletes(
             &self.table,
+            &self.write_to,
             &self.locations,
             self.threshold,
             &refs,

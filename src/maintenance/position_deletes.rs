@@ -243,6 +243,7 @@ impl RewritePositionDeleteFiles {
             data_sequence_number: None,
             rewrite_data_manifests: false,
             task_context: None,
+            write_to: crate::commit::WriteTo::Main,
         };
         commit_or_clean_up(&self.store, &table, changes, &written)
             .await

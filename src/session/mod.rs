@@ -394,6 +394,17 @@ impl IcebergSession {
                 None => {}
             }
         }
+        if let Some(key) = crate::config::reset_statement(sql) {
+            crate::config::reset(
+                self.ctx.state_ref().write().config_mut().options_mut(),
+                &key,
+            )?;
+            return self.ctx.read_empty();
+        }
+        // Spark's names of a table's versions (`t.branch_b`, `t VERSION AS OF ..`) in the form
+        // the catalog resolves.
+        let versioned = self.versions(sql).await?;
+        let sql = versioned.as_deref().unwrap_or(sql);
         if let Some(dropped) = self.drop_table(sql).await? {
             return Ok(dropped);
         }
@@ -513,6 +524,27 @@ impl IcebergSession {
             ),
         ])?;
         Ok(Some(self.ctx.read_batch(batch)?))
+    }
+
+    /// `sql` with Spark's names of table versions rewritten (see [`crate::table::version`]), or
+    /// `None` when it has none.
+    async fn versions(&self, sql: &str) -> Result<Option<String>> {
+        if !crate::table::version::mentions(sql) {
+            return Ok(None);
+        }
+        let ident_of = |parts: Vec<String>| self.ident_of(parts);
+        let names = crate::table::version::Names {
+            catalog: &self.catalog,
+            ident_of: &ident_of,
+            normalize: self
+                .ctx
+                .state()
+                .config_options()
+                .sql_parser
+                .enable_ident_normalization,
+            ctx: &self.ctx,
+        };
+        crate::table::version::rewrite(&names, sql).await
     }
 
     /// `DESCRIBE [TABLE] [EXTENDED] t` and `SHOW TBLPROPERTIES t` of a table of this catalog, in

@@ -15,6 +15,7 @@ pub(crate) mod replace;
 mod snapshots;
 pub(crate) mod spec;
 pub(crate) mod subquery;
+pub(crate) mod version;
 
 pub use by_path::{find_metadata_file, open_table_at};
 pub use factory::IcebergTableFactory;
@@ -97,6 +98,8 @@ pub fn is_session_statement(sql: &str) -> bool {
         || create::parse(sql).is_some()
         || overwrite::parse(sql).is_some()
         || crate::maintenance::is_call(sql)
+        || version::mentions(sql)
+        || crate::config::reset_statement(sql).is_some()
         || crate::table::subquery::one_statement(sql)
             .is_some_and(|s| crate::table::subquery::runs_in_session(&s))
 }

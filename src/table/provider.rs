@@ -16,7 +16,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::ExecutionPlan;
 use iceberg::table::Table;
 
-use crate::commit::MetadataStore;
+use crate::commit::{MetadataStore, WriteTo};
 use crate::error::IcebergResultExt;
 use crate::file_planning::{plan_files_pruned, unprunable_columns, FileFilter};
 use crate::physical_plan::commit::CommitExec;
@@ -59,6 +59,9 @@ pub struct IcebergTableProvider {
     /// What `INSERT OVERWRITE` replaces (`None`: as the session's `iceberg.overwrite_mode`
     /// says).
     overwrite: Option<crate::dml::OverwriteScope>,
+    /// The branch this provider reads and writes ([`Self::with_branch`]; `None`: `main`, or
+    /// the session's write branch on a table with `write.wap.enabled`).
+    branch: Option<String>,
 }
 
 /// The `write-default` values of `schema`'s top-level columns, as SQL literals.
@@ -107,6 +110,9 @@ pub struct ProviderPin {
     /// Whether the metadata columns follow (see [`IcebergTableProvider::with_metadata_columns`]).
     #[serde(default)]
     pub metadata_columns: bool,
+    /// The branch a writable provider writes ([`IcebergTableProvider::with_branch`]).
+    #[serde(default)]
+    pub branch: Option<String>,
 }
 
 impl IcebergTableProvider {
@@ -131,6 +137,7 @@ impl IcebergTableProvider {
             idempotent_commits: false,
             write_defaults,
             overwrite: None,
+            branch: None,
         })
     }
 
@@ -244,6 +251,42 @@ impl IcebergTableProvider {
         self.with_snapshot_id(id)
     }
 
+    /// Reads and writes the branch `name` (which must exist): scans read its head with the
+    /// table's current schema, and `INSERT`, `DELETE`, `UPDATE`, `MERGE` and `INSERT OVERWRITE`
+    /// commit on top of its head, validated against the commits made to it since; `main` is
+    /// untouched. Spark's `t.branch_b` names; the provider stays writable when it has a store.
+    pub fn with_branch(mut self, name: &str) -> Result<Self> {
+        let metadata = self.table.metadata();
+        match crate::commit::refs::table_ref(metadata, name)? {
+            Some(r) if r.branch => {}
+            Some(_) => {
+                return Err(DataFusionError::Plan(format!(
+                    "table '{}': '{name}' is a tag, not a branch",
+                    self.table.identifier()
+                )))
+            }
+            None => {
+                return Err(DataFusionError::Plan(format!(
+                    "table '{}' has no branch '{name}' (ALTER TABLE .. CREATE BRANCH {name})",
+                    self.table.identifier()
+                )))
+            }
+        }
+        if name == crate::commit::MAIN_BRANCH {
+            return Ok(self);
+        }
+        let store = self.store.take();
+        let mut pinned = self.with_ref(name)?;
+        pinned.store = store;
+        pinned.branch = Some(name.to_string());
+        Ok(pinned)
+    }
+
+    /// The branch this provider reads and writes ([`Self::with_branch`]).
+    pub fn branch(&self) -> Option<&str> {
+        self.branch.as_deref()
+    }
+
     /// Adds the row lineage columns of a format v3 table after the table's columns:
     /// `_row_id` (the row's id, kept when a rewrite moves the row) and
     /// `_last_updated_sequence_number` (the sequence number of the commit that added or last
@@ -307,7 +350,8 @@ impl IcebergTableProvider {
     /// columns: writable, the table's columns (with the row lineage ones on v3) then `_file`,
     /// `_pos`, `_spec_id`, `_partition`, for conditions only (no `INSERT`, no `MERGE`).
     pub(crate) fn for_conditions_on_metadata_columns(mut self) -> Result<Self> {
-        if self.snapshot_id.is_some() || self.row_lineage || self.metadata_columns {
+        let pinned = self.snapshot_id.is_some() && self.branch.is_none();
+        if pinned || self.row_lineage || self.metadata_columns {
             return Err(DataFusionError::Plan(format!(
                 "table '{}' is read-only here",
                 self.table.identifier()
@@ -355,6 +399,7 @@ impl IcebergTableProvider {
             row_lineage: self.row_lineage,
             writable: self.store.is_some(),
             metadata_columns: self.metadata_columns,
+            branch: self.branch.clone(),
         }
     }
 
@@ -362,7 +407,13 @@ impl IcebergTableProvider {
     /// the same snapshot with the same schema, the row lineage columns, read-only unless
     /// `pin.writable`.
     pub fn with_pin(mut self, pin: &ProviderPin) -> Result<Self> {
-        if let Some(id) = pin.snapshot_id {
+        if let Some(branch) = &pin.branch {
+            self = self.with_branch(branch)?;
+            // Its head as the pin saw it.
+            if pin.snapshot_id.is_some() {
+                self.snapshot_id = pin.snapshot_id;
+            }
+        } else if let Some(id) = pin.snapshot_id {
             self = self.with_snapshot_id(id)?;
             if !pin.snapshot_schema {
                 // A branch: read with the table's current schema.
@@ -496,7 +547,37 @@ impl IcebergTableProvider {
         Ok(())
     }
 
-    fn dml_target(&self, op: &str) -> Result<crate::dml::DmlTarget<'_>> {
+    /// Where a write of the session `state` goes: this provider's branch, or as the session's
+    /// `iceberg.write_branch` and `iceberg.wap_id` say ([`WriteTo::of_session`]).
+    fn write_to(&self, state: &dyn Session) -> Result<WriteTo> {
+        let explicit = self.branch.as_deref().map(WriteTo::branch);
+        WriteTo::of_session(
+            explicit.as_ref(),
+            &IcebergOptions::from_config(state.config_options()),
+            self.table.metadata(),
+            &self.table.identifier().to_string(),
+        )
+    }
+
+    /// The snapshot an unpinned scan reads: the head of the session's `iceberg.write_branch` on
+    /// a table with `write.wap.enabled=true` once that branch exists (as Spark reads under
+    /// `spark.wap.branch`), else the current one.
+    fn unpinned_snapshot(&self, state: &dyn Session) -> Option<iceberg::spec::SnapshotRef> {
+        let metadata = self.table.metadata();
+        let options = IcebergOptions::from_config(state.config_options());
+        let branch = options.write_branch.trim();
+        let wap = metadata
+            .properties()
+            .get(crate::commit::WAP_ENABLED)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        match (branch.is_empty(), wap) {
+            (false, true) => metadata.snapshot_for_ref(branch).cloned(),
+            _ => None,
+        }
+        .or_else(|| metadata.current_snapshot().cloned())
+    }
+
+    fn dml_target(&self, op: &str, state: &dyn Session) -> Result<crate::dml::DmlTarget<'_>> {
         let Some(store) = &self.store else {
             return Err(DataFusionError::Plan(format!(
                 "{op} on table '{}' is not possible: it is read-only here (opened by path or at a \
@@ -509,6 +590,7 @@ impl IcebergTableProvider {
             table: &self.table,
             store: Arc::clone(store),
             locations: &self.locations,
+            write_to: self.write_to(state)?,
         })
     }
 }
@@ -546,7 +628,7 @@ impl TableProvider for IcebergTableProvider {
         let metadata = self.table.metadata();
         let snapshot = match self.snapshot_id {
             Some(id) => metadata.snapshot_by_id(id).cloned(),
-            None => metadata.current_snapshot().cloned(),
+            None => self.unpinned_snapshot(state),
         };
         let projected = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
@@ -632,14 +714,14 @@ impl TableProvider for IcebergTableProvider {
         state: &dyn Session,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let target = self.dml_target("DELETE")?;
+        let target = self.dml_target("DELETE", state)?;
         crate::dml::delete::plan_delete(target, state, filters).await
     }
 
     /// `TRUNCATE [TABLE] t`: a `delete` snapshot that removes every data and delete file from
     /// the manifests, unread (a `DELETE` without a condition).
     async fn truncate(&self, state: &dyn Session) -> Result<Arc<dyn ExecutionPlan>> {
-        let target = self.dml_target("TRUNCATE")?;
+        let target = self.dml_target("TRUNCATE", state)?;
         crate::dml::delete::plan_delete(target, state, vec![]).await
     }
 
@@ -649,7 +731,7 @@ impl TableProvider for IcebergTableProvider {
         assignments: Vec<(String, Expr)>,
         filters: Vec<Expr>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let target = self.dml_target("UPDATE")?;
+        let target = self.dml_target("UPDATE", state)?;
         crate::dml::update::plan_update(target, state, assignments, filters).await
     }
 
@@ -666,7 +748,7 @@ impl TableProvider for IcebergTableProvider {
                 "MERGE with metadata columns in its condition is not supported yet".into(),
             ));
         }
-        let target = self.dml_target("MERGE")?;
+        let target = self.dml_target("MERGE", state)?;
         crate::dml::merge::plan_merge(target, state, source, merge_schema, on, clauses).await
     }
 
@@ -693,7 +775,7 @@ impl TableProvider for IcebergTableProvider {
                     Some(scope) => scope.clone(),
                     None => crate::dml::OverwriteScope::of_session(state)?,
                 };
-                let target = self.dml_target("INSERT OVERWRITE")?;
+                let target = self.dml_target("INSERT OVERWRITE", state)?;
                 return crate::dml::overwrite::plan_overwrite(target, state, input, scope).await;
             }
             InsertOp::Replace => {
@@ -711,6 +793,7 @@ impl TableProvider for IcebergTableProvider {
             )));
         };
         crate::commit::metadata_file::refuse_inline_manifests(self.table.metadata())?;
+        let write_to = self.write_to(state)?;
         let sort: Option<LexRequirement> = sort_requirement(&self.table, &input.schema())?;
         let written = WrittenFiles::default();
         let writer = Arc::new(DataFileWriterExec::try_new(
@@ -719,7 +802,8 @@ impl TableProvider for IcebergTableProvider {
             sort,
             written.clone(),
         )?);
-        let commit = CommitExec::new(writer, Arc::clone(store), self.table.clone(), written);
+        let commit = CommitExec::new(writer, Arc::clone(store), self.table.clone(), written)
+            .with_write_to(write_to);
         Ok(Arc::new(match self.idempotent_commits {
             true => commit.with_statement_id(uuid::Uuid::new_v4().to_string()),
             false => commit,

@@ -546,6 +546,7 @@ impl Run<'_> {
         };
         let (removed_files, removed_vectors, delete_files_removed) = removed_with_deletes(
             &job.table,
+            &job.write_to,
             &job.locations,
             job.planning_threshold(),
             &removed,
@@ -571,6 +572,7 @@ impl Run<'_> {
             data_sequence_number: None,
             rewrite_data_manifests: false,
             task_context: None,
+            write_to: job.write_to.clone(),
         };
         let counts = (
             first.updated,

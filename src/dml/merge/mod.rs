@@ -214,6 +214,7 @@ pub(crate) async fn plan_merge(
     let job = MergeJob {
         table: table.clone(),
         store: Arc::clone(&target.store),
+        write_to: target.write_to.clone(),
         state: session,
         locations: target.locations.clone(),
         table_schema: rows_schema,
@@ -461,6 +462,8 @@ pub(super) struct MergeJob {
     /// Whether the session distributes its plans over workers: the first pass then runs in
     /// their tasks when the source fits in memory and `ON` has hash keys.
     pub(super) distributed: bool,
+    /// Where the snapshot goes; the statement reads that branch's head.
+    pub(super) write_to: crate::commit::WriteTo,
 }
 
 /// The first pass of a copy-on-write `MERGE` that reads only the deciding columns: it finds
@@ -525,13 +528,13 @@ impl MergeJob {
         Some(Some(filters))
     }
 
-    /// The data files of the current snapshot that may hold rows the statement changes.
+    /// The data files of the snapshot it reads (its branch's head) that may hold rows the statement changes.
     pub(super) async fn target_files(
         &self,
         filters: &Option<Option<Vec<Expr>>>,
     ) -> Result<ScanFiles> {
         let metadata = self.table.metadata();
-        let Some(snapshot) = metadata.current_snapshot() else {
+        let Some(snapshot) = self.write_to.head(metadata) else {
             return Ok(ScanFiles::default());
         };
         let filters: Vec<Expr> = match filters {
@@ -682,7 +685,7 @@ impl MergeJob {
             }
         };
         Ok(Validation {
-            base_snapshot_id: self.table.metadata().current_snapshot_id(),
+            base_snapshot_id: self.write_to.head_id(self.table.metadata()),
             may_match,
             read_files,
             equality_deletes_carry_over: false,

@@ -161,6 +161,7 @@ pub(in crate::dml) async fn prepare(
     let threshold = IcebergOptions::from_config(job.state.config_options()).planning_threshold;
     let (removed_files, removed_vectors, delete_files_removed) = removed_with_deletes(
         &job.table,
+        &job.write_to,
         &job.locations,
         threshold,
         &removed,
@@ -183,6 +184,7 @@ pub(in crate::dml) async fn prepare(
         data_sequence_number: None,
         rewrite_data_manifests: false,
         task_context: None,
+        write_to: job.write_to.clone(),
     };
     m.add("rows_deleted", deleted as usize);
     m.add("files_removed_whole", job.removed_whole.len());

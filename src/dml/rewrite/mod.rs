@@ -44,6 +44,7 @@ use iceberg::table::Table;
 
 use super::guard::{dml_checked, unchecked_dml_error};
 use crate::commit::MetadataStore;
+use crate::commit::WriteTo;
 use crate::error::IcebergResultExt;
 use crate::file_planning::strict::FileStats;
 use crate::file_planning::{
@@ -253,6 +254,8 @@ pub(super) struct DmlJob {
     pub(super) op: DmlOp,
     pub(super) mode: WriteMode,
     pub(super) base_snapshot_id: Option<i64>,
+    /// Where the snapshot goes; the statement reads that branch's head.
+    pub(super) write_to: WriteTo,
     /// Whether the rows of files removed whole are counted (the statement's answer); pass 1
     /// then reads those with deletes.
     pub(super) count_removed: bool,
@@ -287,6 +290,7 @@ impl DmlJob {
             op,
             mode,
             base_snapshot_id: None,
+            write_to: target.write_to.clone(),
             count_removed,
             removed_whole: vec![],
             rows_removed_whole: 0,
@@ -294,12 +298,12 @@ impl DmlJob {
         })
     }
 
-    /// Chooses the files of the table's current snapshot: those removed whole and those pass 1
+    /// Chooses the files of the snapshot the statement reads (its branch's head): those removed whole and those pass 1
     /// reads (its plan is returned).
     async fn plan(mut self) -> Result<(Self, Option<Arc<dyn ExecutionPlan>>)> {
         let table = self.table.clone();
         let metadata = table.metadata();
-        let Some(snapshot) = metadata.current_snapshot() else {
+        let Some(snapshot) = self.write_to.head(metadata) else {
             return Ok((self, None));
         };
         self.base_snapshot_id = Some(snapshot.snapshot_id());
@@ -393,6 +397,7 @@ impl DmlJob {
             op: self.op.clone(),
             mode: self.mode,
             base_snapshot_id: None,
+            write_to: self.write_to.clone(),
             count_removed: self.count_removed,
             removed_whole: vec![],
             rows_removed_whole: 0,

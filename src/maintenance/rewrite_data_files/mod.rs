@@ -422,6 +422,7 @@ impl PlannedRewrite {
         let threshold = IcebergOptions::from_config(state.config_options()).planning_threshold;
         let (removed_files, removed_vectors, delete_files_removed) = match removed_with_deletes(
             &table,
+            &crate::commit::WriteTo::Main,
             &LocationMap::default(),
             threshold,
             &removed,
@@ -483,6 +484,7 @@ impl PlannedRewrite {
             data_sequence_number: keep_sequence.then_some(self.base_sequence_number),
             rewrite_data_manifests: false,
             task_context: None,
+            write_to: crate::commit::WriteTo::Main,
         };
         commit_or_clean_up(&self.store, &self.table, changes, &written)
             .await

@@ -21,7 +21,7 @@ use futures::StreamExt;
 use iceberg::table::Table;
 
 use crate::commit::MetadataStore;
-use crate::commit::{commit_or_clean_up, SnapshotChanges, STATEMENT_ID_PROPERTY};
+use crate::commit::{commit_or_clean_up, SnapshotChanges, WriteTo, STATEMENT_ID_PROPERTY};
 use crate::physical_plan::baseline::Baseline;
 use crate::physical_plan::single_child;
 use crate::physical_plan::write::{decode_data_files, WrittenFiles};
@@ -44,6 +44,8 @@ pub struct CommitExec {
     /// The statement's id, recorded in the snapshot so that running the node again commits
     /// nothing more ([`STATEMENT_ID_PROPERTY`]).
     statement_id: Option<String>,
+    /// Where the snapshot goes.
+    write_to: WriteTo,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
 }
@@ -83,6 +85,7 @@ impl CommitExec {
             table,
             written,
             statement_id: None,
+            write_to: WriteTo::Main,
             metrics: ExecutionPlanMetricsSet::new(),
             properties,
         }
@@ -94,6 +97,17 @@ impl CommitExec {
     pub fn with_statement_id(mut self, id: impl Into<String>) -> Self {
         self.statement_id = Some(id.into());
         self
+    }
+
+    /// Commits to a branch other than `main`, or stages the snapshot (see [`WriteTo`]).
+    pub fn with_write_to(mut self, to: WriteTo) -> Self {
+        self.write_to = to;
+        self
+    }
+
+    /// Where the snapshot goes.
+    pub fn write_to(&self) -> &WriteTo {
+        &self.write_to
     }
 
     /// The statement id (see [`Self::with_statement_id`]).
@@ -113,7 +127,12 @@ impl DisplayAs for CommitExec {
             f,
             "CommitExec: table={}, operation=append",
             self.table.identifier()
-        )
+        )?;
+        match &self.write_to {
+            WriteTo::Main => Ok(()),
+            WriteTo::Branch(b) => write!(f, ", branch={b}"),
+            WriteTo::Staged(id) => write!(f, ", staged wap.id={id}"),
+        }
     }
 }
 
@@ -157,6 +176,7 @@ impl ExecutionPlan for CommitExec {
             self.written.clone(),
         );
         node.statement_id = self.statement_id.clone();
+        node.write_to = self.write_to.clone();
         Ok(Arc::new(node))
     }
 
@@ -176,6 +196,7 @@ impl ExecutionPlan for CommitExec {
         let table = self.table.clone();
         let written = self.written.clone();
         let statement_id = self.statement_id.clone();
+        let write_to = self.write_to.clone();
         let files_metric = MetricBuilder::new(&self.metrics).counter("files_committed", 0);
         let attempts_metric = MetricBuilder::new(&self.metrics).counter("commit_attempts", 0);
         let committed = async move {
@@ -199,6 +220,7 @@ impl ExecutionPlan for CommitExec {
                 }
             }
             let mut changes = SnapshotChanges::append(files);
+            changes.write_to = write_to;
             if let Some(id) = statement_id {
                 changes
                     .summary_properties

@@ -20,10 +20,11 @@ use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::SessionState;
-use iceberg::spec::{TableMetadata, TableMetadataBuilder};
-use iceberg::table::Table;
-use iceberg::{TableIdent, TableRequirement, TableUpdate};
 
+use iceberg::table::Table;
+use iceberg::{TableIdent, TableRequirement};
+
+use crate::commit::{commit_proposal, MetadataStore, Proposal};
 use parse::ColumnEdit;
 pub(crate) use parse::{key_values, listed, path, sql_err, term, word, words};
 pub(crate) use parse::{parse, Action};
@@ -33,31 +34,7 @@ pub(crate) use properties::format_version;
 use schema::{ColumnChange, NewColumn};
 pub(crate) use types::{iceberg_type, normalised, DdlDialect, FieldIds};
 
-use crate::commit::{CommitResult, MetadataChange, MetadataStore, RetryPolicy};
 use crate::error::IcebergResultExt;
-
-/// A metadata change to commit: the new metadata, its updates, and what the table must still
-/// be for them to apply.
-pub(crate) struct Proposal {
-    metadata: TableMetadata,
-    updates: Vec<TableUpdate>,
-    requirements: Vec<TableRequirement>,
-}
-
-impl Proposal {
-    /// What `builder` built (`None` when it changes nothing).
-    fn of(
-        builder: TableMetadataBuilder,
-        requirements: Vec<TableRequirement>,
-    ) -> Result<Option<Self>> {
-        let built = builder.build().df()?;
-        Ok((!built.changes.is_empty()).then_some(Self {
-            metadata: built.metadata,
-            updates: built.changes,
-            requirements,
-        }))
-    }
-}
 
 /// Applies `action` to the table `ident` of `store` in one commit, made again on the new
 /// version when another commit wins meanwhile (under the table's `commit.retry.*` properties,
@@ -68,47 +45,22 @@ pub(crate) async fn apply(
     ident: &TableIdent,
     action: &Action,
 ) -> Result<()> {
-    let started = std::time::Instant::now();
-    let mut attempt: u32 = 0;
-    loop {
-        attempt += 1;
-        let table = Arc::clone(&store).load(ident).await?;
-        let policy = RetryPolicy::of(&table)?;
+    commit_proposal(store, ident, "ALTER TABLE", |table| {
         let proposal = match action {
-            Action::Properties(change) => properties::change(&table, change)?,
-            Action::Columns(edits) => columns(state, &table, edits)?,
-            Action::Partition(changes) => partition_spec(&table, changes)?,
-            Action::Write(order) => write_order(&table, order)?,
-            Action::Ref(change) => refs::change(&table, change)?,
+            Action::Properties(change) => properties::change(table, change)?,
+            Action::Columns(edits) => columns(state, table, edits)?,
+            Action::Partition(changes) => partition_spec(table, changes)?,
+            Action::Write(order) => write_order(table, order)?,
+            Action::Ref(change) => refs::change(table, change)?,
             Action::RenameTo(_) => {
                 return Err(DataFusionError::Internal(
                     "RENAME TO is the catalog's, not a metadata change".into(),
                 ))
             }
         };
-        let Some(proposal) = proposal else {
-            return Ok(());
-        };
-        let proposed = MetadataChange {
-            base: table.clone(),
-            metadata: proposal.metadata,
-            updates: proposal.updates,
-            requirements: proposal.requirements,
-        };
-        match Arc::clone(&store).commit_metadata(ident, proposed).await? {
-            CommitResult::Committed(_) => return Ok(()),
-            CommitResult::Conflict => {
-                if attempt > policy.retries || started.elapsed() >= policy.total {
-                    return Err(DataFusionError::Execution(format!(
-                        "ALTER TABLE on '{ident}' lost to concurrent commits {attempt} times \
-                         (commit.retry.num-retries = {}); nothing was changed",
-                        policy.retries
-                    )));
-                }
-                tokio::time::sleep(policy.backoff(attempt - 1)).await;
-            }
-        }
-    }
+        Ok((proposal, ()))
+    })
+    .await
 }
 
 /// The new default partition spec `changes` make of `table`'s.

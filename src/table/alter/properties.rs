@@ -12,7 +12,7 @@ use iceberg::spec::FormatVersion;
 use iceberg::table::Table;
 use iceberg::TableRequirement;
 
-use super::Proposal;
+use crate::commit::Proposal;
 use crate::error::IcebergResultExt;
 
 /// What an `ALTER TABLE ... TBLPROPERTIES` statement changes.

@@ -19,7 +19,7 @@ use iceberg::spec::{SnapshotReference, SnapshotRetention, TableMetadata};
 use iceberg::table::Table;
 use iceberg::TableRequirement;
 
-use super::Proposal;
+use crate::commit::Proposal;
 use crate::commit::MAIN_BRANCH;
 use crate::error::IcebergResultExt;
 
