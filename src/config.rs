@@ -88,9 +88,27 @@ pub(crate) fn reset_statement(sql: &str) -> Option<String> {
 
 /// Resets the option `key` (without the `iceberg.` prefix) of `options` to its default.
 pub(crate) fn reset(options: &mut ConfigOptions, key: &str) -> datafusion::error::Result<()> {
-    use datafusion::common::config::ConfigField;
+    use datafusion::common::config::ExtensionOptions;
+    let unknown = || {
+        datafusion::error::DataFusionError::Configuration(format!(
+            "iceberg.{key} is not an option (there are: {})",
+            IcebergOptions::default()
+                .entries()
+                .iter()
+                .map(|e| e.key.trim_start_matches("iceberg.").to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    };
+    let default = IcebergOptions::default()
+        .entries()
+        .into_iter()
+        .find(|e| e.key.trim_start_matches("iceberg.") == key)
+        .ok_or_else(unknown)?
+        .value
+        .unwrap_or_default();
     match options.extensions.get_mut::<IcebergOptions>() {
-        Some(o) => ConfigField::reset(o, key),
+        Some(o) => ExtensionOptions::set(o, key, &default),
         None => Err(datafusion::error::DataFusionError::Configuration(
             "this session has no iceberg options to reset".into(),
         )),
@@ -116,5 +134,22 @@ mod tests {
         );
         assert_eq!(reset_statement("RESET iceberg."), None);
         assert_eq!(reset_statement("SELECT 1"), None);
+    }
+
+    #[test]
+    fn reset_restores_the_default() {
+        use super::{reset, IcebergOptions};
+        let mut options = datafusion::config::ConfigOptions::default();
+        options.extensions.insert(IcebergOptions::default());
+        options.set("iceberg.wap_id", "w1").unwrap();
+        options.set("iceberg.overwrite_mode", "dynamic").unwrap();
+        assert_eq!(IcebergOptions::from_config(&options).wap_id, "w1");
+        reset(&mut options, "wap_id").unwrap();
+        reset(&mut options, "overwrite_mode").unwrap();
+        let now = IcebergOptions::from_config(&options);
+        assert_eq!(now.wap_id, "");
+        assert_eq!(now.overwrite_mode, "static");
+        let e = reset(&mut options, "nope").unwrap_err().to_string();
+        assert!(e.contains("iceberg.nope is not an option"), "{e}");
     }
 }

@@ -26,6 +26,7 @@ use super::orphan_files::{orphans_schema, RemoveOrphanFiles};
 use super::position_deletes::RewritePositionDeleteFiles;
 use super::rewrite_data_files::{RewriteDataFiles, RewriteStrategy};
 use super::rewrite_manifests::RewriteManifests;
+use super::snapshot_procedures;
 use crate::commit::MetadataStore;
 
 /// Whether `sql` is a `CALL` statement (checked without parsing; comments before it are
@@ -60,7 +61,7 @@ fn without_leading_comments(sql: &str) -> &str {
 
 /// One argument's value.
 #[derive(Debug, Clone, PartialEq)]
-enum Arg {
+pub(super) enum Arg {
     Text(String),
     Map(BTreeMap<String, String>),
     List(Vec<String>),
@@ -112,7 +113,7 @@ pub async fn call(
             return Err(DataFusionError::Plan(format!(
                 "CALL: unknown procedure '{}'; call system.<procedure> (procedures: {})",
                 function.name,
-                PROCEDURES.join(", ")
+                procedure_names()
             )))
         }
     };
@@ -134,12 +135,18 @@ pub async fn call(
             "dry_run",
             "max_concurrent_deletes",
         ],
-        other => {
-            return Err(DataFusionError::Plan(format!(
-                "CALL: no procedure system.{other} (procedures: {})",
-                PROCEDURES.join(", ")
-            )))
-        }
+        other => match snapshot_procedures::PROCEDURES
+            .iter()
+            .find(|(n, _)| *n == other)
+        {
+            Some((_, params)) => params,
+            None => {
+                return Err(DataFusionError::Plan(format!(
+                    "CALL: no procedure system.{other} (procedures: {})",
+                    procedure_names()
+                )))
+            }
+        },
     };
     let args = arguments(&procedure, params, &function.args)?;
     let default_namespace = state.config().options().catalog.default_schema.clone();
@@ -166,14 +173,25 @@ pub async fn call(
                 ("added_manifests_count", r.added_manifests_count),
             ])
         }
-        other => Err(DataFusionError::Internal(format!(
-            "CALL: procedure {other} has parameters but no body"
-        ))),
+        other => {
+            let ident = table_arg(other, &args, catalog, &default_namespace)?;
+            snapshot_procedures::call(other, store, &ident, &args).await
+        }
     };
     rows.map(|rows| Some(CallOutput::Rows(rows)))
 }
 
-/// The procedures `CALL` runs.
+/// The names of the procedures `CALL` runs.
+fn procedure_names() -> String {
+    PROCEDURES
+        .iter()
+        .copied()
+        .chain(snapshot_procedures::PROCEDURES.iter().map(|(n, _)| *n))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The maintenance procedures `CALL` runs (the snapshot procedures are listed in their module).
 const PROCEDURES: &[&str] = &[
     "rewrite_data_files",
     "expire_snapshots",
@@ -337,7 +355,11 @@ fn list(procedure: &str, name: &str, items: Vec<&SqlExpr>) -> Result<Arg> {
         .map(Arg::List)
 }
 
-fn text(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<Option<String>> {
+pub(super) fn text(
+    procedure: &str,
+    args: &BTreeMap<String, Arg>,
+    name: &str,
+) -> Result<Option<String>> {
     match args.get(name) {
         None => Ok(None),
         Some(Arg::Text(t)) => Ok(Some(t.clone())),
@@ -347,7 +369,7 @@ fn text(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<Opt
     }
 }
 
-fn number<T: std::str::FromStr>(
+pub(super) fn number<T: std::str::FromStr>(
     procedure: &str,
     args: &BTreeMap<String, Arg>,
     name: &str,
@@ -377,7 +399,11 @@ fn boolean(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<
 
 /// A time given as `TIMESTAMP '2026-01-01 00:00:00'`, a string of that form (UTC unless it
 /// carries an offset, RFC 3339), or milliseconds since the epoch.
-fn timestamp_ms(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<Option<i64>> {
+pub(super) fn timestamp_ms(
+    procedure: &str,
+    args: &BTreeMap<String, Arg>,
+    name: &str,
+) -> Result<Option<i64>> {
     let Some(t) = text(procedure, args, name)? else {
         return Ok(None);
     };

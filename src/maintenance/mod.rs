@@ -12,6 +12,9 @@
 //!  files.rs                what snapshots reach, and the bounded-memory anti-join both use
 //!  position_deletes.rs     RewritePositionDeleteFiles: one delete file per data file, dangling
 //!                          delete files dropped
+//!  snapshot_procedures.rs  rollback_to_snapshot / _timestamp, set_current_snapshot,
+//!                          fast_forward, cherrypick_snapshot, publish_changes: main (or a
+//!                          branch) moved between snapshots, staged snapshots published
 //!  progress.rs             MaintenanceProgress: a session extension long runs report to
 //!  call.rs                 CALL [catalog.]system.<procedure>(..): the same from SQL
 //! ```
@@ -25,6 +28,7 @@ mod position_deletes;
 mod progress;
 mod rewrite_data_files;
 mod rewrite_manifests;
+mod snapshot_procedures;
 mod zorder;
 
 pub use call::{call, is_call, CallOutput};
@@ -37,6 +41,11 @@ pub use rewrite_data_files::{
     PlannedRewrite, RewriteDataFiles, RewriteDataFilesResult, RewriteStrategy,
 };
 pub use rewrite_manifests::{RewriteManifests, RewriteManifestsResult};
+pub use snapshot_procedures::{
+    cherrypick_snapshot, fast_forward, publish_changes, rollback_to_snapshot,
+    rollback_to_timestamp, set_current_snapshot, FastForward, HeadChange, Picked, SnapshotOrRef,
+    SOURCE_SNAPSHOT_ID,
+};
 pub use zorder::ZOrderOptions;
 
 #[cfg(test)]

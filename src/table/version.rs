@@ -376,38 +376,39 @@ fn as_of_at(tokens: &[TokenWithSpan], mut i: usize) -> Option<AsOf> {
         return None;
     }
     let first = i + 3;
-    // The value: one literal, `TIMESTAMP '..'`, or an expression up to the end of the table's
-    // place in the FROM clause.
+    // The value: tokens up to the end of the table's place in the FROM clause, or up to an
+    // alias (an identifier right after an operand).
     let mut end = first;
     let mut depth = 0usize;
+    let mut after_operand = false;
     while let Some(t) = tokens.get(end) {
         match &t.token {
-            Token::LParen => depth += 1,
-            Token::RParen if depth == 0 => break,
-            Token::RParen => depth -= 1,
-            Token::Comma | Token::SemiColon if depth == 0 => break,
-            Token::Word(w)
-                if depth == 0
-                    && w.quote_style.is_none()
-                    && ENDS_VALUE.contains(&upper(w).as_str()) =>
-            {
-                break
+            Token::LParen => {
+                depth += 1;
+                after_operand = false;
             }
-            _ => {}
+            Token::RParen if depth == 0 => break,
+            Token::RParen => {
+                depth -= 1;
+                after_operand = true;
+            }
+            Token::Comma | Token::SemiColon if depth == 0 => break,
+            Token::Word(w) if depth == 0 => {
+                let plain = w.quote_style.is_some()
+                    || w.keyword == datafusion::sql::sqlparser::keywords::Keyword::NoKeyword;
+                if (w.quote_style.is_none() && ENDS_VALUE.contains(&upper(w).as_str()))
+                    || (after_operand && plain)
+                {
+                    break;
+                }
+                after_operand = true;
+            }
+            Token::Word(_) | Token::Number(..) | Token::SingleQuotedString(_) => {
+                after_operand = true
+            }
+            _ => after_operand = false,
         }
         end += 1;
-        if end == first + 1 && !matches!(word(first).as_deref(), Some("TIMESTAMP")) {
-            // A lone literal ends the value (an alias may follow).
-            if matches!(
-                tokens[first].token,
-                Token::Number(..) | Token::SingleQuotedString(_)
-            ) {
-                break;
-            }
-        }
-        if end == first + 2 && word(first).as_deref() == Some("TIMESTAMP") {
-            break;
-        }
     }
     if end == first {
         return None;
@@ -638,6 +639,36 @@ mod tests {
         assert!(mentions("INSERT INTO ns.t.branch_audit VALUES (1)"));
         assert!(!mentions("SELECT branch_b FROM t"));
         assert!(!mentions("SELECT * FROM t WHERE v = 'VERSION AS OF 1'"));
+    }
+
+    /// The text of the `AS OF` value after the name `t` in `sql`.
+    fn value_of(sql: &str) -> String {
+        let (tokens, offsets) = significant_tokens(sql).unwrap();
+        let at = tokens
+            .iter()
+            .position(|t| matches!(&t.token, Token::Word(w) if w.value == "t"))
+            .unwrap();
+        let clause = as_of_at(&tokens, at + 1).unwrap();
+        sql[offsets.start(&tokens[clause.value.start])..offsets.end(&tokens[clause.last])]
+            .to_string()
+    }
+
+    #[test]
+    fn as_of_values_end_at_an_alias_or_a_clause() {
+        assert_eq!(value_of("SELECT * FROM t VERSION AS OF 1 x"), "1");
+        assert_eq!(value_of("SELECT * FROM t VERSION AS OF 'b' AS x"), "'b'");
+        assert_eq!(value_of("SELECT * FROM t VERSION AS OF 1 + 1"), "1 + 1");
+        assert_eq!(
+            value_of(
+                "SELECT * FROM t FOR TIMESTAMP AS OF current_timestamp() - INTERVAL 1 DAY WHERE a"
+            ),
+            "current_timestamp() - INTERVAL 1 DAY"
+        );
+        assert_eq!(
+            value_of("SELECT * FROM (SELECT * FROM t TIMESTAMP AS OF TIMESTAMP '2026-01-01') s"),
+            "TIMESTAMP '2026-01-01'"
+        );
+        assert_eq!(value_of("SELECT * FROM t SYSTEM_TIME AS OF 5, u"), "5");
     }
 
     #[test]
