@@ -2051,3 +2051,191 @@ fn metadata_tables_answer_as_pyiceberg_inspects() {
         assert_eq!(mine, theirs, "{kind}");
     }
 }
+
+/// The rows of a tool answer (`read`, `duckdb-read`) in the columns `columns`, sorted by the
+/// first.
+fn picked(answer: &Value, columns: &[&str]) -> Vec<Vec<Value>> {
+    let names: Vec<&str> = answer["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let at: Vec<usize> = columns
+        .iter()
+        .map(|c| names.iter().position(|n| n == c).unwrap())
+        .collect();
+    let mut rows: Vec<Vec<Value>> = answer["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| at.iter().map(|i| r[*i].clone()).collect())
+        .collect();
+    rows.sort_by_key(|r| r[0].as_i64());
+    normalise(rows)
+}
+
+#[test]
+fn branches_written_here_and_by_pyiceberg_read_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    let columns = ["id", "v"];
+    // Here: a branch written by every DML verb, a staged write published on top of a moved main.
+    ours(
+        &wh,
+        "CREATE SCHEMA db; \
+         CREATE TABLE db.b (id bigint, v string) USING iceberg \
+           TBLPROPERTIES ('write.delete.mode' = 'merge-on-read', 'write.wap.enabled' = 'true'); \
+         INSERT INTO db.b VALUES (1, 'a'), (2, 'b'), (3, 'c'); \
+         ALTER TABLE db.b CREATE BRANCH audit; \
+         INSERT INTO db.b.branch_audit VALUES (4, 'd'); \
+         DELETE FROM db.b.branch_audit WHERE id = 1; \
+         UPDATE db.b.branch_audit SET v = 'C' WHERE id = 3; \
+         SET iceberg.wap_id = 'w1'; \
+         INSERT INTO db.b VALUES (10, 'staged'); \
+         RESET iceberg.wap_id; \
+         INSERT INTO db.b VALUES (5, 'e'); \
+         CALL system.publish_changes('db.b', 'w1')",
+    );
+    let rows = |v: Value| -> Vec<Vec<Value>> { normalise(serde_json::from_value(v).unwrap()) };
+    let main = normalise(as_lists(
+        &ours(&wh, "SELECT id, v FROM db.b ORDER BY id"),
+        &columns,
+    ));
+    assert_eq!(
+        main,
+        rows(serde_json::json!([
+            [1, "a"],
+            [2, "b"],
+            [3, "c"],
+            [5, "e"],
+            [10, "staged"]
+        ]))
+    );
+    let audit = normalise(as_lists(
+        &ours(
+            &wh,
+            "SELECT id, v FROM db.b VERSION AS OF 'audit' ORDER BY id",
+        ),
+        &columns,
+    ));
+    assert_eq!(
+        audit,
+        rows(serde_json::json!([[2, "b"], [3, "C"], [4, "d"]]))
+    );
+    let theirs = tool(&["read", "--warehouse", &whs, "--table", "db.b"]);
+    assert_eq!(picked(&theirs, &columns), main, "pyiceberg main");
+    let metadata = theirs["metadata_location"].as_str().unwrap().to_string();
+    let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+    assert_eq!(picked(&duck, &columns), main, "DuckDB main");
+    let theirs = tool(&[
+        "read",
+        "--warehouse",
+        &whs,
+        "--table",
+        "db.b",
+        "--ref",
+        "audit",
+    ]);
+    assert_eq!(picked(&theirs, &columns), audit, "pyiceberg audit");
+
+    // pyiceberg: a branch with its own append, and a tag; read here, then written here.
+    let managed = tool(&[
+        "manage",
+        "--warehouse",
+        &whs,
+        "--table",
+        "db.b",
+        "--action",
+        "branch",
+        "--name",
+        "py",
+        "--rows",
+        "[[100, \"py\"]]",
+    ]);
+    tool(&[
+        "manage",
+        "--warehouse",
+        &whs,
+        "--table",
+        "db.b",
+        "--action",
+        "tag",
+        "--name",
+        "py_tag",
+    ]);
+    let py = normalise(as_lists(
+        &ours(&wh, "SELECT id, v FROM db.b.branch_py ORDER BY id"),
+        &columns,
+    ));
+    let mut want = main.clone();
+    want.push(vec![serde_json::json!(100), serde_json::json!("py")]);
+    assert_eq!(py, normalise(want));
+    let tagged = normalise(as_lists(
+        &ours(&wh, "SELECT id, v FROM db.b.tag_py_tag ORDER BY id"),
+        &columns,
+    ));
+    assert_eq!(tagged, main);
+    let refs = ours(&wh, "SELECT name, snapshot_id FROM db.b$refs ORDER BY name");
+    let py_head = refs
+        .iter()
+        .find(|r| r["name"] == "py")
+        .map(|r| r["snapshot_id"].clone())
+        .unwrap();
+    assert_eq!(managed["refs"]["py"], py_head);
+    ours(&wh, "DELETE FROM db.b.branch_py WHERE id < 3");
+    let py = normalise(as_lists(
+        &ours(&wh, "SELECT id, v FROM db.b.branch_py ORDER BY id"),
+        &columns,
+    ));
+    let theirs = tool(&[
+        "read",
+        "--warehouse",
+        &whs,
+        "--table",
+        "db.b",
+        "--ref",
+        "py",
+    ]);
+    assert_eq!(
+        picked(&theirs, &columns),
+        py,
+        "pyiceberg reads our write to its branch"
+    );
+    assert_eq!(
+        py,
+        rows(serde_json::json!([
+            [3, "c"],
+            [5, "e"],
+            [10, "staged"],
+            [100, "py"]
+        ]))
+    );
+
+    // pyiceberg rolls main back to the first snapshot; read here.
+    let first = ours(
+        &wh,
+        "SELECT snapshot_id FROM db.b$history ORDER BY made_current_at LIMIT 1",
+    )[0]["snapshot_id"]
+        .to_string();
+    tool(&[
+        "manage",
+        "--warehouse",
+        &whs,
+        "--table",
+        "db.b",
+        "--action",
+        "rollback",
+        "--snapshot-id",
+        &first,
+    ]);
+    let main = normalise(as_lists(
+        &ours(&wh, "SELECT id, v FROM db.b ORDER BY id"),
+        &columns,
+    ));
+    assert_eq!(
+        main,
+        rows(serde_json::json!([[1, "a"], [2, "b"], [3, "c"]]))
+    );
+}

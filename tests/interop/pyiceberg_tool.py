@@ -422,7 +422,13 @@ def cmd_read(args) -> dict:
     catalog = load_catalog(warehouse, args.catalog_uri, args.catalog_name)
     try:
         table = catalog.load_table(args.table)
-        arrow = table.scan().to_arrow()
+        snapshot_id = None
+        if args.ref:
+            snapshot = table.snapshot_by_name(args.ref)
+            if snapshot is None:
+                raise ValueError(f"no branch or tag {args.ref}")
+            snapshot_id = snapshot.snapshot_id
+        arrow = table.scan(snapshot_id=snapshot_id).to_arrow()
         location = table.metadata_location
     finally:
         catalog.close()
@@ -685,6 +691,44 @@ def _plain(v):
     return v
 
 
+def cmd_manage(args) -> dict:
+    """Branches, tags and rollbacks made by pyiceberg: `branch` makes branch NAME at main's head
+    and appends ROWS ([[id, v], ..]) to it; `tag` makes tag NAME at main's head; `rollback`
+    rolls main back to SNAPSHOT_ID. Answers the table's refs, {name: snapshot id}."""
+    import pyarrow as pa
+
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        table = catalog.load_table(args.table)
+        head = table.current_snapshot().snapshot_id
+        if args.action == "branch":
+            with table.manage_snapshots() as ms:
+                ms.create_branch(snapshot_id=head, branch_name=args.name)
+            table = catalog.load_table(args.table)
+            rows = json.loads(args.rows)
+            data = pa.table(
+                {
+                    "id": pa.array([r[0] for r in rows], pa.int64()),
+                    "v": pa.array([r[1] for r in rows], pa.string()),
+                }
+            )
+            table.append(data, branch=args.name)
+        elif args.action == "tag":
+            with table.manage_snapshots() as ms:
+                ms.create_tag(snapshot_id=head, tag_name=args.name)
+        elif args.action == "rollback":
+            with table.manage_snapshots() as ms:
+                ms.rollback_to_snapshot(int(args.snapshot_id))
+        else:
+            raise ValueError(f"unknown action {args.action}")
+        table = catalog.load_table(args.table)
+        refs = {name: ref.snapshot_id for name, ref in table.metadata.refs.items()}
+    finally:
+        catalog.close()
+    return {"refs": refs}
+
+
 def cmd_inspect(args) -> dict:
     """A metadata table of a table as pyiceberg's `inspect` answers it, row by row; a map column
     as its keys and values in key order (a missing map as an empty one)."""
@@ -801,7 +845,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--table", required=True, help="NS.NAME")
     r.add_argument("--catalog-uri", default=None, help="SQLAlchemy URI (default sqlite:///WAREHOUSE/catalog.db)")
     r.add_argument("--catalog-name", default=CATALOG_NAME)
+    r.add_argument("--ref", default=None, help="read this branch or tag (default: main)")
     r.set_defaults(func=cmd_read)
+
+    m = sub.add_parser("manage", help="branches, tags and rollbacks through manage_snapshots()")
+    m.add_argument("--warehouse", required=True)
+    m.add_argument("--table", required=True, help="NS.NAME")
+    m.add_argument("--action", required=True, choices=["branch", "tag", "rollback"])
+    m.add_argument("--name", default=None)
+    m.add_argument("--rows", default="[]")
+    m.add_argument("--snapshot-id", default=None)
+    m.set_defaults(func=cmd_manage)
 
     ls = sub.add_parser("list", help="list namespaces and tables")
     ls.add_argument("--warehouse", required=True)
