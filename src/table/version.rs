@@ -225,7 +225,15 @@ const CLAUSES: &[&str] = &[
 ];
 
 /// Keywords a table name follows.
-const BEFORE_TABLE: &[&str] = &["FROM", "JOIN", "INTO", "UPDATE", "TABLE", "USING"];
+const BEFORE_TABLE: &[&str] = &[
+    "FROM",
+    "JOIN",
+    "INTO",
+    "UPDATE",
+    "TABLE",
+    "USING",
+    "OVERWRITE",
+];
 
 fn upper(w: &datafusion::sql::sqlparser::tokenizer::Word) -> String {
     w.value.to_ascii_uppercase()
@@ -637,6 +645,7 @@ mod tests {
             "SELECT * FROM t FOR SYSTEM_TIME AS OF '2026-01-01'"
         ));
         assert!(mentions("INSERT INTO ns.t.branch_audit VALUES (1)"));
+        assert!(mentions("INSERT OVERWRITE t.branch_audit SELECT 1"));
         assert!(!mentions("SELECT branch_b FROM t"));
         assert!(!mentions("SELECT * FROM t WHERE v = 'VERSION AS OF 1'"));
     }

@@ -6,6 +6,7 @@
 mod common;
 
 mod bounded_joins;
+mod branches;
 mod catalog_layout;
 mod commit;
 mod ddl_insert;
