@@ -49,6 +49,14 @@ pub struct SnapshotChanges {
     pub task_context: Option<Arc<datafusion::execution::TaskContext>>,
     /// Where the snapshot goes: `main`, another branch, or staged.
     pub write_to: super::WriteTo,
+    /// Manifests of added data files the statement wrote itself, for the snapshot id
+    /// `snapshot_id` (sequence numbers left to the manifest list): an import too large to hold
+    /// its files' descriptions in memory. Their counts go in `summary_properties`.
+    pub added_manifests: Vec<iceberg::spec::ManifestFile>,
+    /// The id the snapshot must have (the one `added_manifests` were written for).
+    pub snapshot_id: Option<i64>,
+    /// Table properties set in the same commit.
+    pub set_properties: HashMap<String, String>,
 }
 
 /// Delete files a commit removes: position or equality delete files by path, deletion vectors

@@ -24,6 +24,7 @@ pub use changes::{
     Validation, MAIN_BRANCH,
 };
 pub use producer::SnapshotProducer;
+pub(crate) use producer::{manifest_entries_target, manifest_writer, new_snapshot_id};
 pub(crate) use proposal::{commit_proposal, Proposal};
 pub(crate) use removed::removed_with_deletes;
 pub use retry::{

@@ -82,8 +82,18 @@ impl SnapshotProducer {
         let metadata = base.metadata();
         self.attempt_files.clear();
 
-        let snapshot_id = match self.snapshot_id {
-            Some(id) if metadata.snapshot_by_id(id).is_none() => id,
+        let snapshot_id = match (self.changes.snapshot_id, self.snapshot_id) {
+            (Some(id), _) if metadata.snapshot_by_id(id).is_some() => {
+                return Err(DataFusionError::Execution(format!(
+                    "snapshot id {id}, chosen for the manifests written, was taken meanwhile; \
+                     nothing was changed"
+                )))
+            }
+            (Some(id), _) => {
+                self.snapshot_id = Some(id);
+                id
+            }
+            (None, Some(id)) if metadata.snapshot_by_id(id).is_none() => id,
             _ => {
                 let id = new_snapshot_id(metadata);
                 self.snapshot_id = Some(id);
@@ -105,6 +115,7 @@ impl SnapshotProducer {
             self.new_manifests = Some(manifests);
         }
         let mut manifests: Vec<ManifestFile> = self.new_manifests.clone().unwrap_or_default();
+        manifests.extend(self.changes.added_manifests.iter().cloned());
 
         // Carry the parent's manifests over, rewriting those that list removed files.
         let mut summary = SnapshotSummaryCollector::default();
@@ -207,7 +218,7 @@ impl SnapshotProducer {
             }
             _ => snapshot.build(),
         };
-        on_target(base, snapshot, parent_id, &self.changes.write_to)
+        on_target(base, snapshot, parent_id, &self.changes)
     }
 
     /// Writes the manifest list of the snapshot; its location, and the next row id after the
@@ -618,7 +629,7 @@ async fn delete_logged(file_io: &FileIO, path: &str) {
     }
 }
 
-fn manifest_writer(
+pub(crate) fn manifest_writer(
     base: &Table,
     path: &str,
     snapshot_id: i64,
@@ -646,7 +657,7 @@ fn manifest_writer(
 }
 
 /// A fresh positive snapshot id not used by the table.
-fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
+pub(crate) fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
     loop {
         let id = (rand::random::<u64>() >> 1) as i64;
         if id != 0 && metadata.snapshot_by_id(id).is_none() {
@@ -699,7 +710,7 @@ const MANIFEST_ENTRY_BYTES: usize = 1024;
 
 /// Entries per new manifest: `commit.manifest.target-size-bytes` (8 MiB) over the typical
 /// entry size.
-fn manifest_entries_target(metadata: &iceberg::spec::TableMetadata) -> Result<usize> {
+pub(crate) fn manifest_entries_target(metadata: &iceberg::spec::TableMetadata) -> Result<usize> {
     let target = match metadata
         .properties()
         .get("commit.manifest.target-size-bytes")
@@ -721,11 +732,17 @@ fn on_target(
     base: &Table,
     snapshot: Snapshot,
     parent_id: Option<i64>,
-    to: &WriteTo,
+    changes: &SnapshotChanges,
 ) -> Result<MetadataChange> {
+    let to = &changes.write_to;
     let metadata = base.metadata();
     let location = base.metadata_location().map(str::to_string);
-    let builder = metadata.clone().into_builder(location);
+    let mut builder = metadata.clone().into_builder(location);
+    if !changes.set_properties.is_empty() {
+        builder = builder
+            .set_properties(changes.set_properties.clone())
+            .df()?;
+    }
     let mut requirements = vec![TableRequirement::UuidMatch {
         uuid: metadata.uuid(),
     }];

@@ -79,17 +79,18 @@ pub enum CallOutput {
     Stream(Arc<dyn PartitionStream>),
 }
 
-/// Runs `CALL [catalog.]system.<procedure>(args)` against the tables of `store` (named
-/// `catalog`): its result, or `None` when `sql` is not a `CALL`.
+/// Runs `CALL [catalog.]system.<procedure>(args)` against the tables of `iceberg`: its result,
+/// or `None` when `sql` is not a `CALL`.
 pub async fn call(
     state: &SessionState,
-    store: Arc<dyn MetadataStore>,
-    catalog: &str,
+    iceberg: &Arc<dyn crate::catalog::IcebergCatalog>,
     sql: &str,
 ) -> Result<Option<CallOutput>> {
     if !is_call(sql) {
         return Ok(None);
     }
+    let store: Arc<dyn MetadataStore> = iceberg.clone();
+    let catalog = iceberg.name();
     let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
         .map_err(|e| DataFusionError::Plan(format!("CALL: {e}")))?;
     if statements.len() != 1 {
@@ -137,6 +138,7 @@ pub async fn call(
         ],
         other => match snapshot_procedures::PROCEDURES
             .iter()
+            .chain(super::add_files::PROCEDURES)
             .find(|(n, _)| *n == other)
         {
             Some((_, params)) => params,
@@ -173,6 +175,13 @@ pub async fn call(
                 ("added_manifests_count", r.added_manifests_count),
             ])
         }
+        other
+            if super::add_files::PROCEDURES
+                .iter()
+                .any(|(n, _)| *n == other) =>
+        {
+            super::add_files::call(other, iceberg, &default_namespace, &args).await
+        }
         other => {
             let ident = table_arg(other, &args, catalog, &default_namespace)?;
             snapshot_procedures::call(other, store, &ident, &args).await
@@ -187,6 +196,7 @@ fn procedure_names() -> String {
         .iter()
         .copied()
         .chain(snapshot_procedures::PROCEDURES.iter().map(|(n, _)| *n))
+        .chain(super::add_files::PROCEDURES.iter().map(|(n, _)| *n))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -385,7 +395,11 @@ pub(super) fn number<T: std::str::FromStr>(
         .transpose()
 }
 
-fn boolean(procedure: &str, args: &BTreeMap<String, Arg>, name: &str) -> Result<Option<bool>> {
+pub(super) fn boolean(
+    procedure: &str,
+    args: &BTreeMap<String, Arg>,
+    name: &str,
+) -> Result<Option<bool>> {
     text(procedure, args, name)?
         .map(|t| match t.trim().to_ascii_lowercase().as_str() {
             "true" => Ok(true),
@@ -435,7 +449,11 @@ pub(super) fn timestamp_ms(
 }
 
 /// `'ns.t'`, `'t'` (the default namespace) or `'<catalog>.ns.t'` as a table identifier.
-fn table_ident(catalog: &str, default_namespace: &str, name: &str) -> Result<TableIdent> {
+pub(super) fn table_ident(
+    catalog: &str,
+    default_namespace: &str,
+    name: &str,
+) -> Result<TableIdent> {
     let mut parts: Vec<String> = name.split('.').map(|p| p.trim().to_string()).collect();
     if parts.len() >= 3 && parts[0] == catalog {
         parts.remove(0);
@@ -548,7 +566,7 @@ fn counts_row(columns: &[(&str, u64)]) -> Result<RecordBatch> {
 }
 
 /// The table a procedure's `table` argument names.
-fn table_arg(
+pub(super) fn table_arg(
     procedure: &str,
     args: &BTreeMap<String, Arg>,
     catalog: &str,

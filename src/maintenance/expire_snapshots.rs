@@ -210,6 +210,7 @@ impl ExpireSnapshots {
         let now = chrono::Utc::now().timestamp_millis();
         for _ in 0..ATTEMPTS {
             let table = Arc::clone(&self.store).load(&self.ident).await?;
+            super::refuse_without_gc(&table, "expire snapshots")?;
             let metadata = table.metadata();
             let expired_ids = self.choose(metadata, now)?;
             if expired_ids.is_empty() {

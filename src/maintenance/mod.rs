@@ -19,6 +19,7 @@
 //!  call.rs                 CALL [catalog.]system.<procedure>(..): the same from SQL
 //! ```
 
+mod add_files;
 mod call;
 mod expire_snapshots;
 mod files;
@@ -31,6 +32,7 @@ mod rewrite_manifests;
 mod snapshot_procedures;
 mod zorder;
 
+pub use add_files::{register_table, snapshot, AddFiles, AddFilesResult, Registered, GC_ENABLED};
 pub use call::{call, is_call, CallOutput};
 pub use expire_snapshots::{ExpireSnapshots, ExpireSnapshotsResult};
 pub use options::RewriteOptions;
@@ -48,6 +50,45 @@ pub use snapshot_procedures::{
 };
 pub use zorder::ZOrderOptions;
 
+/// One result row of nullable longs, named as `columns` name them.
+pub(crate) fn longs_row(
+    columns: &[(&str, Option<i64>)],
+) -> datafusion::error::Result<arrow::array::RecordBatch> {
+    use std::sync::Arc;
+    let schema = Arc::new(arrow::datatypes::Schema::new(
+        columns
+            .iter()
+            .map(|(n, _)| arrow::datatypes::Field::new(*n, arrow::datatypes::DataType::Int64, true))
+            .collect::<Vec<_>>(),
+    ));
+    let arrays = columns
+        .iter()
+        .map(|(_, v)| Arc::new(arrow::array::Int64Array::from(vec![*v])) as arrow::array::ArrayRef)
+        .collect();
+    Ok(arrow::array::RecordBatch::try_new(schema, arrays)?)
+}
+
+/// Refuses to `what` (a procedure that deletes files) on a table with `gc.enabled=false`, whose
+/// files may belong to another table (a `snapshot`'s do), as Java refuses.
+pub(crate) fn refuse_without_gc(
+    table: &iceberg::table::Table,
+    what: &str,
+) -> datafusion::error::Result<()> {
+    let disabled = table
+        .metadata()
+        .properties()
+        .get(GC_ENABLED)
+        .is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    match disabled {
+        true => Err(datafusion::error::DataFusionError::Plan(format!(
+            "cannot {what} of table '{}': {GC_ENABLED} is false (deleting its files may corrupt \
+             other tables); nothing was changed",
+            table.identifier()
+        ))),
+        false => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod send_check {
     use super::*;
@@ -56,6 +97,7 @@ mod send_check {
     fn futures_are_send(
         state: &datafusion::execution::context::SessionState,
         store: std::sync::Arc<dyn crate::MetadataStore>,
+        catalog: std::sync::Arc<dyn crate::catalog::IcebergCatalog>,
         ident: iceberg::TableIdent,
     ) {
         assert_send(RewriteDataFiles::new(store.clone(), ident.clone()).execute(state));
@@ -63,6 +105,7 @@ mod send_check {
         assert_send(RemoveOrphanFiles::new(store.clone(), ident.clone()).execute(state));
         assert_send(RewritePositionDeleteFiles::new(store.clone(), ident.clone()).execute(state));
         assert_send(RewriteManifests::new(store.clone(), ident.clone()).execute(state));
-        assert_send(call(state, store, "c", "CALL x"));
+        assert_send(AddFiles::new(store.clone(), ident.clone(), "/x").execute());
+        assert_send(call(state, &catalog, "CALL x"));
     }
 }

@@ -190,6 +190,7 @@ impl RemoveOrphanFiles {
 
     /// The canonical location to look under: the table's, or the one given when it is inside.
     fn location_in(&self, table: &iceberg::table::Table) -> Result<String> {
+        super::refuse_without_gc(table, "delete orphan files")?;
         let table_location = canonical(table.metadata().location())?;
         let Some(l) = &self.location else {
             return Ok(table_location);

@@ -244,6 +244,7 @@ impl RewritePositionDeleteFiles {
             rewrite_data_manifests: false,
             task_context: None,
             write_to: crate::commit::WriteTo::Main,
+            ..Default::default()
         };
         commit_or_clean_up(&self.store, &table, changes, &written)
             .await

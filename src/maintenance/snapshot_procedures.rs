@@ -527,7 +527,7 @@ pub(super) async fn call(
                 "cherrypick_snapshot" => ("source_snapshot_id", Some(picked.source)),
                 _ => ("previous_snapshot_id", picked.previous),
             };
-            longs_row(&[first, ("current_snapshot_id", Some(picked.current))])
+            super::longs_row(&[first, ("current_snapshot_id", Some(picked.current))])
         }
         "fast_forward" => {
             let branch = text(name, args, "branch")?.ok_or_else(|| required("branch"))?;
@@ -566,23 +566,8 @@ pub(super) async fn call(
 }
 
 fn head_row(change: HeadChange) -> Result<arrow::array::RecordBatch> {
-    longs_row(&[
+    super::longs_row(&[
         ("previous_snapshot_id", change.previous),
         ("current_snapshot_id", Some(change.current)),
     ])
-}
-
-/// One row of nullable longs.
-fn longs_row(columns: &[(&str, Option<i64>)]) -> Result<arrow::array::RecordBatch> {
-    let schema = Arc::new(arrow::datatypes::Schema::new(
-        columns
-            .iter()
-            .map(|(n, _)| arrow::datatypes::Field::new(*n, arrow::datatypes::DataType::Int64, true))
-            .collect::<Vec<_>>(),
-    ));
-    let arrays = columns
-        .iter()
-        .map(|(_, v)| Arc::new(arrow::array::Int64Array::from(vec![*v])) as arrow::array::ArrayRef)
-        .collect();
-    Ok(arrow::array::RecordBatch::try_new(schema, arrays)?)
 }

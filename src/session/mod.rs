@@ -381,9 +381,8 @@ impl IcebergSession {
     /// ([`SessionContext::sql`]).
     pub async fn sql(&self, sql: &str) -> Result<DataFrame> {
         if crate::maintenance::is_call(sql) {
-            let store: Arc<dyn crate::MetadataStore> = self.catalog.clone();
             let state = self.ctx.state();
-            match crate::maintenance::call(&state, store, self.catalog.name(), sql).await? {
+            match crate::maintenance::call(&state, &self.catalog, sql).await? {
                 Some(crate::maintenance::CallOutput::Rows(batch)) => {
                     return self.ctx.read_batch(batch)
                 }

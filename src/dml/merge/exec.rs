@@ -573,6 +573,7 @@ impl Run<'_> {
             rewrite_data_manifests: false,
             task_context: None,
             write_to: job.write_to.clone(),
+            ..Default::default()
         };
         let counts = (
             first.updated,

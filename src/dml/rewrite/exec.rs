@@ -185,6 +185,7 @@ pub(in crate::dml) async fn prepare(
         rewrite_data_manifests: false,
         task_context: None,
         write_to: job.write_to.clone(),
+        ..Default::default()
     };
     m.add("rows_deleted", deleted as usize);
     m.add("files_removed_whole", job.removed_whole.len());

@@ -485,6 +485,7 @@ impl PlannedRewrite {
             rewrite_data_manifests: false,
             task_context: None,
             write_to: crate::commit::WriteTo::Main,
+            ..Default::default()
         };
         commit_or_clean_up(&self.store, &self.table, changes, &written)
             .await

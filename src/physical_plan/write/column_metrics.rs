@@ -229,6 +229,33 @@ pub(super) fn file_metrics(
     location: &str,
     nan_counts: HashMap<i32, u64>,
 ) -> Result<DataFileBuilder> {
+    footer_metrics(
+        schema,
+        metadata,
+        file_size,
+        location,
+        nan_counts,
+        &embedded_id,
+    )
+}
+
+/// The field id a parquet column carries.
+pub(crate) fn embedded_id(column: &parquet::schema::types::ColumnDescriptor) -> Option<i32> {
+    let info = column.self_type().get_basic_info();
+    info.has_id().then(|| info.id())
+}
+
+/// [`file_metrics`] of any parquet file, its columns' field ids given by `id_of` (a file another
+/// writer made may carry none: the table's name mapping gives them). A bound a row group's
+/// statistics mark inexact (truncated), or a NaN bound, leaves that side of the column unbounded.
+pub(crate) fn footer_metrics(
+    schema: &IcebergSchema,
+    metadata: &ParquetMetaData,
+    file_size: usize,
+    location: &str,
+    nan_counts: HashMap<i32, u64>,
+    id_of: &dyn Fn(&parquet::schema::types::ColumnDescriptor) -> Option<i32>,
+) -> Result<DataFileBuilder> {
     let mut sizes: HashMap<i32, u64> = HashMap::new();
     let mut values: HashMap<i32, u64> = HashMap::new();
     let mut nulls: HashMap<i32, u64> = HashMap::new();
@@ -241,11 +268,9 @@ pub(super) fn file_metrics(
 
     for group in metadata.row_groups() {
         for column in group.columns() {
-            let info = column.column_descr().self_type().get_basic_info();
-            if !info.has_id() {
+            let Some(id) = id_of(column.column_descr()) else {
                 continue;
-            }
-            let id = info.id();
+            };
             *sizes.entry(id).or_insert(0) += column.compressed_size() as u64;
             *values.entry(id).or_insert(0) += column.num_values() as u64;
             let ty = match schema.field_by_id(id).map(|f| f.field_type.as_ref()) {
@@ -267,24 +292,36 @@ pub(super) fn file_metrics(
             }
             // A row group of only nulls (or only NaNs) has no bounds and needs none.
             let only_nulls = null_count == Some(column.num_values() as u64);
-            match bound(ty, stats, Side::Lower) {
+            let nan = |v: &Datum| match v.literal() {
+                iceberg::spec::PrimitiveLiteral::Float(f) => f.is_nan(),
+                iceberg::spec::PrimitiveLiteral::Double(f) => f.is_nan(),
+                _ => false,
+            };
+            let lower_bound = bound(ty, stats, Side::Lower).filter(|v| !nan(v));
+            // A truncated maximum is below the values it stands for: no upper bound.
+            let upper_bound = bound(ty, stats, Side::Upper)
+                .filter(|v| !nan(v))
+                .filter(|_| stats.max_is_exact());
+            let lower_given = stats.min_bytes_opt().is_some();
+            let upper_given = stats.max_bytes_opt().is_some();
+            match lower_bound {
                 Some(v) => {
                     if lower.get(&id).is_none_or(|cur| v < *cur) {
                         lower.insert(id, v);
                     }
                 }
-                None if only_nulls || is_float(ty) => {}
+                None if only_nulls || (is_float(ty) && !lower_given) => {}
                 None => {
                     unbounded_lower.insert(id);
                 }
             }
-            match bound(ty, stats, Side::Upper) {
+            match upper_bound {
                 Some(v) => {
                     if upper.get(&id).is_none_or(|cur| v > *cur) {
                         upper.insert(id, v);
                     }
                 }
-                None if only_nulls || is_float(ty) => {}
+                None if only_nulls || (is_float(ty) && !upper_given) => {}
                 None => {
                     unbounded_upper.insert(id);
                 }

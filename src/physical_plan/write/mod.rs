@@ -2,7 +2,7 @@
 //! partitioned by the table's spec, rolled at the target file size, sorted by the table's sort
 //! order (DataFusion inserts a spilling sort below it to meet its ordering requirement).
 
-mod column_metrics;
+pub(crate) mod column_metrics;
 mod delete_files;
 mod delete_writer;
 mod deletion_vectors;

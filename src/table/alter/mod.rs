@@ -32,7 +32,7 @@ pub(crate) use partition::Term;
 use partition::{PartitionChange, WriteOrder};
 pub(crate) use properties::format_version;
 use schema::{ColumnChange, NewColumn};
-pub(crate) use types::{iceberg_type, normalised, DdlDialect, FieldIds};
+pub(crate) use types::{arrow_type, iceberg_type, literal, normalised, DdlDialect, FieldIds};
 
 use crate::error::IcebergResultExt;
 

@@ -217,7 +217,7 @@ fn no_type(sql: &SqlType) -> DataFusionError {
 }
 
 /// The Arrow type a `DEFAULT` value of `t` is cast to before it becomes a literal.
-fn arrow_type(t: &PrimitiveType) -> DataType {
+pub(crate) fn arrow_type(t: &PrimitiveType) -> DataType {
     match t {
         PrimitiveType::Boolean => DataType::Boolean,
         PrimitiveType::Int => DataType::Int32,
@@ -277,7 +277,7 @@ pub(super) fn default_literal(
 }
 
 /// `v` as an Iceberg literal of type `t` (`None` for NULL or a value of another type).
-fn literal(t: &PrimitiveType, v: &ScalarValue) -> Option<Literal> {
+pub(crate) fn literal(t: &PrimitiveType, v: &ScalarValue) -> Option<Literal> {
     let p = match (t, v) {
         (_, v) if v.is_null() => return None,
         (PrimitiveType::Boolean, ScalarValue::Boolean(Some(b))) => PrimitiveLiteral::Boolean(*b),
