@@ -2239,3 +2239,93 @@ fn branches_written_here_and_by_pyiceberg_read_alike() {
         rows(serde_json::json!([[1, "a"], [2, "b"], [3, "c"]]))
     );
 }
+
+#[test]
+fn files_added_here_read_alike_and_describe_as_pyiceberg_adds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().canonicalize().unwrap();
+    let whs = wh.display().to_string();
+    let src = wh.join("src");
+    let srcs = src.display().to_string();
+    tool(&["write-parquet", "--out", &srcs]);
+    ours(
+        &wh,
+        &format!(
+            "CREATE SCHEMA db; \
+             CREATE TABLE db.h (id bigint, v string, x double, k string) USING iceberg PARTITIONED BY (k); \
+             CALL system.add_files(table => 'db.h', source_table => '`parquet`.`{srcs}/hive`'); \
+             CREATE TABLE db.f (id bigint, v string, x double) USING iceberg; \
+             CALL system.add_files(table => 'db.f', source_table => '`parquet`.`{srcs}/flat`'); \
+             CREATE TABLE db.pyf (id bigint, v string, x double) USING iceberg"
+        ),
+    );
+    // The Hive-partitioned files read alike here, in pyiceberg and in DuckDB.
+    let columns = ["id", "v", "x", "k"];
+    let mine = normalise(as_lists(
+        &ours(&wh, "SELECT id, v, x, k FROM db.h ORDER BY id"),
+        &columns,
+    ));
+    let want: Vec<Vec<Value>> = serde_json::from_value(serde_json::json!([
+        [1, "p", 1.5, "a"],
+        [2, null, -2.0, "a"],
+        [3, "q", 0.25, "b"]
+    ]))
+    .unwrap();
+    assert_eq!(mine, normalise(want));
+    let theirs = tool(&["read", "--warehouse", &whs, "--table", "db.h"]);
+    assert_eq!(picked(&theirs, &columns), mine, "pyiceberg");
+    let metadata = theirs["metadata_location"].as_str().unwrap().to_string();
+    let duck = tool(&["duckdb-read", "--metadata", &metadata]);
+    assert_eq!(picked(&duck, &columns), mine, "DuckDB");
+
+    // The same flat files added by pyiceberg to a twin table: the descriptions agree.
+    let flat: Vec<String> = ["one.parquet", "two.parquet"]
+        .iter()
+        .map(|f| format!("{srcs}/flat/{f}"))
+        .collect();
+    tool(&[
+        "add-files",
+        "--warehouse",
+        &whs,
+        "--table",
+        "db.pyf",
+        "--files",
+        &serde_json::to_string(&flat).unwrap(),
+    ]);
+    let described = |table: &str| -> Vec<Value> {
+        let answer = tool(&[
+            "inspect",
+            "--warehouse",
+            &whs,
+            "--table",
+            table,
+            "--kind",
+            "files",
+        ]);
+        let mut rows: Vec<Value> = answer["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let name = r["file_path"].as_str().unwrap().rsplit('/').next().unwrap();
+                serde_json::json!({
+                    "file": name,
+                    "record_count": r["record_count"],
+                    "file_size_in_bytes": r["file_size_in_bytes"],
+                    "column_sizes": r["column_sizes"],
+                    "value_counts": r["value_counts"],
+                    "null_value_counts": r["null_value_counts"],
+                    "lower_bounds": r["lower_bounds"],
+                    "upper_bounds": r["upper_bounds"],
+                })
+            })
+            .collect();
+        rows.sort_by_key(|r| r["file"].to_string());
+        rows
+    };
+    let here = described("db.f");
+    assert_eq!(here.len(), 2);
+    assert_eq!(here, described("db.pyf"));
+    let rows = |t: &str| ours(&wh, &format!("SELECT id, v, x FROM db.{t} ORDER BY id"));
+    assert_eq!(rows("f"), rows("pyf"));
+}

@@ -729,6 +729,47 @@ def cmd_manage(args) -> dict:
     return {"refs": refs}
 
 
+def cmd_write_parquet(args) -> dict:
+    """Parquet files written by pyarrow, without field ids: under OUT/hive, `k=a/` and `k=b/`
+    directories (the files lack `k`); under OUT/flat, two files. Columns id (int64), v (string,
+    a null), x (double). Answers the files written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = abs_dir(args.out)
+    written = []
+
+    def write(path, ids, vs, xs):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "v": pa.array(vs, pa.string()),
+                "x": pa.array(xs, pa.float64()),
+            }
+        )
+        pq.write_table(table, path)
+        written.append(path)
+
+    write(os.path.join(out, "hive", "k=a", "part-0.parquet"), [1, 2], ["p", None], [1.5, -2.0])
+    write(os.path.join(out, "hive", "k=b", "part-0.parquet"), [3], ["q"], [0.25])
+    write(os.path.join(out, "flat", "one.parquet"), [10, 11, 12], ["a", "b", None], [1.0, None, 3.5])
+    write(os.path.join(out, "flat", "two.parquet"), [20], ["zz"], [-7.25])
+    return {"files": written}
+
+
+def cmd_add_files(args) -> dict:
+    """pyiceberg's add_files of FILES (a JSON list) into TABLE."""
+    warehouse = abs_dir(args.warehouse)
+    catalog = load_catalog(warehouse)
+    try:
+        table = catalog.load_table(args.table)
+        table.add_files(file_paths=json.loads(args.files))
+    finally:
+        catalog.close()
+    return {"added": len(json.loads(args.files))}
+
+
 def cmd_inspect(args) -> dict:
     """A metadata table of a table as pyiceberg's `inspect` answers it, row by row; a map column
     as its keys and values in key order (a missing map as an empty one)."""
@@ -904,6 +945,16 @@ def build_parser() -> argparse.ArgumentParser:
     df.add_argument("--warehouse", required=True)
     df.add_argument("--table", required=True, help="NS.NAME")
     df.set_defaults(func=cmd_delete_files)
+
+    wp = sub.add_parser("write-parquet", help="parquet files without field ids, flat and Hive-partitioned")
+    wp.add_argument("--out", required=True)
+    wp.set_defaults(func=cmd_write_parquet)
+
+    af = sub.add_parser("add-files", help="pyiceberg's add_files")
+    af.add_argument("--warehouse", required=True)
+    af.add_argument("--table", required=True, help="NS.NAME")
+    af.add_argument("--files", required=True, help="JSON list of paths")
+    af.set_defaults(func=cmd_add_files)
 
     it = sub.add_parser("inspect", help="a metadata table as pyiceberg's inspect answers it")
     it.add_argument("--warehouse", required=True)
