@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod add_files;
 mod bounded_joins;
 mod branches;
 mod catalog_layout;
