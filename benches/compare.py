@@ -42,6 +42,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITE = os.path.join(REPO, "benches", "suite")
 sys.path.insert(0, SUITE)
 import seaweed  # noqa: E402
+import tables  # noqa: E402
 OURS = "iceberg-exec"
 PEER_ID = "iceberg-datafusion 0.10.1"
 DUCKDB = "DuckDB 1.5.5 iceberg_scan"
@@ -925,6 +926,9 @@ def main() -> int:
         "(default 100,000 delete files): only the deletes that apply are held. The second row raises the threshold, "
         "so planning goes through the iceberg crate's planner, which indexes every delete entry.",
     )
+
+    if not args.scenarios or args.scenarios & {"metadata_files", "metadata_partitions", "add_files"}:
+        tables.table_scenarios(s, quick, {"ours": OURS, "pyiceberg": PYICEBERG, "duckdb": DUCKDB})
 
     if not args.scenarios or any(n.startswith("py_") for n in args.scenarios):
         python_scenarios(s, rows, files, plain, mor, aggs_full, full_aggs_sql)

@@ -80,6 +80,7 @@ def duckdb_connection(extensions=("avro", "iceberg")):
 def cmd_duckdb(a) -> dict:
     con = duckdb_connection()
     query = a.sql.replace("{t}", f"iceberg_scan('{os.path.abspath(a.metadata)}')")
+    query = query.replace("{m}", f"'{os.path.abspath(a.metadata)}'")
     start = time.perf_counter()
     row = con.execute(query).fetchone()
     seconds = time.perf_counter() - start
@@ -651,6 +652,36 @@ def cmd_pyiceberg_load(a) -> dict:
     return {"seconds": time.perf_counter() - start, "answer": [str(rows)]}
 
 
+def cmd_pyiceberg_inspect(a) -> dict:
+    """The row count of one of pyiceberg's metadata tables (`table.inspect.<kind>()`)."""
+    imported_pyiceberg()
+    start = time.perf_counter()
+    table = load_catalog(a.warehouse).load_table(a.table)
+    answer = getattr(table.inspect, a.kind)()
+    return {"seconds": time.perf_counter() - start, "answer": [str(answer.num_rows)]}
+
+
+def cmd_write_files(a) -> dict:
+    """N parquet files of 100 rows each (the suite's columns), without field ids."""
+    import pyarrow.parquet as pq
+
+    os.makedirs(a.out, exist_ok=True)
+    rows = generated(100 * a.files, None)
+    for i in range(a.files):
+        pq.write_table(rows.slice(100 * i, 100), os.path.join(a.out, f"part-{i:06d}.parquet"))
+    return {"seconds": 0.0, "answer": [str(a.files)]}
+
+
+def cmd_pyiceberg_add_files(a) -> dict:
+    """pyiceberg's add_files of every parquet file in DIR."""
+    imported_pyiceberg()
+    start = time.perf_counter()
+    table = load_catalog(a.warehouse).load_table(a.table)
+    paths = sorted(os.path.join(a.dir, f) for f in os.listdir(a.dir) if f.endswith(".parquet"))
+    table.add_files(file_paths=paths)
+    return {"seconds": time.perf_counter() - start, "answer": [str(len(paths))]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -671,6 +702,17 @@ def main() -> int:
     c.add_argument("--table")
     c.add_argument("--filter")
     c.add_argument("--aggs", required=True)
+    c = sub.add_parser("pyiceberg-inspect")
+    c.add_argument("--warehouse", required=True)
+    c.add_argument("--table", required=True)
+    c.add_argument("--kind", required=True)
+    c = sub.add_parser("write-files")
+    c.add_argument("--out", required=True)
+    c.add_argument("--files", type=int, required=True)
+    c = sub.add_parser("pyiceberg-add-files")
+    c.add_argument("--warehouse", required=True)
+    c.add_argument("--table", required=True)
+    c.add_argument("--dir", required=True)
     c = sub.add_parser("pyiceberg-delete")
     c.add_argument("--warehouse", required=True)
     c.add_argument("--table", required=True)
