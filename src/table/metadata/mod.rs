@@ -11,11 +11,13 @@
 //! The tables over the metadata file (`snapshots`, `history`, `metadata_log_entries`, `refs`)
 //! are built whole; those over manifests (`manifests`, `all_manifests`, `files`, `data_files`,
 //! `delete_files`, `all_*files`, `entries`, `all_entries`) stream one manifest at a time, a few
-//! read in parallel, so a table of millions of files is answered in bounded memory.
+//! read in parallel, so a table of millions of files is answered in bounded memory;
+//! `position_deletes` reads the delete files themselves, one at a time.
 
 mod files;
 mod history;
 mod partitions;
+mod position_deletes;
 
 use std::fmt;
 use std::sync::Arc;
@@ -70,9 +72,12 @@ pub enum MetadataKind {
     AllEntries,
     /// Per partition, the live files of a snapshot counted.
     Partitions,
+    /// Every position the live position delete files and deletion vectors of a snapshot
+    /// delete.
+    PositionDeletes,
 }
 
-const KINDS: [(&str, MetadataKind); 15] = [
+const KINDS: [(&str, MetadataKind); 16] = [
     ("snapshots", MetadataKind::Snapshots),
     ("history", MetadataKind::History),
     ("metadata_log_entries", MetadataKind::MetadataLogEntries),
@@ -88,6 +93,7 @@ const KINDS: [(&str, MetadataKind); 15] = [
     ("entries", MetadataKind::Entries),
     ("all_entries", MetadataKind::AllEntries),
     ("partitions", MetadataKind::Partitions),
+    ("position_deletes", MetadataKind::PositionDeletes),
 ];
 
 impl MetadataKind {
@@ -177,6 +183,7 @@ impl IcebergMetadataTable {
             | MetadataKind::MetadataLogEntries
             | MetadataKind::Refs => history::schema(kind),
             MetadataKind::Partitions => Arc::new(arrow::datatypes::Schema::empty()),
+            MetadataKind::PositionDeletes => position_deletes::schema(&table)?,
             _ => files::schema(table.metadata(), kind)?,
         };
         let mut out = Self {
@@ -314,6 +321,15 @@ impl PartitionStream for Rows {
                     schema,
                     futures::stream::once(async move { batch }),
                 ))
+            }
+            MetadataKind::PositionDeletes => {
+                let stream = position_deletes::stream(
+                    t.table.clone(),
+                    t.locations.clone(),
+                    t.snapshot_id,
+                    Arc::clone(&schema),
+                );
+                Box::pin(RecordBatchStreamAdapter::new(schema, stream))
             }
             kind => {
                 let stream = files::stream(
