@@ -10,6 +10,7 @@
 //! selector, `ns."t.branch_b"` (the form for embedders), and [`rewrite`] turns what users type
 //! into it before DataFusion parses the statement: `t.branch_b` and `ns.t.branch_b` where the
 //! name as written is not a table and `t` is, and `t VERSION AS OF 'b'` into `"t.branch_b" AS t`.
+//! Spark's metadata table names, `ns.t.files`, become `ns."t$files"` the same way.
 
 use std::sync::Arc;
 
@@ -125,7 +126,8 @@ pub(crate) fn mentions(sql: &str) -> bool {
         as_of_at(&tokens, i).is_some()
             || (matches!(tokens[i].token, Token::Period)
                 && matches!(&tokens.get(i + 1).map(|t| &t.token), Some(Token::Word(w))
-                    if Version::parse(&w.value).is_some()))
+                    if Version::parse(&w.value).is_some()
+                        || super::MetadataKind::parse(&w.value).is_some()))
     })
 }
 
@@ -294,24 +296,22 @@ fn quoted(value: &str) -> String {
     format!("\"{}\"", value.replace('"', "\"\""))
 }
 
-/// The one-identifier form of `parts` (the last is the table) at `version`: the parts before the
-/// table as written, then `"<table>.<selector>"`; and the table's name (for an alias).
+/// The one-identifier form of `parts` (the last is the table) with `suffix` (`.branch_b`,
+/// `$files`): the parts before the table as written, then `"<table><suffix>"`; and the table's
+/// name (for an alias).
 fn one_identifier(
     sql: &str,
     offsets: &Offsets,
     name_tokens: &[TokenWithSpan],
     parts: &[Part],
-    version: &Version,
+    suffix: &str,
     normalize: bool,
 ) -> (String, String) {
     let table = parts[parts.len() - 1].resolved(normalize);
     // The name's tokens alternate part, `.`: the table is token 2 * (parts - 1).
     let table_token = &name_tokens[2 * (parts.len() - 1)];
     let prefix = &sql[offsets.start(&name_tokens[0])..offsets.start(table_token)];
-    let text = format!(
-        "{prefix}{}",
-        quoted(&format!("{table}.{}", version.selector()))
-    );
+    let text = format!("{prefix}{}", quoted(&format!("{table}{suffix}")));
     (text, table)
 }
 
@@ -327,8 +327,13 @@ async fn selected(
     let Some((last, table_parts)) = parts.split_last() else {
         return Ok(None);
     };
-    let Some(version) = Version::parse(&last.value) else {
-        return Ok(None);
+    // A version (`t.branch_b`), or a metadata table in Spark's form (`t.files`).
+    let suffix = match Version::parse(&last.value) {
+        Some(v) => format!(".{}", v.selector()),
+        None => match super::MetadataKind::parse(&last.value) {
+            Some(kind) if !last.quoted || last.value == kind.name() => format!("${}", kind.name()),
+            _ => return Ok(None),
+        },
     };
     if table_parts.is_empty() {
         return Ok(None);
@@ -352,7 +357,7 @@ async fn selected(
         offsets,
         table_tokens,
         table_parts,
-        &version,
+        &suffix,
         names.normalize,
     );
     Ok(Some(text))
@@ -531,7 +536,7 @@ async fn as_of(
         offsets,
         name_tokens,
         parts,
-        &version,
+        &format!(".{}", version.selector()),
         names.normalize,
     ))
 }
