@@ -244,17 +244,23 @@ pub(super) fn schema(metadata: &TableMetadata, kind: MetadataKind) -> Result<Sch
             }
             f
         }
-        MetadataKind::Entries | MetadataKind::AllEntries => vec![
-            Field::new("status", DataType::Int32, false),
-            Field::new("snapshot_id", DataType::Int64, true),
-            Field::new("sequence_number", DataType::Int64, true),
-            Field::new("file_sequence_number", DataType::Int64, true),
-            Field::new(
-                "data_file",
-                DataType::Struct(Fields::from(file_fields(partition))),
-                false,
-            ),
-        ],
+        MetadataKind::Entries | MetadataKind::AllEntries => {
+            let mut fields = vec![
+                Field::new("status", DataType::Int32, false),
+                Field::new("snapshot_id", DataType::Int64, true),
+                Field::new("sequence_number", DataType::Int64, true),
+                Field::new("file_sequence_number", DataType::Int64, true),
+                Field::new(
+                    "data_file",
+                    DataType::Struct(Fields::from(file_fields(partition))),
+                    false,
+                ),
+            ];
+            if let Some(r) = Readable::of(metadata)? {
+                fields.push(Field::new("readable_metrics", r.data_type, true));
+            }
+            fields
+        }
         _ => {
             let mut fields = file_fields(partition);
             if let Some(r) = Readable::of(metadata)? {
@@ -680,7 +686,7 @@ fn entries_batch(
             continue;
         }
         rows.append(e.data_file(), manifest.partition_spec_id, columns)?;
-        if let (false, Some(r)) = (every, readable) {
+        if let Some(r) = readable {
             metrics.push(r.value(e.data_file())?);
         }
         rows_out += 1;
@@ -696,28 +702,34 @@ fn entries_batch(
         }
     }
     let mut files = rows.finish(partition)?;
-    if let (false, Some(r)) = (every, metrics_column) {
-        files.push(match (readable.is_some(), metrics.is_empty()) {
+    let readable_column = match metrics_column {
+        Some(r) => Some(match (readable.is_some(), metrics.is_empty()) {
             (false, _) => arrow::array::new_null_array(&r.data_type, rows_out),
             (true, true) => arrow::array::new_empty_array(&r.data_type),
             (true, false) => ScalarValue::iter_to_array(metrics)?,
-        });
-    }
+        }),
+        None => None,
+    };
     let columns: Vec<ArrayRef> = match every {
-        false => files,
+        false => {
+            files.extend(readable_column);
+            files
+        }
         true => {
             let DataType::Struct(fields) = schema.field(4).data_type().clone() else {
                 return Err(DataFusionError::Internal(
                     "entries: data_file is not a struct".into(),
                 ));
             };
-            vec![
+            let mut columns: Vec<ArrayRef> = vec![
                 Arc::new(status.finish()),
                 Arc::new(snapshot.finish()),
                 Arc::new(seq.finish()),
                 Arc::new(file_seq.finish()),
                 Arc::new(StructArray::try_new(fields, files, None)?),
-            ]
+            ];
+            columns.extend(readable_column);
+            columns
         }
     };
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
