@@ -125,3 +125,81 @@ async fn many_manifests_stream_under_a_small_pool() {
     );
     assert_eq!(s.memory_pool().reserved(), 0);
 }
+
+#[tokio::test]
+async fn filters_on_content_and_partition_skip_manifests() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path()).await;
+    run(&s, "CREATE SCHEMA ns").await;
+    run(
+        &s,
+        "CREATE TABLE ns.t (id bigint, k string) USING iceberg PARTITIONED BY (k) \
+         TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')",
+    )
+    .await;
+    for (id, k) in [(1, "a"), (3, "b"), (5, "c")] {
+        run(
+            &s,
+            &format!("INSERT INTO ns.t VALUES ({id}, '{k}'), ({}, '{k}')", id + 1),
+        )
+        .await;
+    }
+    run(&s, "DELETE FROM ns.t WHERE id = 3").await;
+    // The same answers with and without the filters the scan uses.
+    let filtered = [
+        ("partition.k = 'b'", 2),
+        ("partition.k > 'a'", 3),
+        ("partition.k <= 'a'", 1),
+        ("content = 1", 1),
+        ("content IN (0)", 3),
+        ("content = 0 AND partition.k = 'c'", 1),
+        ("partition.k IS NULL", 0),
+    ];
+    for (condition, n) in filtered {
+        assert_eq!(
+            rows(
+                &s,
+                &format!("SELECT count(*) FROM ns.t$files WHERE {condition}")
+            )
+            .await,
+            [n.to_string()],
+            "{condition}"
+        );
+    }
+    // Every manifest but the data manifest of partition a removed from disk: a filter that rules
+    // them out reads none of them.
+    let manifests = rows(
+        &s,
+        "SELECT path FROM ns.t$manifests WHERE content = 1 OR get_field(partition_summaries[1], 'lower_bound') <> 'a'",
+    )
+    .await;
+    assert_eq!(manifests.len(), 3, "{manifests:?}");
+    for m in &manifests {
+        std::fs::remove_file(m.trim_start_matches("file://")).unwrap();
+    }
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT sum(record_count) FROM ns.t$files WHERE partition.k = 'a' AND content = 0"
+        )
+        .await,
+        ["2"]
+    );
+    assert_eq!(
+        rows(
+            &s,
+            "SELECT count(*) FROM ns.t$data_files WHERE partition.k < 'b'"
+        )
+        .await,
+        ["1"]
+    );
+    let e = s
+        .sql("SELECT count(*) FROM ns.t$files")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("avro") || e.contains("No such file"), "{e}");
+}

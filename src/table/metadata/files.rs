@@ -299,6 +299,18 @@ async fn manifests_of(
     Ok(out)
 }
 
+/// Whether `kind`'s rows have the top-level `content` and `partition` columns its filters may
+/// prune manifests by (the file tables; `entries` nests them in `data_file`).
+fn prunes(kind: MetadataKind) -> bool {
+    !matches!(
+        kind,
+        MetadataKind::Entries
+            | MetadataKind::AllEntries
+            | MetadataKind::Manifests
+            | MetadataKind::AllManifests
+    )
+}
+
 /// Whether `kind` lists the manifests of `content`.
 fn reads(kind: MetadataKind, content: ManifestContentType) -> bool {
     match kind {
@@ -320,6 +332,7 @@ pub(super) fn stream(
     snapshot_id: Option<i64>,
     schema: SchemaRef,
     readable: bool,
+    filter: super::prune::ManifestFilter,
 ) -> impl Stream<Item = Result<RecordBatch>> + Send + 'static {
     let listed = {
         let (table, locations) = (table.clone(), locations.clone());
@@ -344,7 +357,11 @@ pub(super) fn stream(
             let manifests: Vec<ManifestFile> = lists
                 .iter()
                 .flat_map(|(_, list)| list.iter())
-                .filter(|m| reads(kind, m.content) && seen.insert(m.manifest_path.clone()))
+                .filter(|m| {
+                    reads(kind, m.content)
+                        && (!prunes(kind) || filter.may_match(table.metadata(), m))
+                        && seen.insert(m.manifest_path.clone())
+                })
                 .cloned()
                 .collect();
             let columns = match FileMetadataColumns::of(table.metadata())

@@ -18,6 +18,7 @@ mod files;
 mod history;
 mod partitions;
 mod position_deletes;
+mod prune;
 
 use std::fmt;
 use std::sync::Arc;
@@ -254,11 +255,23 @@ impl TableProvider for IcebergMetadataTable {
         self.view.as_ref().map(std::borrow::Cow::Borrowed)
     }
 
+    /// Filters reach the scan of the file tables, which skips the manifests they rule out by
+    /// content and partition summaries (DataFusion still applies them to the rows).
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<datafusion::logical_expr::TableProviderFilterPushDown>> {
+        Ok(vec![
+            datafusion::logical_expr::TableProviderFilterPushDown::Inexact;
+            filters.len()
+        ])
+    }
+
     async fn scan(
         &self,
         state: &dyn Session,
         projection: Option<&Vec<usize>>,
-        _filters: &[Expr],
+        filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if let Some(view) = &self.view {
@@ -286,7 +299,8 @@ impl TableProvider for IcebergMetadataTable {
             (Ok(_), None) => true,
             (Err(_), _) => false,
         };
-        let stream: Arc<dyn PartitionStream> = Arc::new(Rows(self.clone(), readable));
+        let filter = prune::ManifestFilter::new(filters);
+        let stream: Arc<dyn PartitionStream> = Arc::new(Rows(self.clone(), readable, filter));
         Ok(Arc::new(StreamingTableExec::try_new(
             Arc::clone(&self.schema),
             vec![stream],
@@ -299,9 +313,9 @@ impl TableProvider for IcebergMetadataTable {
 }
 
 /// The rows of a metadata table, produced when the scan runs; whether `readable_metrics` is
-/// read (else it is NULL).
+/// read (else it is NULL); the manifests the filters let a file table skip.
 #[derive(Debug)]
-struct Rows(IcebergMetadataTable, bool);
+struct Rows(IcebergMetadataTable, bool, prune::ManifestFilter);
 
 impl PartitionStream for Rows {
     fn schema(&self) -> &SchemaRef {
@@ -339,6 +353,7 @@ impl PartitionStream for Rows {
                     t.snapshot_id,
                     Arc::clone(&schema),
                     self.1,
+                    self.2.clone(),
                 );
                 Box::pin(RecordBatchStreamAdapter::new(schema, stream))
             }
