@@ -289,3 +289,22 @@ def test_dynamic_partition_overwrite_does_what_pyiceberg_does(tmp_path):
         assert a.column(c).to_pylist() == b.column(c).to_pylist(), c
     summary = catalog.load_table("db.t").current_snapshot().summary
     assert summary.operation.value == "overwrite" and summary["replace-partitions"] == "true"
+
+
+def test_branches_audited_and_published_alike_in_pyiceberg(lake):
+    """Write-audit-publish from Python: a branch written through the session, read by pyiceberg at
+    the branch, main untouched until fast_forward publishes it."""
+    catalog, table = lake
+    s = Session.for_catalog(catalog)
+    s.sql("ALTER TABLE db.t CREATE BRANCH audit")
+    s.sql("DELETE FROM db.t.branch_audit WHERE id < 100")
+    audited = s.sql("SELECT count(*) AS n FROM db.t VERSION AS OF 'audit'").to_arrow()
+    assert audited.column("n").to_pylist() == [1400]
+    table = catalog.load_table("db.t")
+    at_branch = table.scan(snapshot_id=table.snapshot_by_name("audit").snapshot_id).to_arrow()
+    assert at_branch.num_rows == 1400
+    assert table.scan().to_arrow().num_rows == 1500
+    s.sql("CALL system.fast_forward('db.t', 'main', 'audit')")
+    assert catalog.load_table("db.t").scan().to_arrow().num_rows == 1400
+    files = s.sql("SELECT count(*) AS n FROM db.t.files WHERE content = 1").to_arrow()
+    assert files.column("n").to_pylist()[0] >= 1
