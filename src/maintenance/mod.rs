@@ -20,6 +20,7 @@
 //! ```
 
 mod add_files;
+mod args;
 mod call;
 mod expire_snapshots;
 mod files;

@@ -485,9 +485,9 @@ pub(super) async fn call(
     name: &str,
     store: Arc<dyn MetadataStore>,
     ident: &TableIdent,
-    args: &std::collections::BTreeMap<String, super::call::Arg>,
+    args: &std::collections::BTreeMap<String, super::args::Arg>,
 ) -> Result<arrow::array::RecordBatch> {
-    use super::call::{number, text, timestamp_ms};
+    use super::args::{number, text, timestamp_ms};
     let required =
         |param: &str| DataFusionError::Plan(format!("CALL {name}: '{param}' is required"));
     match name {

@@ -10,7 +10,7 @@ use datafusion::error::{DataFusionError, Result};
 use super::{register_table, snapshot, source_path, AddFiles};
 use crate::catalog::IcebergCatalog;
 use crate::commit::MetadataStore;
-use crate::maintenance::call::{boolean, table_arg, table_ident, text, Arg};
+use crate::maintenance::args::{boolean, table_arg, table_ident, text, Arg};
 
 /// The procedures of this module, with their parameters in Spark's order.
 pub(crate) const PROCEDURES: &[(&str, &[&str])] = &[

@@ -1,6 +1,8 @@
 //! [`IcebergTableProvider`]: reads a snapshot through DataFusion's parquet machinery and appends
 //! through [`DataFileWriterExec`] → [`CommitExec`].
 
+mod versions;
+
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, FieldRef, SchemaRef};
@@ -16,7 +18,7 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::ExecutionPlan;
 use iceberg::table::Table;
 
-use crate::commit::{MetadataStore, WriteTo};
+use crate::commit::MetadataStore;
 use crate::error::IcebergResultExt;
 use crate::file_planning::{plan_files_pruned, unprunable_columns, FileFilter};
 use crate::physical_plan::commit::CommitExec;
@@ -191,100 +193,6 @@ impl IcebergTableProvider {
     pub fn with_locations(mut self, locations: LocationMap) -> Self {
         self.locations = locations;
         self
-    }
-
-    /// Pins scans to a snapshot, read with the schema that snapshot was written with.
-    /// The provider becomes read-only.
-    pub fn with_snapshot_id(mut self, snapshot_id: i64) -> Result<Self> {
-        let metadata = self.table.metadata();
-        let Some(snapshot) = metadata.snapshot_by_id(snapshot_id) else {
-            return Err(DataFusionError::Plan(format!(
-                "table '{}' has no snapshot {snapshot_id}",
-                self.table.identifier()
-            )));
-        };
-        self.schema = arrow_schema(snapshot.schema(metadata).df()?.as_ref())?;
-        self.snapshot_id = Some(snapshot_id);
-        self.snapshot_schema = true;
-        self.store = None;
-        Ok(self)
-    }
-
-    /// Pins scans to the snapshot a branch or tag points at.
-    ///
-    /// A tag is read with the schema of its snapshot; a branch with the table's current schema
-    /// (a branch moves on, like the table).
-    pub fn with_ref(self, name: &str) -> Result<Self> {
-        let metadata = self.table.metadata();
-        let Some(snapshot) = metadata.snapshot_for_ref(name) else {
-            return Err(DataFusionError::Plan(format!(
-                "table '{}' has no branch or tag '{name}'",
-                self.table.identifier()
-            )));
-        };
-        let id = snapshot.snapshot_id();
-        let branch = crate::commit::refs::table_ref(metadata, name)?.is_some_and(|r| r.branch);
-        let mut pinned = self.with_snapshot_id(id)?;
-        if branch {
-            pinned.schema = arrow_schema(pinned.table.metadata().current_schema())?;
-            pinned.snapshot_schema = false;
-        }
-        Ok(pinned)
-    }
-
-    /// Pins scans to the snapshot that was current at `timestamp_ms` (milliseconds since the
-    /// epoch), by the table's snapshot log.
-    pub fn with_timestamp_ms(self, timestamp_ms: i64) -> Result<Self> {
-        let metadata = self.table.metadata();
-        let id = metadata
-            .history()
-            .iter()
-            .filter(|entry| entry.timestamp_ms() <= timestamp_ms)
-            .max_by_key(|entry| entry.timestamp_ms())
-            .map(|entry| entry.snapshot_id)
-            .ok_or_else(|| {
-                DataFusionError::Plan(format!(
-                    "table '{}' has no snapshot at or before timestamp {timestamp_ms} ms",
-                    self.table.identifier()
-                ))
-            })?;
-        self.with_snapshot_id(id)
-    }
-
-    /// Reads and writes the branch `name` (which must exist): scans read its head with the
-    /// table's current schema, and `INSERT`, `DELETE`, `UPDATE`, `MERGE` and `INSERT OVERWRITE`
-    /// commit on top of its head, validated against the commits made to it since; `main` is
-    /// untouched. Spark's `t.branch_b` names; the provider stays writable when it has a store.
-    pub fn with_branch(mut self, name: &str) -> Result<Self> {
-        let metadata = self.table.metadata();
-        match crate::commit::refs::table_ref(metadata, name)? {
-            Some(r) if r.branch => {}
-            Some(_) => {
-                return Err(DataFusionError::Plan(format!(
-                    "table '{}': '{name}' is a tag, not a branch",
-                    self.table.identifier()
-                )))
-            }
-            None => {
-                return Err(DataFusionError::Plan(format!(
-                    "table '{}' has no branch '{name}' (ALTER TABLE .. CREATE BRANCH {name})",
-                    self.table.identifier()
-                )))
-            }
-        }
-        if name == crate::commit::MAIN_BRANCH {
-            return Ok(self);
-        }
-        let store = self.store.take();
-        let mut pinned = self.with_ref(name)?;
-        pinned.store = store;
-        pinned.branch = Some(name.to_string());
-        Ok(pinned)
-    }
-
-    /// The branch this provider reads and writes ([`Self::with_branch`]).
-    pub fn branch(&self) -> Option<&str> {
-        self.branch.as_deref()
     }
 
     /// Adds the row lineage columns of a format v3 table after the table's columns:
@@ -545,36 +453,6 @@ impl IcebergTableProvider {
             )));
         }
         Ok(())
-    }
-
-    /// Where a write of the session `state` goes: this provider's branch, or as the session's
-    /// `iceberg.write_branch` and `iceberg.wap_id` say ([`WriteTo::of_session`]).
-    fn write_to(&self, state: &dyn Session) -> Result<WriteTo> {
-        let explicit = self.branch.as_deref().map(WriteTo::branch);
-        WriteTo::of_session(
-            explicit.as_ref(),
-            &IcebergOptions::from_config(state.config_options()),
-            self.table.metadata(),
-            &self.table.identifier().to_string(),
-        )
-    }
-
-    /// The snapshot an unpinned scan reads: the head of the session's `iceberg.write_branch` on
-    /// a table with `write.wap.enabled=true` once that branch exists (as Spark reads under
-    /// `spark.wap.branch`), else the current one.
-    fn unpinned_snapshot(&self, state: &dyn Session) -> Option<iceberg::spec::SnapshotRef> {
-        let metadata = self.table.metadata();
-        let options = IcebergOptions::from_config(state.config_options());
-        let branch = options.write_branch.trim();
-        let wap = metadata
-            .properties()
-            .get(crate::commit::WAP_ENABLED)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        match (branch.is_empty(), wap) {
-            (false, true) => metadata.snapshot_for_ref(branch).cloned(),
-            _ => None,
-        }
-        .or_else(|| metadata.current_snapshot().cloned())
     }
 
     fn dml_target(&self, op: &str, state: &dyn Session) -> Result<crate::dml::DmlTarget<'_>> {
