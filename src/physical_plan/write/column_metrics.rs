@@ -246,8 +246,8 @@ pub(crate) fn embedded_id(column: &parquet::schema::types::ColumnDescriptor) -> 
 }
 
 /// [`file_metrics`] of any parquet file, its columns' field ids given by `id_of` (a file another
-/// writer made may carry none: the table's name mapping gives them). A bound a row group's
-/// statistics mark inexact (truncated), or a NaN bound, leaves that side of the column unbounded.
+/// writer made may carry none: the table's name mapping gives them). A NaN bound (older writers
+/// left them in) leaves that side of the column unbounded.
 pub(crate) fn footer_metrics(
     schema: &IcebergSchema,
     metadata: &ParquetMetaData,
@@ -298,10 +298,8 @@ pub(crate) fn footer_metrics(
                 _ => false,
             };
             let lower_bound = bound(ty, stats, Side::Lower).filter(|v| !nan(v));
-            // A truncated maximum is below the values it stands for: no upper bound.
-            let upper_bound = bound(ty, stats, Side::Upper)
-                .filter(|v| !nan(v))
-                .filter(|_| stats.max_is_exact());
+            // A truncated maximum (not exact) is still an upper bound: writers round it up.
+            let upper_bound = bound(ty, stats, Side::Upper).filter(|v| !nan(v));
             let lower_given = stats.min_bytes_opt().is_some();
             let upper_given = stats.max_bytes_opt().is_some();
             match lower_bound {
