@@ -2255,3 +2255,55 @@ async fn orc_data_files_with_deletes_read_on_workers_like_one_session() {
         rows(&single, "SELECT count(*), sum(id) FROM ns.o WHERE d > 2").await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_to_a_branch_in_a_distributed_session_commit_what_one_session_commits() {
+    let (one, many) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let single = table(one.path(), 2, 10_000, 31, 2).await;
+    drop(table(many.path(), 2, 10_000, 31, 2).await);
+    let (urls, pools) = cluster(2).await;
+    let distributed = coordinator(many.path(), urls.iter().map(|u| u.to_string()).collect()).await;
+    let main_before = rows(&single, "SELECT count(*), sum(v) FROM ns.t").await;
+    // The branch named as DataFusion's own SQL reads it (one identifier, `t.branch_b`).
+    let steps = [
+        "ALTER TABLE ns.t CREATE BRANCH b",
+        "SET iceberg.delete_mode = 'merge-on-read'",
+        "DELETE FROM ns.\"t.branch_b\" WHERE id % 5 = 0",
+        "UPDATE ns.\"t.branch_b\" SET v = v + 1 WHERE k = 3",
+        "INSERT INTO ns.\"t.branch_b\" SELECT id + 100000 AS id, k, v FROM ns.\"t.branch_b\" WHERE k < 10",
+        "MERGE INTO ns.\"t.branch_b\" AS t USING (SELECT value AS id, 7 AS v FROM generate_series(19001, 21000)) AS s \
+         ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v \
+         WHEN NOT MATCHED THEN INSERT (id, k, v) VALUES (s.id, 0, s.v)",
+    ];
+    let written = || -> usize {
+        pools
+            .iter()
+            .map(|p| p.writers.load(Ordering::Relaxed))
+            .sum()
+    };
+    let before = written();
+    for statement in steps {
+        let mine = distributed
+            .sql(statement)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let theirs = single
+            .sql(statement)
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        assert_eq!(render(&mine), render(&theirs), "{statement}");
+    }
+    assert!(written() > before, "no worker wrote a file for the branch");
+    let check = "SELECT count(*), sum(v), sum(k), max(id) FROM ns.\"t.branch_b\"";
+    assert_eq!(rows(&distributed, check).await, rows(&single, check).await);
+    // main is untouched in both.
+    let main = "SELECT count(*), sum(v) FROM ns.t";
+    assert_eq!(rows(&distributed, main).await, main_before);
+    assert_eq!(rows(&single, main).await, main_before);
+}
