@@ -71,11 +71,17 @@ pub async fn rollback_to_timestamp(
 ) -> Result<HeadChange> {
     commit_proposal(store, ident, "rollback_to_timestamp", |table| {
         let metadata = table.metadata();
-        let target = ancestors(metadata, metadata.current_snapshot_id())
+        // The newest such ancestor: of two with the same time, the nearer to the head (Java's).
+        let mut target: Option<(i64, i64)> = None;
+        for s in ancestors(metadata, metadata.current_snapshot_id())
             .filter_map(|id| metadata.snapshot_by_id(id))
             .filter(|s| s.timestamp_ms() < timestamp_ms)
-            .max_by_key(|s| s.timestamp_ms())
-            .map(|s| s.snapshot_id());
+        {
+            if target.is_none_or(|(_, at)| s.timestamp_ms() > at) {
+                target = Some((s.snapshot_id(), s.timestamp_ms()));
+            }
+        }
+        let target = target.map(|(id, _)| id);
         let Some(target) = target else {
             return Err(refuse(
                 table,
@@ -287,29 +293,28 @@ pub async fn cherrypick_snapshot(
     };
     let previous = metadata.current_snapshot_id();
     if source.parent_snapshot_id() == previous {
-        // A fast-forward: the snapshot itself becomes the head (validated as a ref move).
-        let change = commit_proposal(store, ident, "cherrypick_snapshot", |table| {
+        // A fast-forward: the snapshot itself becomes the head (validated as a ref move). When
+        // `main` moved meanwhile, an append is applied anew below, as Java decides again.
+        let change = commit_proposal(store.clone(), ident, "cherrypick_snapshot", |table| {
             let metadata = table.metadata();
-            let head = metadata.current_snapshot_id();
-            if source.parent_snapshot_id() != head {
-                return Err(refuse(
-                    table,
-                    format!(
-                        "cannot cherry-pick snapshot {snapshot_id}: main moved on while it was \
-                         picked"
-                    ),
-                ));
+            if source.parent_snapshot_id() != metadata.current_snapshot_id() {
+                return Ok((None, None));
             }
             check_not_picked(table, snapshot_id)?;
-            set_main(table, snapshot_id)
+            let (proposal, change) = set_main(table, snapshot_id)?;
+            Ok((proposal, Some(change)))
         })
         .await?;
-        return Ok(Picked {
-            source: snapshot_id,
-            previous: change.previous,
-            current: change.current,
-        });
+        if let Some(change) = change {
+            return Ok(Picked {
+                source: snapshot_id,
+                previous: change.previous,
+                current: change.current,
+            });
+        }
     }
+    let table = Arc::clone(&store).load(ident).await?;
+    let previous = table.metadata().current_snapshot_id();
     check_not_picked(&table, snapshot_id)?;
     if source.summary().operation != Operation::Append {
         return Err(refuse(
@@ -361,7 +366,7 @@ pub async fn publish_changes(
     wap_id: &str,
 ) -> Result<Picked> {
     let table = Arc::clone(&store).load(ident).await?;
-    let staged: Vec<i64> = table
+    let mut staged: Vec<&iceberg::spec::SnapshotRef> = table
         .metadata()
         .snapshots()
         .filter(|s| {
@@ -371,25 +376,15 @@ pub async fn publish_changes(
                 .map(String::as_str)
                 == Some(wap_id)
         })
-        .map(|s| s.snapshot_id())
         .collect();
-    match staged.as_slice() {
-        [id] => cherrypick_snapshot(store, ident, *id).await,
-        [] => Err(refuse(
+    staged.sort_by_key(|s| (s.sequence_number(), s.timestamp_ms()));
+    let staged: Vec<i64> = staged.iter().map(|s| s.snapshot_id()).collect();
+    // The first staged under the id, in the order of the table's snapshots (Java's).
+    match staged.first() {
+        Some(id) => cherrypick_snapshot(store, ident, *id).await,
+        None => Err(refuse(
             &table,
             format!("cannot apply unknown WAP ID '{wap_id}'"),
-        )),
-        _ => Err(refuse(
-            &table,
-            format!(
-                "WAP ID '{wap_id}' staged {} snapshots; cherry-pick one of them ({})",
-                staged.len(),
-                staged
-                    .iter()
-                    .map(|id| id.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
         )),
     }
 }

@@ -152,23 +152,35 @@ pub(crate) async fn rewrite(names: &Names<'_>, sql: &str) -> Result<Option<Strin
         return Ok(None);
     }
     let mut edits: Vec<(usize, usize, String)> = vec![];
-    let mut clauses = vec![String::new()];
+    // Per parenthesis level: its clause, and whether it is a query (the statement itself, or a
+    // subquery): a `FROM` inside a function's parentheses (`EXTRACT(YEAR FROM t.x)`) names no
+    // table.
+    let mut levels = vec![(String::new(), true)];
     let mut i = 0;
     while i < tokens.len() {
         match &tokens[i].token {
-            Token::LParen => clauses.push(String::new()),
-            Token::RParen if clauses.len() > 1 => {
-                clauses.pop();
+            Token::LParen => levels.push((String::new(), false)),
+            Token::RParen if levels.len() > 1 => {
+                levels.pop();
             }
-            Token::Word(w) if w.quote_style.is_none() && CLAUSES.contains(&upper(w).as_str()) => {
-                if let Some(c) = clauses.last_mut() {
-                    *c = upper(w);
+            Token::Word(w) if w.quote_style.is_none() => {
+                let word = upper(w);
+                if let Some(level) = levels.last_mut() {
+                    if matches!(word.as_str(), "SELECT" | "WITH") {
+                        level.1 = true;
+                    }
+                    if CLAUSES.contains(&word.as_str()) {
+                        level.0 = word;
+                    }
                 }
             }
             _ => {}
         }
-        let in_from = clauses.last().is_some_and(|c| c == "FROM");
-        if !starts_relation(&tokens, i, in_from) {
+        let (clause, query) = levels.last().cloned().unwrap_or_default();
+        // `IS [NOT] DISTINCT FROM x` compares; it names no table.
+        let distinct =
+            i > 0 && matches!(&tokens[i - 1].token, Token::Word(w) if upper(w) == "DISTINCT");
+        if !query || distinct || !starts_relation(&tokens, i, clause == "FROM") {
             i += 1;
             continue;
         }
@@ -653,6 +665,7 @@ mod tests {
         assert!(mentions("INSERT OVERWRITE t.branch_audit SELECT 1"));
         assert!(!mentions("SELECT branch_b FROM t"));
         assert!(!mentions("SELECT * FROM t WHERE v = 'VERSION AS OF 1'"));
+        assert!(mentions("SELECT EXTRACT(YEAR FROM t.tag_date) FROM t"));
     }
 
     /// The text of the `AS OF` value after the name `t` in `sql`.

@@ -49,6 +49,9 @@ pub struct AddFiles {
     source: String,
     partition_filter: BTreeMap<String, String>,
     check_duplicate_files: bool,
+    /// Whether files must carry no field ids (their columns matched by name): a `snapshot`'s
+    /// table numbers its columns afresh.
+    by_name: bool,
 }
 
 /// What [`AddFiles`] added.
@@ -90,6 +93,7 @@ impl AddFiles {
             source: source.into(),
             partition_filter: BTreeMap::new(),
             check_duplicate_files: true,
+            by_name: false,
         }
     }
 
@@ -103,6 +107,13 @@ impl AddFiles {
     /// Whether files the table has already are refused (the default) or added again.
     pub fn check_duplicate_files(mut self, check: bool) -> Self {
         self.check_duplicate_files = check;
+        self
+    }
+
+    /// Refuses files that carry field ids: their columns are matched by name (the name
+    /// mapping) only.
+    pub(crate) fn by_name(mut self) -> Self {
+        self.by_name = true;
         self
     }
 
@@ -162,7 +173,7 @@ impl AddFiles {
         let added = match write_manifests(
             &table,
             &columns,
-            &mapping,
+            (&mapping, self.by_name),
             object_store,
             candidates,
             &written,
@@ -416,7 +427,7 @@ struct Added {
 async fn write_manifests(
     table: &Table,
     columns: &[PartitionColumn],
-    mapping: &iceberg::spec::NameMapping,
+    (mapping, by_name): (&iceberg::spec::NameMapping, bool),
     object_store: Arc<dyn ObjectStore>,
     candidates: Vec<Candidate>,
     written: &WrittenFiles,
@@ -448,6 +459,15 @@ async fn write_manifests(
                 ))
             })?;
             let ids = footer::Ids::of(&footer, mapping);
+            if by_name && matches!(ids, footer::Ids::Embedded) {
+                // Readers would match its columns by those ids, not the new table's.
+                return Err(plan(format!(
+                    "{} carries Iceberg field ids (it was written for an Iceberg table): \
+                     register that table with register_table, or add the files to a table with \
+                     those ids with add_files",
+                    c.location
+                )));
+            }
             footer::check_schema(&c.location, &footer, &ids, &schema, &table_arrow, &given)?;
             let mut builder = crate::physical_plan::write::column_metrics::footer_metrics(
                 &schema,

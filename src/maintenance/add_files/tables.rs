@@ -126,7 +126,13 @@ pub async fn snapshot(
     definition.location = location;
     let creation = definition.to_creation(ident.name())?;
     catalog.create_table(ident.namespace(), creation).await?;
-    match AddFiles::new(store, ident.clone(), source).execute().await {
+    // The table numbers its columns afresh: files that carry another table's ids are refused
+    // (readers would match them by those ids).
+    match AddFiles::new(store, ident.clone(), source)
+        .by_name()
+        .execute()
+        .await
+    {
         Ok(added) => Ok(added.added_files_count),
         Err(e) => {
             if let Err(dropped) = catalog.drop_table(ident).await {

@@ -137,6 +137,14 @@ impl FileMetadataColumns {
         })
     }
 
+    /// The partition field id of the `_partition` struct's field `name`.
+    pub(crate) fn partition_field_id(&self, name: &str) -> Option<i32> {
+        self.partition
+            .iter()
+            .find(|(_, f)| f.name() == name)
+            .map(|(id, _)| *id)
+    }
+
     /// The `_partition` struct's type (`None` for a table that never had partition fields).
     pub(crate) fn partition_type(&self) -> Option<DataType> {
         (!self.partition.is_empty()).then(|| {

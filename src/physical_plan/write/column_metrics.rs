@@ -290,6 +290,18 @@ pub(crate) fn footer_metrics(
                     unknown_nulls.insert(id);
                 }
             }
+            // Bounds no reader can trust: byte arrays in the deprecated signed order (older
+            // writers), and times in another unit than the column's type.
+            let signed_bytes = stats.is_min_max_deprecated()
+                && matches!(
+                    stats,
+                    Statistics::ByteArray(_) | Statistics::FixedLenByteArray(_)
+                );
+            if signed_bytes || !unit_matches(column.column_descr(), ty) {
+                unbounded_lower.insert(id);
+                unbounded_upper.insert(id);
+                continue;
+            }
             // A row group of only nulls (or only NaNs) has no bounds and needs none.
             let only_nulls = null_count == Some(column.num_values() as u64);
             let nan = |v: &Datum| match v.literal() {
@@ -358,6 +370,39 @@ pub(crate) fn footer_metrics(
                 .collect(),
         ));
     Ok(builder)
+}
+
+/// Whether the time unit of a parquet column (its logical or converted type) is the one the
+/// Iceberg type `ty` stores (microseconds, nanoseconds for the `_ns` types); `true` for other
+/// types and for columns that say nothing.
+fn unit_matches(column: &parquet::schema::types::ColumnDescriptor, ty: &PrimitiveType) -> bool {
+    use parquet::basic::{ConvertedType, LogicalType, TimeUnit};
+    #[derive(PartialEq)]
+    enum Unit {
+        Millis,
+        Micros,
+        Nanos,
+    }
+    let expected = match ty {
+        PrimitiveType::Time | PrimitiveType::Timestamp | PrimitiveType::Timestamptz => Unit::Micros,
+        PrimitiveType::TimestampNs | PrimitiveType::TimestamptzNs => Unit::Nanos,
+        _ => return true,
+    };
+    let of = |u: &TimeUnit| match u {
+        TimeUnit::MILLIS => Unit::Millis,
+        TimeUnit::MICROS => Unit::Micros,
+        TimeUnit::NANOS => Unit::Nanos,
+    };
+    let found = match column.logical_type_ref() {
+        Some(LogicalType::Timestamp(t)) => of(&t.unit),
+        Some(LogicalType::Time(t)) => of(&t.unit),
+        _ => match column.converted_type() {
+            ConvertedType::TIMESTAMP_MILLIS | ConvertedType::TIME_MILLIS => Unit::Millis,
+            ConvertedType::TIMESTAMP_MICROS | ConvertedType::TIME_MICROS => Unit::Micros,
+            _ => return true,
+        },
+    };
+    found == expected
 }
 
 /// Float columns leave a row group's bounds out when all its values are NaN: bounds cover the

@@ -352,6 +352,12 @@ pub(super) fn stream(
                     .collect();
                 return futures::stream::iter(batches).boxed();
             }
+            let columns = match FileMetadataColumns::of(table.metadata())
+                .and_then(|c| Ok((c, Readable::of(table.metadata())?)))
+            {
+                Ok(c) => Arc::new(c),
+                Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
+            };
             // Each manifest once, however many snapshots list it.
             let mut seen = HashSet::new();
             let manifests: Vec<ManifestFile> = lists
@@ -359,17 +365,11 @@ pub(super) fn stream(
                 .flat_map(|(_, list)| list.iter())
                 .filter(|m| {
                     reads(kind, m.content)
-                        && (!prunes(kind) || filter.may_match(table.metadata(), m))
+                        && (!prunes(kind) || filter.may_match(table.metadata(), &columns.0, m))
                         && seen.insert(m.manifest_path.clone())
                 })
                 .cloned()
                 .collect();
-            let columns = match FileMetadataColumns::of(table.metadata())
-                .and_then(|c| Ok((c, Readable::of(table.metadata())?)))
-            {
-                Ok(c) => Arc::new(c),
-                Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
-            };
             futures::stream::iter(manifests)
                 .map(move |m| {
                     let (table, schema, columns) =

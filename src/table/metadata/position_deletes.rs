@@ -255,17 +255,25 @@ fn assemble(
     Ok(RecordBatch::try_new(Arc::clone(schema), columns)?)
 }
 
-/// The `row` column a delete file stores, read as the table's row: fields by name, each cast
-/// to the table's type, NULL where the file lacks one.
+/// The `row` column a delete file stores, read as the table's row: fields by field id (by name
+/// in files without ids), each cast to the table's type, NULL where the file lacks one.
 fn stored_rows(stored: &ArrayRef, fields: &Fields, location: &str) -> Result<ArrayRef> {
     let Some(s) = stored.as_any().downcast_ref::<StructArray>() else {
         return Err(DataFusionError::Execution(format!(
             "position delete file {location}: its row column is not a struct"
         )));
     };
+    // Fields by id where the file's carry ids (a rename keeps them), else by name.
+    let id = crate::physical_plan::parquet_files::field_id;
+    let stored_fields = s.fields();
+    let with_ids = stored_fields.iter().any(|f| id(f).is_some());
     let mut children = vec![];
     for f in fields {
-        let child = match s.column_by_name(f.name()) {
+        let at = match (with_ids, id(f)) {
+            (true, Some(want)) => stored_fields.iter().position(|c| id(c) == Some(want)),
+            _ => stored_fields.iter().position(|c| c.name() == f.name()),
+        };
+        let child = match at.map(|i| s.column(i)) {
             Some(c) => arrow::compute::cast(c, f.data_type()).map_err(|e| {
                 DataFusionError::Execution(format!(
                     "position delete file {location}: row column '{}' does not read as the \

@@ -5,6 +5,7 @@
 
 use std::cmp::Ordering;
 
+use crate::physical_plan::scan::metadata::FileMetadataColumns;
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 use iceberg::spec::{Datum, ManifestContentType, ManifestFile, PrimitiveType, TableMetadata, Type};
@@ -37,17 +38,28 @@ impl ManifestFilter {
         Self { conditions }
     }
 
-    /// Whether `manifest` may hold a row the filters keep.
-    pub(super) fn may_match(&self, metadata: &TableMetadata, manifest: &ManifestFile) -> bool {
+    /// Whether `manifest` may hold a row the filters keep. `columns`: the table's partition
+    /// struct, which names each partition field id.
+    pub(super) fn may_match(
+        &self,
+        metadata: &TableMetadata,
+        columns: &FileMetadataColumns,
+        manifest: &ManifestFile,
+    ) -> bool {
+        let id = |name: &str| columns.partition_field_id(name);
         self.conditions.iter().all(|c| match c {
             Condition::Content(values) => values.iter().any(|v| match manifest.content {
                 ManifestContentType::Data => *v == 0,
                 ManifestContentType::Deletes => *v == 1 || *v == 2,
             }),
-            Condition::Partition(field, op, value) => {
-                partition_may_match(metadata, manifest, field, Some((*op, value)))
-            }
-            Condition::PartitionNull(field) => partition_may_match(metadata, manifest, field, None),
+            Condition::Partition(field, op, value) => match id(field) {
+                Some(id) => partition_may_match(metadata, manifest, id, Some((*op, value))),
+                None => true,
+            },
+            Condition::PartitionNull(field) => match id(field) {
+                Some(id) => partition_may_match(metadata, manifest, id, None),
+                None => true,
+            },
         })
     }
 }
@@ -117,18 +129,18 @@ fn partition_field(e: &Expr) -> Option<String> {
     }
 }
 
-/// Whether the partition summaries of `manifest` allow a value of its spec's field `name` with
-/// `op value` (or NULL, for `None`). A spec without the field holds NULL there.
+/// Whether the partition summaries of `manifest` allow a value of the partition field
+/// `field_id` with `op value` (or NULL, for `None`). A spec without the field holds NULL there.
 fn partition_may_match(
     metadata: &TableMetadata,
     manifest: &ManifestFile,
-    name: &str,
+    field_id: i32,
     compared: Option<(Operator, &ScalarValue)>,
 ) -> bool {
     let Some(spec) = metadata.partition_spec_by_id(manifest.partition_spec_id) else {
         return true;
     };
-    let Some(at) = spec.fields().iter().position(|f| f.name == name) else {
+    let Some(at) = spec.fields().iter().position(|f| f.field_id == field_id) else {
         // Every file of this spec has NULL in the field: only IS NULL keeps it.
         return compared.is_none();
     };
@@ -147,6 +159,10 @@ fn partition_may_match(
     else {
         return true;
     };
+    // NaN is outside the bounds, and above every number in DataFusion's order.
+    if is_float(&ty) && summary.contains_nan != Some(false) {
+        return true;
+    }
     let bound = |b: Option<&[u8]>| -> Option<ScalarValue> {
         let d = Datum::try_from_bytes(b?, ty.clone()).ok()?;
         crate::file_planning::literal::literal_scalar(&ty, d.literal())

@@ -75,8 +75,14 @@ impl IcebergTableProvider {
     /// untouched. Spark's `t.branch_b` names; the provider stays writable when it has a store.
     pub fn with_branch(mut self, name: &str) -> Result<Self> {
         let metadata = self.table.metadata();
+        let main = name == crate::commit::MAIN_BRANCH;
         match crate::commit::refs::table_ref(metadata, name)? {
             Some(r) if r.branch => {}
+            // `main` of a table without snapshots: nothing to pin, writes go to `main`.
+            None if main => {
+                self.branch = Some(name.to_string());
+                return Ok(self);
+            }
             Some(_) => {
                 return Err(DataFusionError::Plan(format!(
                     "table '{}': '{name}' is a tag, not a branch",
@@ -90,9 +96,8 @@ impl IcebergTableProvider {
                 )))
             }
         }
-        if name == crate::commit::MAIN_BRANCH {
-            return Ok(self);
-        }
+        // `main` named explicitly is pinned too: it reads `main` even under the session's
+        // `iceberg.write_branch`, and writes to it beside that setting are refused.
         let store = self.store.take();
         let mut pinned = self.with_ref(name)?;
         pinned.store = store;
