@@ -32,5 +32,6 @@ pub use retry::{
 };
 pub(crate) use retry::{commit_or_clean_up, RetryPolicy};
 pub use store::{CommitResult, MetadataChange, MetadataStore};
+pub(crate) use write_to::wap_enabled;
 pub use write_to::{WriteTo, PUBLISHED_WAP_ID, STAGED_WAP_ID, WAP_ENABLED};
 pub use written::WrittenFiles;

@@ -45,3 +45,37 @@ pub(crate) fn refs(metadata: &TableMetadata) -> Result<Vec<TableRef>> {
 pub(crate) fn table_ref(metadata: &TableMetadata, name: &str) -> Result<Option<TableRef>> {
     Ok(refs(metadata)?.into_iter().find(|r| r.name == name))
 }
+
+impl TableRef {
+    /// The ref's retention, as the metadata builder takes it.
+    pub(crate) fn retention(&self) -> iceberg::spec::SnapshotRetention {
+        match self.branch {
+            true => iceberg::spec::SnapshotRetention::Branch {
+                min_snapshots_to_keep: self.min_snapshots_to_keep.map(|n| n as i32),
+                max_snapshot_age_ms: self.max_snapshot_age_ms,
+                max_ref_age_ms: self.max_ref_age_ms,
+            },
+            false => iceberg::spec::SnapshotRetention::Tag {
+                max_ref_age_ms: self.max_ref_age_ms,
+            },
+        }
+    }
+}
+
+/// The snapshots from `head` back through their parents (stopping at a missing one, or at a
+/// cycle a broken table may have).
+pub(crate) fn ancestors(
+    metadata: &TableMetadata,
+    head: Option<i64>,
+) -> impl Iterator<Item = &iceberg::spec::SnapshotRef> + '_ {
+    let mut at = head;
+    let mut seen = std::collections::HashSet::new();
+    std::iter::from_fn(move || {
+        let s = metadata.snapshot_by_id(at?)?;
+        if !seen.insert(s.snapshot_id()) {
+            return None;
+        }
+        at = s.parent_snapshot_id();
+        Some(s)
+    })
+}

@@ -114,11 +114,7 @@ impl WriteTo {
                 to.branch_name()
             )));
         }
-        let enabled = metadata
-            .properties()
-            .get(WAP_ENABLED)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        if !enabled {
+        if !wap_enabled(metadata) {
             return Err(DataFusionError::Plan(format!(
                 "{setting} is set, and table '{table}' does not have {WAP_ENABLED}=true: set \
                  the property (ALTER TABLE .. SET TBLPROPERTIES ('{WAP_ENABLED}' = 'true')) or \
@@ -132,4 +128,12 @@ impl WriteTo {
         to.check(metadata, table)?;
         Ok(to)
     }
+}
+
+/// Whether the table has `write.wap.enabled=true`.
+pub(crate) fn wap_enabled(metadata: &TableMetadata) -> bool {
+    metadata
+        .properties()
+        .get(WAP_ENABLED)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
 }

@@ -161,19 +161,13 @@ impl ExpireSnapshots {
                 .min_snapshots_to_keep
                 .map_or(retain_last, |n| n.max(1) as usize);
             let older_than = r.max_snapshot_age_ms.map_or(older_than, |age| now_ms - age);
-            let mut at = Some(r.snapshot_id);
-            let mut kept = 0;
-            while let Some(id) = at {
-                let Some(s) = metadata.snapshot_by_id(id) else {
-                    break;
-                };
-                if kept < keep || s.timestamp_ms() >= older_than {
-                    retained.insert(id);
-                    kept += 1;
-                    at = s.parent_snapshot_id();
-                } else {
+            for (kept, s) in
+                crate::commit::refs::ancestors(metadata, Some(r.snapshot_id)).enumerate()
+            {
+                if kept >= keep && s.timestamp_ms() < older_than {
                     break;
                 }
+                retained.insert(s.snapshot_id());
             }
         }
         for id in &self.snapshot_ids {

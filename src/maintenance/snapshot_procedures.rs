@@ -175,12 +175,13 @@ pub async fn fast_forward(
         if target == from.snapshot_id {
             return Ok((None, answer));
         }
-        let retention = SnapshotRetention::Branch {
-            min_snapshots_to_keep: from.min_snapshots_to_keep.map(|n| n as i32),
-            max_snapshot_age_ms: from.max_snapshot_age_ms,
-            max_ref_age_ms: from.max_ref_age_ms,
-        };
-        let proposal = move_ref(table, branch, Some(from.snapshot_id), target, retention)?;
+        let proposal = move_ref(
+            table,
+            branch,
+            Some(from.snapshot_id),
+            target,
+            from.retention(),
+        )?;
         Ok((proposal, answer))
     })
     .await
@@ -198,11 +199,7 @@ fn set_main(table: &Table, snapshot_id: i64) -> Result<(Option<Proposal>, HeadCh
         return Ok((None, answer));
     }
     let retention = match crate::commit::refs::table_ref(metadata, MAIN_BRANCH)? {
-        Some(r) => SnapshotRetention::Branch {
-            min_snapshots_to_keep: r.min_snapshots_to_keep.map(|n| n as i32),
-            max_snapshot_age_ms: r.max_snapshot_age_ms,
-            max_ref_age_ms: r.max_ref_age_ms,
-        },
+        Some(r) => r.retention(),
         None => SnapshotRetention::branch(None, None, None),
     };
     let proposal = move_ref(table, MAIN_BRANCH, previous, snapshot_id, retention)?;
@@ -240,18 +237,7 @@ fn move_ref(
 
 /// The snapshot ids from `head` back through its parents.
 fn ancestors(metadata: &TableMetadata, head: Option<i64>) -> impl Iterator<Item = i64> + '_ {
-    let mut at = head;
-    let mut seen = HashSet::new();
-    std::iter::from_fn(move || {
-        let id = at?;
-        if !seen.insert(id) {
-            return None;
-        }
-        at = metadata
-            .snapshot_by_id(id)
-            .and_then(|s| s.parent_snapshot_id());
-        Some(id)
-    })
+    crate::commit::refs::ancestors(metadata, head).map(|s| s.snapshot_id())
 }
 
 fn refuse(table: &Table, what: String) -> DataFusionError {

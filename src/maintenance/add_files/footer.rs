@@ -75,14 +75,7 @@ pub(super) enum Ids<'a> {
 impl<'a> Ids<'a> {
     /// The way `metadata`'s file gets ids: its own when any column has one.
     pub(super) fn of(metadata: &ParquetMetaData, mapping: &'a NameMapping) -> Self {
-        let schema = metadata.file_metadata().schema_descr();
-        let embedded = schema.columns().iter().any(|c| embedded(c).is_some())
-            || schema
-                .root_schema()
-                .get_fields()
-                .iter()
-                .any(|f| f.get_basic_info().has_id());
-        match embedded {
+        match carries_ids(metadata) {
             true => Self::Embedded,
             false => Self::Mapped(mapping),
         }
@@ -110,6 +103,27 @@ impl<'a> Ids<'a> {
                 .and_then(|f| f.field_id()),
         }
     }
+}
+
+/// Whether a file carries Iceberg field ids (any column, at any depth).
+pub(super) fn carries_ids(metadata: &ParquetMetaData) -> bool {
+    let schema = metadata.file_metadata().schema_descr();
+    schema.columns().iter().any(|c| embedded(c).is_some())
+        || schema
+            .root_schema()
+            .get_fields()
+            .iter()
+            .any(|f| f.get_basic_info().has_id())
+}
+
+/// The refusal of a file with field ids where the table's columns are matched by name: readers
+/// would match its columns by those ids, not the table's.
+pub(super) fn carries_ids_refused(location: &str) -> String {
+    format!(
+        "{location} carries Iceberg field ids (it was written for an Iceberg table): register \
+         that table with register_table, or add the files to a table with those ids with \
+         add_files"
+    )
 }
 
 fn embedded(column: &ColumnDescriptor) -> Option<i32> {

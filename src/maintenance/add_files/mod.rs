@@ -460,13 +460,7 @@ async fn write_manifests(
             })?;
             let ids = footer::Ids::of(&footer, mapping);
             if by_name && matches!(ids, footer::Ids::Embedded) {
-                // Readers would match its columns by those ids, not the new table's.
-                return Err(plan(format!(
-                    "{} carries Iceberg field ids (it was written for an Iceberg table): \
-                     register that table with register_table, or add the files to a table with \
-                     those ids with add_files",
-                    c.location
-                )));
+                return Err(plan(footer::carries_ids_refused(&c.location)));
             }
             footer::check_schema(&c.location, &footer, &ids, &schema, &table_arrow, &given)?;
             let mut builder = crate::physical_plan::write::column_metrics::footer_metrics(

@@ -88,6 +88,14 @@ pub async fn snapshot(
         false,
     )
     .await?;
+    // The new table numbers its columns afresh: files that carry another table's ids are
+    // refused (before anything is made).
+    if super::footer::carries_ids(&footer) {
+        return Err(DataFusionError::Plan(format!(
+            "snapshot: {}; nothing was changed",
+            super::footer::carries_ids_refused(first.location.as_ref())
+        )));
+    }
     let file_schema = parquet::arrow::parquet_to_arrow_schema(
         footer.file_metadata().schema_descr(),
         footer.file_metadata().key_value_metadata(),
@@ -104,7 +112,7 @@ pub async fn snapshot(
     let mut fields: Vec<Field> = file_schema
         .fields()
         .iter()
-        .map(|f| without_field_id(f.as_ref()))
+        .map(|f| f.as_ref().clone())
         .collect();
     for key in &keys {
         if !fields.iter().any(|f| f.name() == key) {
@@ -141,24 +149,6 @@ pub async fn snapshot(
             Err(e)
         }
     }
-}
-
-/// `field` without the parquet field ids of the file (the new table numbers its own).
-fn without_field_id(field: &Field) -> Field {
-    let mut metadata = field.metadata().clone();
-    metadata.remove(crate::file_planning::field_ids::PARQUET_FIELD_ID);
-    let data_type = match field.data_type() {
-        DataType::Struct(children) => {
-            DataType::Struct(children.iter().map(|c| without_field_id(c)).collect())
-        }
-        DataType::List(element) => DataType::List(Arc::new(without_field_id(element))),
-        DataType::LargeList(element) => DataType::LargeList(Arc::new(without_field_id(element))),
-        DataType::Map(entries, sorted) => {
-            DataType::Map(Arc::new(without_field_id(entries)), *sorted)
-        }
-        other => other.clone(),
-    };
-    Field::new(field.name(), data_type, field.is_nullable()).with_metadata(metadata)
 }
 
 /// The type of a partition column the files lack, from its directories' values (as Spark

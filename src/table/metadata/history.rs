@@ -111,15 +111,9 @@ fn snapshots(md: &TableMetadata) -> Vec<ArrayRef> {
 
 /// The ids of the current snapshot and its ancestors.
 fn current_ancestors(md: &TableMetadata) -> HashSet<i64> {
-    let mut out = HashSet::new();
-    let mut at = md.current_snapshot();
-    while let Some(s) = at {
-        if !out.insert(s.snapshot_id()) {
-            break;
-        }
-        at = s.parent_snapshot_id().and_then(|p| md.snapshot_by_id(p));
-    }
-    out
+    crate::commit::refs::ancestors(md, md.current_snapshot_id())
+        .map(|s| s.snapshot_id())
+        .collect()
 }
 
 fn history(md: &TableMetadata) -> Vec<ArrayRef> {

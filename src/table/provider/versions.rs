@@ -134,14 +134,10 @@ impl IcebergTableProvider {
         let metadata = self.table.metadata();
         let options = IcebergOptions::from_config(state.config_options());
         let branch = options.write_branch.trim();
-        let wap = metadata
-            .properties()
-            .get(crate::commit::WAP_ENABLED)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        match (branch.is_empty(), wap) {
-            (false, true) => metadata.snapshot_for_ref(branch).cloned(),
-            _ => None,
-        }
-        .or_else(|| metadata.current_snapshot().cloned())
+        let read_branch = !branch.is_empty() && crate::commit::wap_enabled(metadata);
+        read_branch
+            .then(|| metadata.snapshot_for_ref(branch).cloned())
+            .flatten()
+            .or_else(|| metadata.current_snapshot().cloned())
     }
 }
